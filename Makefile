@@ -1,0 +1,22 @@
+PYTHON ?= python3
+PIP ?= $(PYTHON) -m pip
+
+.PHONY: install install-test run test lint bench
+
+install:
+	$(PIP) install -q -e '.[data,train]'
+
+install-test:
+	$(PIP) install -q -e '.[test]'
+
+run: install
+	$(PYTHON) examples/demo.py
+
+test: install-test
+	$(PYTHON) -m pytest -q -x --timeout=300 tests
+
+lint:
+	$(PYTHON) -m ruff check raylite tests bench examples
+
+bench:
+	$(PYTHON) bench/core.py

@@ -1,0 +1,257 @@
+"""Every public raylite error, under Ray's names.
+
+Hierarchy::
+
+    RayError
+      RayTaskError                 user code raised; subclass of the user's type too
+      RayActorError                the actor is gone
+        ActorDiedError
+        ActorUnavailableError
+      WorkerCrashedError           the worker process died while running a task
+      TaskCancelledError
+      GetTimeoutError              (also a TimeoutError)
+      ObjectLostError
+        OwnerDiedError
+        ObjectReconstructionFailedError
+        ObjectFetchTimedOutError
+      ObjectStoreFullError
+      OutOfMemoryError
+      NodeDiedError
+      RaySystemError
+      RuntimeEnvSetupError
+      TaskUnschedulableError / ActorUnschedulableError / InfeasibleResourceError
+      PlacementGroupSchedulingError
+      ObjectSerializationError     (also a TypeError)
+
+Errors say who, what and the next step: each message names the task or object
+and, where there is one, the fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RayError(Exception):
+    """Base class of every raylite error."""
+
+
+class RaySystemError(RayError):
+    """raylite itself failed (a bug or a broken installation)."""
+
+
+class CrossLanguageError(RayError):
+    """Kept for API parity; raylite is Python only."""
+
+
+class RayTaskError(RayError):
+    """A task or actor method raised.
+
+    `get()` raises an instance of a class that derives from both RayTaskError and
+    the user's exception type, so ``except ValueError`` still works; the remote
+    traceback is part of the message and kept in ``traceback_str``.
+    """
+
+    def __init__(
+        self,
+        function_name: str = "",
+        traceback_str: str = "",
+        cause: BaseException | None = None,
+        proctitle: str = "",
+        pid: int = 0,
+        ip: str = "",
+    ) -> None:
+        self.function_name = function_name
+        self.traceback_str = traceback_str
+        self.cause = cause
+        self.proctitle = proctitle
+        self.pid = pid
+        self.ip = ip
+        Exception.__init__(self, self._message())
+
+    def _message(self) -> str:
+        head = f"{type(self.cause).__name__ if self.cause else 'Error'} in {self.function_name}"
+        where = f" (pid={self.pid}, ip={self.ip})" if self.pid else ""
+        return f"{head}{where}\n{self.traceback_str}".rstrip()
+
+    def __str__(self) -> str:
+        return self._message()
+
+    def as_instanceof_cause(self) -> RayTaskError:
+        """An error that is both a RayTaskError and an instance of the cause's type."""
+        cause = self.cause
+        if cause is None or isinstance(self, type(cause)):
+            return self
+        cls = _dual_class(type(cause))
+        if cls is None:
+            return self
+        err = cls.__new__(cls)
+        err.__dict__.update(getattr(cause, "__dict__", {}))
+        err.args = cause.args
+        err.function_name = self.function_name
+        err.traceback_str = self.traceback_str
+        err.cause = cause
+        err.proctitle = self.proctitle
+        err.pid = self.pid
+        err.ip = self.ip
+        return err
+
+    def __reduce__(self) -> Any:
+        return (
+            _rebuild_task_error,
+            (self.function_name, self.traceback_str, self.cause, self.pid, self.ip),
+        )
+
+
+def _rebuild_task_error(
+    function_name: str, traceback_str: str, cause: BaseException | None, pid: int, ip: str
+) -> RayTaskError:
+    return RayTaskError(function_name, traceback_str, cause, "", pid, ip).as_instanceof_cause()
+
+
+_DUAL_CLASSES: dict[type, type] = {}
+
+
+def _dual_class(cause_cls: type) -> type | None:
+    cls = _DUAL_CLASSES.get(cause_cls)
+    if cls is not None:
+        return cls
+    if issubclass(cause_cls, RayError) and not issubclass(cause_cls, RayTaskError):
+        return None
+    try:
+        cls = type(
+            f"RayTaskError({cause_cls.__name__})",
+            (RayTaskError, cause_cls),
+            {
+                "__init__": RayTaskError.__init__,
+                "__str__": RayTaskError.__str__,
+                "__reduce__": RayTaskError.__reduce__,
+                "__module__": __name__,
+            },
+        )
+    except TypeError:  # e.g. layout conflicts with some builtin exception types
+        return None
+    _DUAL_CLASSES[cause_cls] = cls
+    return cls
+
+
+class RayActorError(RayError):
+    """The actor died or cannot be reached; calls to it fail with this."""
+
+    def __init__(self, message: str = "The actor died unexpectedly.", actor_id: str = "") -> None:
+        self.actor_id = actor_id
+        self.error_msg = message
+        super().__init__(message)
+
+
+class ActorDiedError(RayActorError):
+    """The actor process is gone and will not restart."""
+
+
+class ActorUnavailableError(RayActorError):
+    """The actor is restarting or unreachable right now; a retry may succeed."""
+
+
+class ActorUnschedulableError(RayError):
+    """The actor's resource request can never be met by this cluster."""
+
+
+class TaskUnschedulableError(RayError):
+    """The task's resource request can never be met by this cluster."""
+
+
+class InfeasibleResourceError(TaskUnschedulableError):
+    """A resource request larger than any node of the cluster could ever offer."""
+
+
+class WorkerCrashedError(RayError):
+    """The worker process died while running the task (killed, crashed, or exited)."""
+
+    def __init__(self, message: str = "The worker died unexpectedly while executing this task.") -> None:
+        super().__init__(message)
+
+
+class LocalRayletDiedError(RayError):
+    """The local node daemon died."""
+
+
+class NodeDiedError(RayError):
+    """A node of the cluster died."""
+
+
+class TaskCancelledError(RayError):
+    """The task was cancelled with raylite.cancel()."""
+
+    def __init__(self, task_id: str = "") -> None:
+        self.task_id = task_id
+        super().__init__(f"Task {task_id} was cancelled." if task_id else "This task was cancelled.")
+
+
+class GetTimeoutError(RayError, TimeoutError):
+    """get() or wait() ran past its timeout."""
+
+
+class ObjectLostError(RayError):
+    """The object's value is gone and cannot be rebuilt."""
+
+    def __init__(self, object_ref_hex: str = "", reason: str = "") -> None:
+        self.object_ref_hex = object_ref_hex
+        self.reason = reason
+        msg = f"Object {object_ref_hex} was lost"
+        msg += f": {reason}" if reason else "."
+        super().__init__(msg)
+
+
+class OwnerDiedError(ObjectLostError):
+    """The process that owned the object (created it) died."""
+
+
+class ObjectReconstructionFailedError(ObjectLostError):
+    """Re-running the task that made the object failed."""
+
+
+class ObjectFetchTimedOutError(ObjectLostError):
+    """Fetching the object from another node timed out."""
+
+
+class ReferenceCountingAssertionError(ObjectLostError):
+    """The object was freed while still referenced (a raylite bug)."""
+
+
+class ObjectStoreFullError(RayError):
+    """The object store and its spill space are both full."""
+
+
+class OutOfMemoryError(RayError):
+    """The node ran low on memory and the worker running this task was killed."""
+
+
+class OutOfDiskError(RayError):
+    """The node's disk is full."""
+
+
+class RuntimeEnvSetupError(RayError):
+    """The task's runtime_env could not be set up."""
+
+
+class PlacementGroupSchedulingError(RayError):
+    """A placement group can never be placed on this cluster."""
+
+
+class ObjectSerializationError(RayError, TypeError):
+    """A value could not be serialized; the message says which part and why."""
+
+
+class PendingCallsLimitExceeded(RayError):
+    """Too many calls are pending on an actor (max_pending_calls)."""
+
+
+class AsyncioActorExit(RayError):
+    """Raised inside an async actor to make it exit."""
+
+
+class RayChannelError(RayError):
+    """Kept for API parity (compiled graphs are not implemented)."""
+
+
+__all__ = [name for name, obj in list(globals().items()) if isinstance(obj, type) and issubclass(obj, BaseException)]
