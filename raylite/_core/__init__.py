@@ -1,0 +1,1 @@
+"""raylite's Core runtime: ids, protocol, transport, object store, the process roles."""

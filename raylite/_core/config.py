@@ -1,0 +1,70 @@
+"""One frozen Config, read once; the only reader of RAYLITE_* environment variables."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+_ENV_PREFIX = "RAYLITE_"
+
+
+@dataclass(frozen=True)
+class Config:
+    # objects
+    inline_threshold_bytes: int = 100 * 1024
+    object_store_bytes: int = 0  # 0 = a fraction of RAM, decided by the node
+    object_store_fraction: float = 0.3
+    # workers and leases
+    lease_idle_timeout_s: float = 0.5
+    worker_start_timeout_s: float = 30.0
+    max_tasks_in_flight_per_worker: int = 4
+    prestart_workers: bool = True
+    # liveness
+    heartbeat_interval_s: float = 0.5
+    node_dead_timeout_s: float = 10.0
+    # infeasible requests are reported after this long without any node able to fit them
+    infeasible_report_s: float = 0.0
+    # memory monitor
+    memory_usage_threshold: float = 0.95
+    memory_monitor_interval_s: float = 0.25
+    # session
+    temp_dir: str = "/tmp/raylite"
+    shm_dir: str = "/dev/shm"
+    # address of a running cluster (RAYLITE_ADDRESS) and its token
+    address: str = ""
+    token: str = ""
+    log_level: str = "WARNING"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
+        env = os.environ if env is None else env
+        values = {}
+        for field in dataclasses.fields(cls):
+            raw = env.get(_ENV_PREFIX + field.name.upper())
+            if raw is None:
+                continue
+            default = field.default
+            if isinstance(default, bool):
+                values[field.name] = raw.lower() in ("1", "true", "yes", "on")
+            elif isinstance(default, int):
+                values[field.name] = int(raw)
+            elif isinstance(default, float):
+                values[field.name] = float(raw)
+            else:
+                values[field.name] = raw
+        return cls(**values)
+
+    def replace(self, **changes) -> Config:
+        return dataclasses.replace(self, **changes)
+
+
+_CONFIG: Config | None = None
+
+
+def get_config() -> Config:
+    global _CONFIG
+    if _CONFIG is None:
+        _CONFIG = Config.from_env()
+    return _CONFIG

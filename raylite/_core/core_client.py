@@ -1,0 +1,1190 @@
+"""CoreClient: the Core API engine shared by drivers and workers.
+
+It owns the objects its process creates (the memory store and reference
+counts), submits tasks straight to leased workers and actor calls straight to
+actor workers, and serves owner requests (object status, borrowers, streamed
+generator items) on its own socket. Its I/O runs on an asyncio loop in a
+background thread; user-facing calls hand work to that loop and wait on
+thread-safe latches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from raylite import exceptions as E
+from raylite._core import protocol as P
+from raylite._core import serialization as ser
+from raylite._core.config import Config
+from raylite._core.ids import ObjectID, TaskID
+from raylite._core.reference_counter import ReferenceCounter
+from raylite._core.refs import DynamicObjectRefGenerator, ObjectRef, ObjectRefGenerator
+from raylite._core.task_spec import DYNAMIC, KIND_ACTOR_CALL, STREAMING, TaskSpec
+from raylite._core.transport import rpc
+from raylite._core.transport.base import ConnectionBrokenError, RemoteError
+from raylite._core.worker_pool import env_key
+
+log = logging.getLogger("raylite.core")
+
+
+class _Latch:
+    """Counts down from n; wait() returns when it reaches zero (or times out)."""
+
+    __slots__ = ("_n", "_lock")
+
+    def __init__(self, n: int) -> None:
+        self._n = n
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def count_down(self) -> None:
+        self._n -= 1
+        if self._n == 0:
+            self._lock.release()
+
+    def wait(self, timeout: float | None) -> bool:
+        if timeout is None:
+            return self._lock.acquire()
+        return self._lock.acquire(timeout=max(0.0, timeout))
+
+
+@dataclass
+class ObjectEntry:
+    kind: str | None = None  # None (pending) | "v" | "e" | "s"
+    payload: Any = None
+    waiters: list = field(default_factory=list)  # _Latch or callables(entry)
+
+
+@dataclass
+class TaskRecord:
+    spec: TaskSpec
+    retries_left: int
+    retry_exceptions: Any
+    dep_ids: list  # object ids pinned (submitted count) until the task finishes
+    lease: Any = None
+    cancelled: bool = False
+    worker_conn: Any = None
+
+
+@dataclass
+class Lease:
+    lease_id: bytes
+    worker_id: bytes
+    conn: rpc.Connection
+    queue: SchedulingQueue
+    in_flight: int = 0
+    idle_handle: Any = None
+    dead: bool = False
+
+
+@dataclass
+class SchedulingQueue:
+    key: tuple
+    resources: dict
+    runtime_env: dict
+    strategy: list
+    description: str
+    tasks: collections.deque = field(default_factory=collections.deque)
+    leases: list = field(default_factory=list)
+    requesting: int = 0
+
+
+@dataclass
+class ActorState:
+    actor_id: bytes
+    conn: Any = None
+    connecting: bool = False
+    restarts_seen: int = -1
+    queue: collections.deque = field(default_factory=collections.deque)
+    in_flight: dict = field(default_factory=dict)
+    dead_error: Any = None
+    seq: int = 0
+
+
+@dataclass
+class GeneratorState:
+    items: list = field(default_factory=list)  # ObjectRef
+    done: bool = False
+    error: Any = None  # (kind, payload) of the task's failure
+    waiters: list = field(default_factory=list)
+    dynamic: bool = False
+
+
+class CoreClient:
+    def __init__(self, config: Config, *, worker_id: bytes, kind: str, job_id: bytes,
+                 node_address: str, token: str, session_dir: str, namespace: str = "") -> None:
+        self.config = config
+        self.worker_id = worker_id
+        self.kind = kind
+        self.job_id = job_id
+        self.node_address = node_address
+        self.token = token
+        self.session_dir = session_dir
+        self.namespace = namespace
+        self.address = f"unix://{os.path.join(session_dir, 'sockets', worker_id.hex()[:16])}"
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.entries: dict[bytes, ObjectEntry] = {}
+        self.refs = ReferenceCounter(self.address)
+        self.node: rpc.Connection | None = None
+        self.head: rpc.Connection | None = None
+        self.node_id = b""
+        self.node_ip = "127.0.0.1"
+        self.store_dir = ""
+        self.head_address = ""
+        self._conns: dict[str, rpc.Connection] = {}
+        self._connecting: dict[str, asyncio.Future] = {}
+        self._queues: dict[tuple, SchedulingQueue] = {}
+        self._leases: dict[bytes, Lease] = {}
+        self._tasks: dict[bytes, TaskRecord] = {}
+        self._actors: dict[bytes, ActorState] = {}
+        self._generators: dict[bytes, GeneratorState] = {}
+        self._exported: set[bytes] = set()
+        self._fn_cache: dict[bytes, Any] = {}
+        self._server: asyncio.AbstractServer | None = None
+        self._closed = False
+        self.extra_handlers: dict[type, Any] = {}
+        self.log_handler = None  # callable(LogLines) on drivers
+        self.blocked_hook = None  # worker: callable(bool) around blocking waits
+        self.current_task_id = b""
+        self.handlers = {
+            P.GetObjectStatus: self._on_get_object_status,
+            P.AddBorrower: self._on_add_borrower,
+            P.RemoveBorrower: self._on_remove_borrower,
+            P.GeneratorItem: self._on_generator_item,
+            P.ReleaseIdleLeases: self._on_release_idle_leases,
+            P.LogLines: self._on_log_lines,
+        }
+
+    # ================================================================ life cycle
+    def start(self) -> None:
+        """Start the I/O thread and connect to the node and head. Blocks until ready."""
+        ready = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                import uvloop  # type: ignore
+
+                loop = uvloop.new_event_loop()
+            except Exception:  # noqa: BLE001
+                loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            self.loop = loop
+            try:
+                loop.run_until_complete(self._connect())
+            except BaseException as e:  # noqa: BLE001
+                ready.set_exception(e)
+                loop.close()
+                return
+            ready.set_result(None)
+            loop.run_forever()
+            loop.run_until_complete(asyncio.sleep(0))
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="raylite-io", daemon=True)
+        self._thread.start()
+        ready.result()
+
+    async def _connect(self) -> None:
+        self.handlers.update(self.extra_handlers)
+        os.makedirs(os.path.join(self.session_dir, "sockets"), exist_ok=True)
+        self._server = await rpc.listen(self.address, self.handlers, token=self.token,
+                                        on_connect=self._on_incoming)
+        self.node = await rpc.connect(self.node_address, self.handlers, token=self.token, role=self.kind)
+        self.node.on_close.append(self._on_node_lost)
+        reply: P.RegisterClientReply = await self.node.request(P.RegisterClient(
+            self.worker_id, self.kind, os.getpid(), self.job_id, self.address, self.namespace))
+        self.node_id = reply.node_id
+        self.node_ip = reply.node_ip
+        self.store_dir = reply.store_dir
+        self.head_address = reply.head_address
+        self.head = await rpc.connect(reply.head_address, self.handlers, token=self.token, role=self.kind)
+
+    def _on_incoming(self, conn: rpc.Connection) -> None:
+        conn.on_close.append(self._on_incoming_closed)
+
+    def _on_incoming_closed(self, conn: rpc.Connection) -> None:
+        addr = conn.context.get("borrower_address")
+        if addr and not self._closed:
+            with self._lock:
+                free, unborrow = self.refs.drop_borrowers_at(addr)
+            self._release(free, unborrow)
+
+    def _on_node_lost(self, conn: rpc.Connection) -> None:
+        if not self._closed:
+            log.error("lost the connection to the local raylite node")
+            if self.kind == "worker":
+                os._exit(1)
+
+    def shutdown(self) -> None:
+        if self._closed or self.loop is None:
+            return
+        self._closed = True
+
+        async def close() -> None:
+            for lease in list(self._leases.values()):
+                try:
+                    self.node.send(P.ReturnLease(lease.lease_id))
+                except Exception:  # noqa: BLE001
+                    pass
+            for c in list(self._conns.values()):
+                c.close()
+            if self._server is not None:
+                self._server.close()
+            if self.head is not None:
+                self.head.close()
+            if self.node is not None:
+                self.node.close()
+
+        try:
+            asyncio.run_coroutine_threadsafe(close(), self.loop).result(2)
+        except Exception:  # noqa: BLE001
+            pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(2)
+
+    # ================================================================ loop helpers
+    def run_sync(self, coro, timeout: float | None = None) -> Any:
+        """Run a coroutine on the I/O loop from a user thread and wait for it."""
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return fut.result(timeout)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            raise
+
+    def call_soon(self, fn, *args) -> None:
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    async def connection(self, address: str) -> rpc.Connection:
+        conn = self._conns.get(address)
+        if conn is not None and not conn.is_closed():
+            return conn
+        pending = self._connecting.get(address)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut = self.loop.create_future()
+        self._connecting[address] = fut
+        try:
+            conn = await rpc.connect(address, self.handlers, token=self.token, role=self.kind)
+            conn.on_close.append(lambda c, a=address: self._conns.pop(a, None) if self._conns.get(a) is c else None)
+            self._conns[address] = conn
+            fut.set_result(conn)
+            return conn
+        except BaseException as e:
+            fut.set_exception(e)
+            fut.exception()
+            raise
+        finally:
+            self._connecting.pop(address, None)
+
+    # ================================================================ references
+    def ref_created(self, object_id: bytes, owner_address: str, *, borrowed: bool = False) -> None:
+        register = False
+        with self._lock:
+            self.refs.add_local(object_id, owner_address)
+            if borrowed and owner_address != self.address:
+                register = self.refs.borrow(object_id, owner_address)
+        if register and not self._closed:
+            self._register_borrow(object_id, owner_address)
+
+    def _register_borrow(self, object_id: bytes, owner_address: str) -> None:
+        if threading.current_thread() is self._thread:
+            self.loop.create_task(self._send_add_borrower(object_id, owner_address))
+            return
+        try:
+            self.run_sync(self._send_add_borrower(object_id, owner_address), timeout=30)
+        except Exception:  # noqa: BLE001  the owner is gone; get() reports it
+            pass
+
+    async def _send_add_borrower(self, object_id: bytes, owner_address: str) -> None:
+        conn = await self.connection(owner_address)
+        await conn.request(P.AddBorrower([object_id], self.address))
+
+    def ref_deleted(self, object_id: bytes) -> None:
+        if self._closed:
+            return
+        with self._lock:
+            free, unborrow = self.refs.remove_local(object_id)
+        if free or unborrow:
+            self._release(free, unborrow)
+
+    def _release(self, free: list, unborrow: list) -> None:
+        if self._closed:
+            return
+        stored = []
+        with self._lock:
+            for oid in free:
+                entry = self.entries.pop(oid, None)
+                if entry is not None and entry.kind == "s":
+                    stored.append((oid, entry.payload))
+        if stored or unborrow:
+            try:
+                self.loop.call_soon_threadsafe(self._send_release, stored, unborrow)
+            except RuntimeError:  # loop closed
+                pass
+
+    def _send_release(self, stored: list, unborrow: list) -> None:
+        local = [oid for oid, loc in stored if loc[0] == self.node_id]
+        if local:
+            try:
+                self.node.send(P.FreeObjects(local))
+            except Exception:  # noqa: BLE001
+                pass
+        for oid, loc in stored:
+            if loc[0] != self.node_id:
+                self.loop.create_task(self._send_to(loc[1], P.FreeObjects([oid])))
+        by_owner: dict[str, list] = {}
+        for owner, oid in unborrow:
+            by_owner.setdefault(owner, []).append(oid)
+        for owner, oids in by_owner.items():
+            self.loop.create_task(self._send_to(owner, P.RemoveBorrower(oids, self.address)))
+
+    async def _send_to(self, address: str, msg: P.Message) -> None:
+        try:
+            conn = await self.connection(address)
+            conn.send(msg)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _on_add_borrower(self, conn, msg: P.AddBorrower, rid):
+        conn.context["borrower_address"] = msg.borrower_address
+        with self._lock:
+            for oid in msg.object_ids:
+                self.refs.add_borrower(oid, msg.borrower_address)
+        return P.Ack()
+
+    def _on_remove_borrower(self, conn, msg: P.RemoveBorrower, rid):
+        free: list = []
+        unborrow: list = []
+        with self._lock:
+            for oid in msg.object_ids:
+                f, u = self.refs.remove_borrower(oid, msg.borrower_address)
+                free += f
+                unborrow += u
+        self._release(free, unborrow)
+        return None
+
+    # ================================================================ objects: put / store
+    def put(self, value: Any, *, _owner_address: str | None = None) -> ObjectRef:
+        if isinstance(value, ObjectRef):
+            raise TypeError("Calling put() on an ObjectRef is not allowed: it is already in the object "
+                            "store. Pass the ref itself, or put([ref]) to wrap it in a list.")
+        so = ser.serialize(value, what="the value passed to put()")
+        object_id = ObjectID.for_put()
+        kind, payload = self._store_value(object_id, so)
+        with self._lock:
+            self.refs.own(object_id)
+            self.entries[object_id] = ObjectEntry(kind, payload)
+        ref = ObjectRef(object_id, self.address)
+        if so.contained_refs:
+            with self._lock:
+                self.refs.add_contained(object_id, [(r._id, r._owner) for r in so.contained_refs])
+        return ref
+
+    def _store_value(self, object_id: bytes, so: ser.SerializedObject) -> tuple[str, Any]:
+        """Inline small values; write big ones to this node's shared-memory store."""
+        kind = "e" if so.kind == ser.KIND_ERROR else "v"
+        if so.total_bytes() <= self.config.inline_threshold_bytes:
+            return kind, so.to_inline()
+        path = os.path.join(self.store_dir, object_id.hex())
+        size = ser.write_file(so, path)
+        msg = P.ObjectSealed(object_id, size, self.address)
+        if threading.current_thread() is self._thread:
+            self.node.send(msg)
+        else:
+            self.loop.call_soon_threadsafe(self._send_node, msg)
+        return "s", [self.node_id, self.node_address, size]
+
+    def _send_node(self, msg: P.Message) -> None:
+        try:
+            self.node.send(msg)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _set_entry(self, object_id: bytes, kind: str, payload: Any) -> None:
+        """Loop or user thread: an owned object became ready; wake its waiters."""
+        with self._lock:
+            entry = self.entries.get(object_id)
+            if entry is None:
+                # nobody holds a ref any more: free a stored copy at once
+                if kind == "s":
+                    self.loop.call_soon(self._send_release, [(object_id, payload)], [])
+                return
+            if entry.kind is not None:
+                return
+            entry.kind = kind
+            entry.payload = payload
+            waiters, entry.waiters = entry.waiters, []
+        for w in waiters:
+            if isinstance(w, _Latch):
+                w.count_down()
+            else:
+                w(entry)
+
+    # ================================================================ get / wait
+    def _entry_for(self, ref: ObjectRef) -> ObjectEntry:
+        oid = ref._id
+        entry = self.entries.get(oid)
+        if entry is not None:
+            return entry
+        with self._lock:
+            entry = self.entries.get(oid)
+            if entry is not None:
+                return entry
+            entry = self.entries[oid] = ObjectEntry()
+            if ref._owner == self.address or not ref._owner:
+                entry.kind, entry.payload = "e", self._lost_error(oid, "its owner released it")
+                return entry
+        self.loop.call_soon_threadsafe(self._start_fetch, oid, ref._owner)
+        return entry
+
+    def _lost_error(self, oid: bytes, why: str) -> list:
+        err = E.ObjectLostError(oid.hex(), why)
+        return ser.serialize(err, kind=ser.KIND_ERROR).to_inline()
+
+    def _start_fetch(self, oid: bytes, owner: str) -> None:
+        self.loop.create_task(self._fetch_status(oid, owner))
+
+    async def _fetch_status(self, oid: bytes, owner: str) -> None:
+        try:
+            conn = await self.connection(owner)
+            reply: P.GetObjectStatusReply = await conn.request(P.GetObjectStatus(oid, True))
+            kind = {"inline": "v", "error": "e", "store": "s"}.get(reply.kind)
+            if kind is None:
+                self._set_entry(oid, "e", self._lost_error(oid, "its owner no longer has it"))
+            else:
+                self._set_entry(oid, kind, reply.payload)
+        except Exception as e:  # noqa: BLE001
+            err = E.OwnerDiedError(oid.hex(), f"its owner ({owner}) is unreachable: {e}. The process that "
+                                   "created the object exited; keep the creating process alive while "
+                                   "others use its objects.")
+            self._set_entry(oid, "e", ser.serialize(err, kind=ser.KIND_ERROR).to_inline())
+
+    def get(self, refs: list[ObjectRef], timeout: float | None = None) -> list[Any]:
+        entries = [self._entry_for(r) for r in refs]
+        pending = [e for e in entries if e.kind is None]
+        if pending:
+            self._wait_entries(pending, len(pending), timeout, refs)
+        return [self._materialize(r, e) for r, e in zip(refs, entries)]
+
+    def _wait_entries(self, entries: list[ObjectEntry], need: int, timeout: float | None, refs) -> None:
+        latch = _Latch(need)
+        registered = []
+        with self._lock:
+            ready = 0
+            for e in entries:
+                if e.kind is None:
+                    e.waiters.append(latch)
+                    registered.append(e)
+                else:
+                    ready += 1
+            for _ in range(min(ready, need)):
+                latch.count_down()
+        if latch._n <= 0:
+            self._drop_waiter(registered, latch)
+            return
+        hook = self.blocked_hook
+        if hook is not None:
+            hook(True)
+        try:
+            ok = latch.wait(timeout)
+        finally:
+            if hook is not None:
+                hook(False)
+            self._drop_waiter(registered, latch)
+        if not ok:
+            n = sum(1 for e in entries if e.kind is None)
+            raise E.GetTimeoutError(f"get() timed out after {timeout}s: {n} of {len(entries)} objects "
+                                    "were not ready. Raise the timeout, or check `raylite status` for "
+                                    "tasks waiting on resources.")
+
+    def _drop_waiter(self, entries: list[ObjectEntry], latch: _Latch) -> None:
+        with self._lock:
+            for e in entries:
+                if latch in e.waiters:
+                    e.waiters.remove(latch)
+
+    def _materialize(self, ref: ObjectRef, entry: ObjectEntry) -> Any:
+        kind, payload = entry.kind, entry.payload
+        if kind == "v":
+            return ser.from_inline(payload)
+        if kind == "s":
+            value_kind, value = self._read_stored(ref._id, payload)
+            if value_kind == ser.KIND_ERROR:
+                raise value
+            return value
+        if kind == "e":
+            err = ser.from_inline(payload)
+            raise err
+        raise E.RaySystemError(f"object {ref.hex()} has no value (kind={kind})")
+
+    def _read_stored(self, oid: bytes, location: list) -> tuple[int, Any]:
+        node_id = location[0]
+        path = os.path.join(self.store_dir, oid.hex())
+        if node_id != self.node_id and not os.path.exists(path):
+            self.run_sync(self._pull_object(oid, location))
+        try:
+            return ser.read_file(path)
+        except FileNotFoundError:
+            raise E.ObjectLostError(oid.hex(), "its shared-memory file is gone (it was freed, or its "
+                                    "node's store was cleared)") from None
+
+    async def _pull_object(self, oid: bytes, location: list) -> None:
+        """Copy an object from another node's store into ours, in chunks."""
+        node_address = location[1]
+        conn = await self.connection(node_address)
+        chunk = 8 << 20
+        path = os.path.join(self.store_dir, oid.hex())
+        tmp = path + f".part{os.getpid()}"
+        offset = 0
+        total = None
+        with open(tmp, "wb") as f:
+            while total is None or offset < total:
+                reply: P.PullObjectReply = await conn.request(P.PullObject(oid, offset, chunk))
+                if not reply.found:
+                    raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} no longer has it")
+                total = reply.total_size
+                f.write(reply.data)
+                offset += len(reply.data)
+                if not reply.data:
+                    break
+        os.replace(tmp, path)
+        self.node.send(P.ObjectSealed(oid, total or 0, ""))
+
+    def wait(self, refs: list[ObjectRef], num_returns: int, timeout: float | None,
+             fetch_local: bool = True) -> tuple[list[ObjectRef], list[ObjectRef]]:
+        entries = [self._entry_for(r) for r in refs]
+        ready_count = sum(1 for e in entries if e.kind is not None)
+        if ready_count < num_returns:
+            try:
+                self._wait_entries([e for e in entries if e.kind is None], num_returns - ready_count,
+                                   timeout, refs)
+            except E.GetTimeoutError:
+                pass
+        ready, not_ready = [], []
+        for r, e in zip(refs, entries):
+            (ready if e.kind is not None and len(ready) < num_returns else not_ready).append(r)
+        return ready, not_ready
+
+    def future_of(self, ref: ObjectRef) -> concurrent.futures.Future:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        entry = self._entry_for(ref)
+
+        def resolve(_entry=None) -> None:
+            def work() -> None:
+                try:
+                    fut.set_result(self._materialize(ref, entry))
+                except BaseException as e:  # noqa: BLE001
+                    fut.set_exception(e)
+            threading.Thread(target=work, daemon=True).start() if _needs_thread(entry) else work()
+
+        with self._lock:
+            if entry.kind is None:
+                entry.waiters.append(resolve)
+                return fut
+        resolve()
+        return fut
+
+    # owner service: another process asks for one of our objects
+    async def _on_get_object_status(self, conn, msg: P.GetObjectStatus, rid):
+        oid = msg.object_id
+        entry = self.entries.get(oid)
+        if entry is None:
+            return P.GetObjectStatusReply(oid, "lost", None)
+        if entry.kind is None and msg.wait:
+            fut = self.loop.create_future()
+            with self._lock:
+                if entry.kind is None:
+                    entry.waiters.append(lambda e: fut.done() or self.loop.call_soon_threadsafe(_set_if_pending, fut))
+                else:
+                    fut.set_result(None)
+            await fut
+        kind = {"v": "inline", "e": "error", "s": "store"}.get(entry.kind, "lost")
+        return P.GetObjectStatusReply(oid, kind, entry.payload)
+
+    # ================================================================ tasks
+    def export_function(self, function_id: bytes, pickled: bytes) -> None:
+        if function_id in self._exported:
+            return
+        self.run_sync(self.head.request(P.KvPut("fn", function_id, pickled, False)))
+        self._exported.add(function_id)
+
+    def load_function(self, function_id: bytes) -> Any:
+        fn = self._fn_cache.get(function_id)
+        if fn is None:
+            reply = self.run_sync(self.head.request(P.KvGet("fn", function_id)))
+            if reply.value is None:
+                raise E.RaySystemError(f"function {function_id.hex()} was not exported to this cluster")
+            import cloudpickle
+
+            fn = cloudpickle.loads(reply.value)
+            self._fn_cache[function_id] = fn
+        return fn
+
+    def pack_args(self, args: tuple, kwargs: dict, what: str) -> tuple[list, list, list]:
+        """Pickle (args, kwargs); top-level refs become placeholders resolved by the executor.
+
+        Returns (args payload, arg_refs, pinned object ids).
+        """
+        arg_refs: list = []
+        pinned: list = []
+        if any(isinstance(a, ObjectRef) for a in args) or any(isinstance(v, ObjectRef) for v in kwargs.values()):
+            args = list(args)
+            for i, a in enumerate(args):
+                if isinstance(a, ObjectRef):
+                    args[i] = _ArgPlaceholder(len(arg_refs))
+                    arg_refs.append([len(arg_refs), a._id, a._owner])
+            kwargs = dict(kwargs)
+            for k, v in kwargs.items():
+                if isinstance(v, ObjectRef):
+                    kwargs[k] = _ArgPlaceholder(len(arg_refs))
+                    arg_refs.append([len(arg_refs), v._id, v._owner])
+        so = ser.serialize((tuple(args), kwargs), what=f"the arguments of {what}")
+        pinned = [r[1] for r in arg_refs] + [r._id for r in so.contained_refs]
+        if so.total_bytes() > self.config.inline_threshold_bytes:
+            ref = self.put(_PackedArgs(so.meta, [memoryview(b) for b in so.buffers]))
+            pinned.append(ref._id)
+            payload = ["ref", ref._id, self.address]
+            self._keepalive_args(ref)
+        else:
+            payload = ["inline", *so.to_inline()]
+        with self._lock:
+            self.refs.add_submitted(pinned)
+        return payload, arg_refs, pinned
+
+    def _keepalive_args(self, ref: ObjectRef) -> None:
+        pass  # the submitted count taken on ref._id keeps it alive until the task finishes
+
+    def submit_task(self, spec: TaskSpec, pinned: list, retry_exceptions: Any) -> Any:
+        return_ids = spec.return_ids()
+        with self._lock:
+            for oid in return_ids:
+                self.refs.own(oid)
+                self.entries[oid] = ObjectEntry()
+        rec = TaskRecord(spec, spec.max_retries, retry_exceptions, pinned)
+        if spec.num_returns in (STREAMING, DYNAMIC):
+            self._generators[spec.task_id] = GeneratorState(dynamic=spec.num_returns == DYNAMIC)
+            gen = ObjectRefGenerator(spec.task_id, self) if spec.num_returns == STREAMING else None
+            refs = [ObjectRef(oid, self.address) for oid in return_ids]
+            self._tasks[spec.task_id] = rec
+            self.loop.call_soon_threadsafe(self._enqueue_task, rec)
+            return gen if gen is not None else refs[0]
+        refs = [ObjectRef(oid, self.address) for oid in return_ids]
+        self._tasks[spec.task_id] = rec
+        self.loop.call_soon_threadsafe(self._enqueue_task, rec)
+        if spec.num_returns == 1:
+            return refs[0]
+        return refs if spec.num_returns > 1 else None
+
+    def _enqueue_task(self, rec: TaskRecord) -> None:
+        if rec.cancelled:
+            return
+        spec = rec.spec
+        if spec.kind == KIND_ACTOR_CALL:
+            self._send_actor_task(rec)
+            return
+        deps = [self.entries.get(r[1]) for r in spec.arg_refs]
+        pending = [e for e in deps if e is not None and e.kind is None]
+        if pending:
+            latch_left = [len(pending)]
+
+            def one_ready(_entry) -> None:
+                latch_left[0] -= 1
+                if latch_left[0] == 0:
+                    self.loop.call_soon_threadsafe(self._enqueue_task, rec)
+
+            with self._lock:
+                still = [e for e in pending if e.kind is None]
+                latch_left[0] = len(still)
+                for e in still:
+                    e.waiters.append(one_ready)
+            if still:
+                return
+        self._inline_ready_args(rec)
+        key = (tuple(sorted(spec.resources.items())), env_key(spec.runtime_env), tuple(map(str, spec.strategy)))
+        q = self._queues.get(key)
+        if q is None:
+            q = self._queues[key] = SchedulingQueue(key, spec.resources, spec.runtime_env, spec.strategy,
+                                                    spec.display_name())
+        q.tasks.append(rec)
+        self._pump(q)
+
+    def _inline_ready_args(self, rec: TaskRecord) -> None:
+        """Ship ready values of top-level ref args with the task (saves the worker a round trip)."""
+        if not rec.spec.arg_refs:
+            return
+        out = []
+        for r in rec.spec.arg_refs:
+            entry = self.entries.get(r[1])
+            if entry is not None and entry.kind is not None and len(r) == 3:
+                out.append([r[0], r[1], r[2], entry.kind, entry.payload])
+            else:
+                out.append(r)
+        rec.spec = rec.spec.replace(arg_refs=out)
+
+    def _pump(self, q: SchedulingQueue) -> None:
+        limit = 1
+        for lease in q.leases:
+            while q.tasks and lease.in_flight < limit and not lease.dead:
+                rec = q.tasks.popleft()
+                if rec.cancelled:
+                    continue
+                self._push(rec, lease)
+        want = len(q.tasks) - q.requesting
+        for _ in range(max(0, min(want, 16))):
+            q.requesting += 1
+            self.loop.create_task(self._request_lease(q))
+        if not q.tasks:
+            for lease in q.leases:
+                if lease.in_flight == 0 and lease.idle_handle is None:
+                    lease.idle_handle = self.loop.call_later(self.config.lease_idle_timeout_s,
+                                                             self._return_lease, lease)
+
+    async def _request_lease(self, q: SchedulingQueue) -> None:
+        from raylite._core.ids import WorkerID
+
+        lease_id = WorkerID.from_random()
+        try:
+            reply: P.RequestLeaseReply = await self.node.request(
+                P.RequestLease(lease_id, q.resources, q.strategy, q.runtime_env, q.description))
+        except Exception as e:  # noqa: BLE001
+            q.requesting -= 1
+            self._fail_queue(q, E.RaySystemError(f"lost the local node while asking for a worker: {e}"))
+            return
+        q.requesting -= 1
+        if reply.error_type:
+            if reply.error_type == "Cancelled":
+                return
+            err_cls = getattr(E, reply.error_type, E.RaySystemError)
+            self._fail_queue(q, err_cls(reply.error))
+            return
+        try:
+            conn = await self.connection(reply.worker_address)
+        except Exception:  # noqa: BLE001
+            self.node.send(P.ReturnLease(lease_id, True))
+            self._pump(q)
+            return
+        lease = Lease(lease_id, reply.worker_id, conn, q)
+        self._leases[lease_id] = lease
+        q.leases.append(lease)
+        conn.on_close.append(lambda c, lease=lease: self._lease_conn_lost(lease))
+        if not q.tasks:
+            self._return_lease(lease)
+            return
+        self._pump(q)
+
+    def _lease_conn_lost(self, lease: Lease) -> None:
+        lease.dead = True
+        if lease in lease.queue.leases:
+            lease.queue.leases.remove(lease)
+        self._leases.pop(lease.lease_id, None)
+
+    def _return_lease(self, lease: Lease) -> None:
+        lease.idle_handle = None
+        if lease.in_flight or lease.dead:
+            return
+        if lease in lease.queue.leases:
+            lease.queue.leases.remove(lease)
+        self._leases.pop(lease.lease_id, None)
+        lease.dead = True
+        try:
+            self.node.send(P.ReturnLease(lease.lease_id))
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _on_release_idle_leases(self, conn, msg, rid):
+        for lease in list(self._leases.values()):
+            if lease.in_flight == 0 and not lease.queue.tasks:
+                if lease.idle_handle is not None:
+                    lease.idle_handle.cancel()
+                self._return_lease(lease)
+
+    def _fail_queue(self, q: SchedulingQueue, err: Exception) -> None:
+        while q.tasks:
+            rec = q.tasks.popleft()
+            self._finish_with_error(rec, err)
+
+    def _push(self, rec: TaskRecord, lease: Lease) -> None:
+        if lease.idle_handle is not None:
+            lease.idle_handle.cancel()
+            lease.idle_handle = None
+        lease.in_flight += 1
+        rec.lease = lease
+        rec.worker_conn = lease.conn
+        fut = lease.conn.request_future(P.PushTask(rec.spec.to_wire()))
+        fut.add_done_callback(lambda f: self._on_task_reply(rec, lease, f))
+
+    def _on_task_reply(self, rec: TaskRecord, lease: Lease | None, fut: asyncio.Future) -> None:
+        if lease is not None:
+            lease.in_flight -= 1
+        exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
+        if exc is not None:
+            if lease is not None:
+                self._lease_conn_lost(lease)
+            self._task_worker_died(rec, exc)
+        else:
+            self._task_done(rec, fut.result())
+        if lease is not None and not lease.dead:
+            self._pump(lease.queue)
+
+    def _task_worker_died(self, rec: TaskRecord, exc: BaseException) -> None:
+        if rec.cancelled:
+            self._finish_with_error(rec, E.TaskCancelledError(rec.spec.task_id.hex()))
+            return
+        if rec.retries_left != 0:
+            rec.retries_left -= 1 if rec.retries_left > 0 else 0
+            rec.spec = rec.spec.replace(attempt=rec.spec.attempt + 1)
+            self._requeue(rec)
+            return
+        detail = f" ({exc})" if isinstance(exc, (RemoteError,)) else ""
+        self._finish_with_error(rec, E.WorkerCrashedError(
+            f"The worker running {rec.spec.display_name()} died unexpectedly{detail} "
+            f"(the process exited, crashed, or was killed, e.g. by the OOM killer). "
+            f"It was tried {rec.spec.attempt + 1} time(s); set max_retries to retry it more."))
+
+    def _requeue(self, rec: TaskRecord) -> None:
+        self.loop.call_soon(self._enqueue_task, rec)
+
+    def _task_done(self, rec: TaskRecord, reply: P.PushTaskReply) -> None:
+        spec = rec.spec
+        if reply.error_kind == "app" and rec.retries_left != 0 and self._retryable(rec, reply):
+            rec.retries_left -= 1 if rec.retries_left > 0 else 0
+            rec.spec = spec.replace(attempt=spec.attempt + 1)
+            self._requeue(rec)
+            return
+        if spec.num_returns in (STREAMING, DYNAMIC):
+            self._generator_finished(rec, reply)
+        else:
+            for oid, kind, payload in reply.returns:
+                self._set_entry(oid, kind, payload)
+        self._task_finished(rec, reply.borrowed)
+
+    def _retryable(self, rec: TaskRecord, reply: P.PushTaskReply) -> bool:
+        rex = rec.retry_exceptions
+        if rex is True:
+            return True
+        if not rex:
+            return False
+        try:
+            err = ser.from_inline(reply.returns[0][2]) if reply.returns and reply.returns[0][1] == "e" else None
+        except Exception:  # noqa: BLE001
+            return False
+        cause = getattr(err, "cause", None)
+        return isinstance(cause, tuple(rex))
+
+    def _task_finished(self, rec: TaskRecord, borrowed: list) -> None:
+        self._tasks.pop(rec.spec.task_id, None)
+        with self._lock:
+            for oid, addr in borrowed or []:
+                self.refs.add_borrower(oid, addr)
+            free, unborrow = self.refs.remove_submitted(rec.dep_ids)
+        if free or unborrow:
+            self._release(free, unborrow)
+
+    def _finish_with_error(self, rec: TaskRecord, err: BaseException) -> None:
+        payload = ser.serialize(err, kind=ser.KIND_ERROR).to_inline()
+        spec = rec.spec
+        if spec.num_returns in (STREAMING, DYNAMIC):
+            gen = self._generators.get(spec.task_id)
+            if gen is not None:
+                gen.error = ("e", payload)
+                self._generator_finished(rec, None)
+        else:
+            for oid in spec.return_ids():
+                self._set_entry(oid, "e", payload)
+        self._task_finished(rec, [])
+
+    # ================================================================ generators
+    def _on_generator_item(self, conn, msg: P.GeneratorItem, rid):
+        gen = self._generators.get(msg.task_id)
+        oid, kind, payload = msg.item
+        with self._lock:
+            self.refs.own(oid)
+            self.entries[oid] = ObjectEntry(kind, payload)
+        if gen is None:
+            return
+        ref = ObjectRef(oid, self.address)
+        with self._lock:
+            gen.items.append(ref)
+            waiters, gen.waiters = gen.waiters, []
+        for w in waiters:
+            w.count_down()
+
+    def _generator_finished(self, rec: TaskRecord, reply: P.PushTaskReply | None) -> None:
+        gen = self._generators.get(rec.spec.task_id)
+        if gen is None:
+            return
+        if reply is not None and reply.error_kind:
+            gen.error = (reply.returns[0][1], reply.returns[0][2]) if reply.returns else None
+        first = rec.spec.return_ids()[0]
+        if gen.dynamic:
+            if gen.error:
+                self._set_entry(first, *gen.error)
+            else:
+                value = DynamicObjectRefGenerator(list(gen.items))
+                so = ser.serialize(value)
+                self._set_entry(first, "v", so.to_inline())
+                with self._lock:
+                    self.refs.add_contained(first, [(r._id, r._owner) for r in gen.items])
+        else:
+            self._set_entry(first, *(gen.error or ("v", ser.serialize(None).to_inline())))
+        with self._lock:
+            gen.done = True
+            waiters, gen.waiters = gen.waiters, []
+        for w in waiters:
+            w.count_down()
+        if gen.dynamic:
+            self._generators.pop(rec.spec.task_id, None)
+
+    def next_generator_item(self, task_id: bytes, index: int, timeout: float | None) -> ObjectRef | None:
+        gen = self._generators.get(task_id)
+        if gen is None:
+            return None
+        while True:
+            with self._lock:
+                if index < len(gen.items):
+                    return gen.items[index]
+                if gen.done:
+                    if gen.error:
+                        kind, payload = gen.error
+                        gen.error = None  # raise once, then end
+                        raise ser.from_inline(payload)
+                    return None
+                latch = _Latch(1)
+                gen.waiters.append(latch)
+            hook = self.blocked_hook
+            if hook is not None:
+                hook(True)
+            try:
+                if not latch.wait(timeout):
+                    raise E.GetTimeoutError("timed out waiting for the next generator item")
+            finally:
+                if hook is not None:
+                    hook(False)
+
+    def generator_completed_ref(self, task_id: bytes) -> ObjectRef:
+        return ObjectRef(ObjectID.for_return(task_id, 1), self.address)
+
+    def generator_length(self, task_id: bytes) -> int:
+        gen = self._generators.get(task_id)
+        return len(gen.items) if gen else 0
+
+    def generator_dropped(self, task_id: bytes) -> None:
+        gen = self._generators.get(task_id)
+        if gen is not None and gen.done and not self._closed:
+            self._generators.pop(task_id, None)
+
+    # ================================================================ actors
+    def register_actor(self, spec: TaskSpec, get_if_exists: bool) -> P.RegisterActorReply:
+        reply: P.RegisterActorReply = self.run_sync(self.head.request(P.RegisterActor(spec.to_wire(), get_if_exists)))
+        if reply.error_type:
+            raise getattr(E, reply.error_type, None) or ValueError(reply.error) if reply.error_type != "ValueError" else ValueError(reply.error)
+        return reply
+
+    def submit_actor_task(self, spec: TaskSpec, pinned: list) -> Any:
+        return self.submit_task(spec, pinned, False)
+
+    def _send_actor_task(self, rec: TaskRecord) -> None:
+        aid = rec.spec.actor_id
+        st = self._actors.get(aid)
+        if st is None:
+            st = self._actors[aid] = ActorState(aid)
+        if st.dead_error is not None:
+            self._finish_with_error(rec, st.dead_error)
+            return
+        st.queue.append(rec)
+        self._flush_actor(st)
+
+    def _flush_actor(self, st: ActorState) -> None:
+        if st.conn is None or st.conn.is_closed():
+            if not st.connecting:
+                st.connecting = True
+                self.loop.create_task(self._connect_actor(st))
+            return
+        while st.queue:
+            rec = st.queue.popleft()
+            if rec.cancelled:
+                continue
+            st.seq += 1
+            rec.spec = rec.spec.replace(seq_no=st.seq, caller_id=self.worker_id)
+            st.in_flight[rec.spec.task_id] = rec
+            rec.worker_conn = st.conn
+            fut = st.conn.request_future(P.PushTask(rec.spec.to_wire()))
+            fut.add_done_callback(lambda f, rec=rec, st=st: self._on_actor_reply(st, rec, f))
+
+    async def _connect_actor(self, st: ActorState) -> None:
+        try:
+            while True:
+                info: P.ActorInfo = await self.head.request(P.GetActorInfo(st.actor_id, True, st.restarts_seen))
+                if info.state == "DEAD":
+                    self._actor_is_dead(st, info)
+                    return
+                st.restarts_seen = info.num_restarts
+                try:
+                    conn = await self.connection(info.address)
+                except ConnectionBrokenError:
+                    await asyncio.sleep(0.05)
+                    continue
+                st.conn = conn
+                conn.on_close.append(lambda c, st=st: self._actor_conn_lost(st, c))
+                break
+        except Exception as e:  # noqa: BLE001
+            self._actor_is_dead(st, None, str(e))
+            return
+        finally:
+            st.connecting = False
+        self._flush_actor(st)
+
+    def _actor_is_dead(self, st: ActorState, info: P.ActorInfo | None, why: str = "") -> None:
+        cause = (info.death_cause if info else why) or "The actor died."
+        if info is not None and info.creation_error is not None:
+            try:
+                init_err = ser.from_inline(info.creation_error)
+                cause = f"{cause}\n{init_err}"
+            except Exception:  # noqa: BLE001
+                pass
+        name = info.class_name if info else ""
+        msg = (f"The actor {name + ' ' if name else ''}({st.actor_id.hex()[:12]}) is dead: {cause}")
+        err: E.RayActorError = E.ActorDiedError(msg, st.actor_id.hex())
+        if cause.startswith("UNSCHEDULABLE: "):
+            err = E.ActorUnschedulableError(msg)  # type: ignore[assignment]
+        st.dead_error = err
+        while st.queue:
+            self._finish_with_error(st.queue.popleft(), err)
+        for rec in list(st.in_flight.values()):
+            self._finish_with_error(rec, err)
+        st.in_flight.clear()
+
+    def _actor_conn_lost(self, st: ActorState, conn) -> None:
+        if st.conn is conn:
+            st.conn = None
+        # in-flight calls get their fate in _on_actor_reply (the futures fail with the connection)
+        if st.queue and not st.connecting and st.dead_error is None:
+            st.connecting = True
+            self.loop.create_task(self._connect_actor(st))
+
+    def _on_actor_reply(self, st: ActorState, rec: TaskRecord, fut: asyncio.Future) -> None:
+        st.in_flight.pop(rec.spec.task_id, None)
+        exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
+        if exc is None:
+            self._task_done(rec, fut.result())
+            return
+        if st.dead_error is not None:
+            self._finish_with_error(rec, st.dead_error)
+            return
+        if rec.cancelled:
+            self._finish_with_error(rec, E.TaskCancelledError(rec.spec.task_id.hex()))
+            return
+        limit = rec.spec.max_task_retries
+        if limit == -1 or rec.spec.attempt < limit:
+            rec.spec = rec.spec.replace(attempt=rec.spec.attempt + 1)
+            st.queue.appendleft(rec)
+            if not st.connecting:
+                st.connecting = True
+                self.loop.create_task(self._connect_actor(st))
+            return
+        self._finish_with_error(rec, E.ActorDiedError(
+            f"The actor ({st.actor_id.hex()[:12]}) died while running {rec.spec.display_name()}: its "
+            "worker process exited or was killed. If the actor has max_restarts > 0 it restarts; set "
+            "max_task_retries to retry calls that were running.", st.actor_id.hex()))
+        if not st.connecting:
+            st.connecting = True
+            self.loop.create_task(self._connect_actor(st))
+
+    def actor_info(self, actor_id: bytes, wait_alive: bool = False) -> P.ActorInfo:
+        return self.run_sync(self.head.request(P.GetActorInfo(actor_id, wait_alive, -1)))
+
+    def kill_actor(self, actor_id: bytes, no_restart: bool) -> None:
+        self.run_sync(self.head.request(P.KillActor(actor_id, no_restart)))
+
+    # ================================================================ cancel
+    def cancel(self, ref: ObjectRef, force: bool, recursive: bool) -> None:
+        task_id = ObjectID(ref._id).task_id()
+        self.loop.call_soon_threadsafe(self._cancel, bytes(task_id), force, recursive)
+
+    def _cancel(self, task_id: bytes, force: bool, recursive: bool) -> None:
+        rec = self._tasks.get(task_id)
+        if rec is None:
+            return
+        rec.cancelled = True
+        if rec.worker_conn is None:
+            # still queued here: drop it
+            for q in self._queues.values():
+                if rec in q.tasks:
+                    q.tasks.remove(rec)
+            for st in self._actors.values():
+                if rec in st.queue:
+                    st.queue.remove(rec)
+            self._finish_with_error(rec, E.TaskCancelledError(task_id.hex()))
+            return
+        if rec.spec.kind == KIND_ACTOR_CALL and force:
+            raise ValueError("force=True is not supported for actor tasks; use raylite.kill(actor)")
+        if force and rec.lease is not None:
+            self.node.send(P.KillWorker(rec.lease.worker_id, "cancelled with force=True"))
+            return
+        try:
+            rec.worker_conn.send(P.CancelTask(task_id, force, recursive))
+        except Exception:  # noqa: BLE001
+            pass
+
+    # ================================================================ head requests
+    def head_request(self, msg: P.Message, timeout: float | None = None) -> Any:
+        return self.run_sync(self.head.request(msg), timeout)
+
+    def node_request(self, msg: P.Message, timeout: float | None = None) -> Any:
+        return self.run_sync(self.node.request(msg), timeout)
+
+    def _on_log_lines(self, conn, msg: P.LogLines, rid):
+        if self.log_handler is not None:
+            self.log_handler(msg)
+
+    def new_task_id(self) -> bytes:
+        return TaskID.from_random()
+
+
+def _set_if_pending(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _needs_thread(entry: ObjectEntry) -> bool:
+    return entry.kind == "s"
+
+
+class _ArgPlaceholder:
+    """Stands for a top-level ObjectRef argument inside the pickled (args, kwargs)."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __reduce__(self):
+        return (_ArgPlaceholder, (self.index,))
+
+
+class _PackedArgs:
+    """Large pickled arguments, shipped through the object store instead of the message."""
+
+    def __init__(self, meta: bytes, buffers: list) -> None:
+        self.meta = meta
+        self.buffers = buffers
+
+    def __reduce_ex__(self, protocol):
+        return (_PackedArgs, (self.meta, [pickle_buffer(b) for b in self.buffers]))
+
+
+def pickle_buffer(b):
+    import pickle
+
+    return pickle.PickleBuffer(b)

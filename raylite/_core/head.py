@@ -1,0 +1,497 @@
+"""The head: the cluster's control store served over rpc.
+
+Tables: nodes, actors (named, detached), placement groups, the key-value store
+and jobs. The head places actors and placement-group bundles on nodes (the
+node daemons run them), restarts actors whose worker died, and declares nodes
+dead when their connection drops or their heartbeats stop.
+
+ActorState: PENDING -> ALIVE [-> RESTARTING -> ALIVE]* -> DEAD (terminal).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from raylite._core import protocol as P
+from raylite._core import scheduling as S
+from raylite._core.clock import Clock, MonotonicClock
+from raylite._core.config import Config
+from raylite._core.ids import ActorID
+from raylite._core.task_spec import TaskSpec
+from raylite._core.transport import rpc
+
+log = logging.getLogger("raylite.head")
+
+
+@dataclass
+class NodeRecord:
+    node_id: bytes
+    address: str
+    ip: str
+    total: dict
+    available: dict
+    labels: dict
+    store_dir: str
+    conn: rpc.Connection | None
+    alive: bool = True
+    last_seen: float = 0.0
+    death_cause: str = ""
+
+    def view(self) -> S.NodeView:
+        return S.NodeView(self.node_id, self.total, self.available, self.alive)
+
+
+@dataclass
+class ActorRecord:
+    spec: TaskSpec
+    state: str = "PENDING"
+    address: str = ""
+    worker_id: bytes = b""
+    node_id: bytes = b""
+    pid: int = 0
+    num_restarts: int = 0
+    death_cause: str = ""
+    creation_error: object = None
+    no_restart: bool = False
+    waiters: list = field(default_factory=list)
+
+
+@dataclass
+class PlacementGroupRecord:
+    pg_id: bytes
+    bundles: list
+    strategy: str
+    name: str
+    namespace: str
+    detached: bool
+    state: str = "PENDING"
+    bundle_nodes: list = field(default_factory=list)
+    error: str = ""
+    waiters: list = field(default_factory=list)
+
+    def info(self) -> P.PlacementGroupInfo:
+        return P.PlacementGroupInfo(self.pg_id, self.state, self.bundles, self.strategy,
+                                    self.bundle_nodes, self.name, self.error)
+
+
+class Head:
+    def __init__(self, config: Config, token: str, clock: Clock | None = None) -> None:
+        self.config = config
+        self.token = token
+        self.clock = clock or MonotonicClock()
+        self.nodes: dict[bytes, NodeRecord] = {}
+        self.actors: dict[bytes, ActorRecord] = {}
+        self.named: dict[tuple[str, str], bytes] = {}
+        self.kv: dict[tuple[str, bytes], bytes] = {}
+        self.pgs: dict[bytes, PlacementGroupRecord] = {}
+        self.jobs: dict[bytes, dict] = {}
+        self._spread = 0
+        self._servers: list[asyncio.AbstractServer] = []
+        self._bg: set[asyncio.Task] = set()
+        self.handlers = {
+            P.RegisterNode: self._on_register_node,
+            P.Heartbeat: self._on_heartbeat,
+            P.WorkerDied: self._on_worker_died,
+            P.NodeShutdown: self._on_node_shutdown,
+            P.RegisterActor: self._on_register_actor,
+            P.GetActorInfo: self._on_get_actor_info,
+            P.GetNamedActor: self._on_get_named_actor,
+            P.ListNamedActors: self._on_list_named,
+            P.ListActors: self._on_list_actors,
+            P.KillActor: self._on_kill_actor,
+            P.KvPut: self._on_kv_put,
+            P.KvGet: self._on_kv_get,
+            P.KvDel: self._on_kv_del,
+            P.KvKeys: self._on_kv_keys,
+            P.CreatePlacementGroup: self._on_create_pg,
+            P.RemovePlacementGroup: self._on_remove_pg,
+            P.GetPlacementGroup: self._on_get_pg,
+            P.ListPlacementGroups: self._on_list_pgs,
+            P.GetClusterInfo: self._on_cluster_info,
+            P.RegisterJob: self._on_register_job,
+        }
+
+    async def listen(self, address: str) -> None:
+        self._servers.append(await rpc.listen(address, self.handlers, token=self.token))
+
+    def close(self) -> None:
+        for s in self._servers:
+            s.close()
+        for t in self._bg:
+            t.cancel()
+
+    def _spawn(self, coro) -> None:
+        t = asyncio.get_running_loop().create_task(coro)
+        self._bg.add(t)
+        t.add_done_callback(self._bg.discard)
+
+    # ------------------------------------------------------------ nodes
+    def _on_register_node(self, conn: rpc.Connection, msg: P.RegisterNode, rid: int):
+        rec = NodeRecord(msg.node_id, msg.address, msg.ip, dict(msg.resources), dict(msg.resources),
+                         dict(msg.labels), msg.store_dir, conn, last_seen=self.clock.monotonic())
+        self.nodes[msg.node_id] = rec
+        conn.context["node_id"] = msg.node_id
+        conn.on_close.append(lambda c: self._node_lost(msg.node_id, "its connection to the head closed"))
+        self._retry_pending()
+        return P.RegisterNodeReply(True)
+
+    def _on_heartbeat(self, conn, msg: P.Heartbeat, rid):
+        rec = self.nodes.get(msg.node_id)
+        if rec is not None:
+            rec.available = dict(msg.available)
+            rec.last_seen = self.clock.monotonic()
+
+    def _on_node_shutdown(self, conn, msg: P.NodeShutdown, rid):
+        self._node_lost(msg.node_id, "it was stopped")
+
+    def _node_lost(self, node_id: bytes, cause: str) -> None:
+        rec = self.nodes.get(node_id)
+        if rec is None or not rec.alive:
+            return
+        rec.alive = False
+        rec.death_cause = cause
+        rec.available = {}
+        log.warning("node %s is dead: %s", node_id.hex()[:8], cause)
+        for actor_id, a in list(self.actors.items()):
+            if a.node_id == node_id and a.state in ("ALIVE", "PENDING", "RESTARTING"):
+                self._actor_died(actor_id, f"its node {node_id.hex()[:8]} died ({cause})")
+        for pg in self.pgs.values():
+            if pg.state == "CREATED" and node_id in pg.bundle_nodes:
+                pg.state = "PENDING"
+                pg.bundle_nodes = []
+                self._spawn(self._place_pg(pg))
+
+    def alive_views(self) -> list[S.NodeView]:
+        return [n.view() for n in self.nodes.values() if n.alive]
+
+    def _retry_pending(self) -> None:
+        for actor_id, a in self.actors.items():
+            if a.state in ("PENDING", "RESTARTING") and not a.node_id and not a.spec.task_id.startswith(b"\x00"):
+                pass
+        for pg in self.pgs.values():
+            if pg.state in ("PENDING", "INFEASIBLE"):
+                self._spawn(self._place_pg(pg))
+
+    # ------------------------------------------------------------ actors
+    def _on_register_actor(self, conn, msg: P.RegisterActor, rid):
+        spec = TaskSpec.from_wire(msg.spec)
+        if spec.actor_name:
+            key = (spec.namespace, spec.actor_name)
+            existing = self.named.get(key)
+            if existing is not None and self.actors[existing].state != "DEAD":
+                if msg.get_if_exists:
+                    return P.RegisterActorReply(existing, True, spec=self.actors[existing].spec.to_wire())
+                return P.RegisterActorReply(b"", False, "ValueError",
+                                            f"The name {spec.actor_name!r} (namespace={spec.namespace!r}) "
+                                            "is already taken by a live actor. Pick another name, kill the "
+                                            "existing actor, or pass get_if_exists=True to reuse it.")
+            self.named[key] = spec.actor_id
+        rec = ActorRecord(spec)
+        self.actors[spec.actor_id] = rec
+        self._spawn(self._schedule_actor(spec.actor_id))
+        return P.RegisterActorReply(spec.actor_id, False)
+
+    async def _schedule_actor(self, actor_id: bytes) -> None:
+        rec = self.actors.get(actor_id)
+        while rec is not None and rec.state in ("PENDING", "RESTARTING"):
+            spec = rec.spec
+            need = dict(spec.resources)
+            # actors without an explicit CPU request need one CPU to be placed, hold none after
+            placement_need = need if need.get("CPU") else {**need, "CPU": 10000}
+            views = self.alive_views()
+            choice = S.pick_node(placement_need if spec.resources.get("CPU") is None else need,
+                                 views, spec.strategy, spread_counter=self._spread)
+            if isinstance(choice, S.Infeasible) and not spec.resources.get("CPU"):
+                choice = S.pick_node(need, views, spec.strategy, spread_counter=self._spread)
+            if isinstance(choice, S.Infeasible):
+                self._actor_dead(actor_id, f"The actor {spec.function.qualname} cannot be scheduled: "
+                                 f"{choice.reason}. Lower its resource request or add nodes with "
+                                 "those resources.", unschedulable=True)
+                return
+            if choice is None:  # wait for room anywhere, then retry
+                views_nodes = [self.nodes[v.node_id] for v in views]
+                choice = views_nodes[0].view() if views_nodes else None
+                feasible = S.feasible_nodes(need, views)
+                if feasible:
+                    choice = feasible[self._spread % len(feasible)]
+                if choice is None:
+                    await asyncio.sleep(0.1)
+                    continue
+            self._spread += 1
+            node = self.nodes[choice.node_id]
+            try:
+                reply = await node.conn.request(P.StartActor(actor_id, spec.to_wire(), need))
+            except Exception as e:  # noqa: BLE001  the node died while starting it
+                log.info("starting actor on node %s failed: %s", node.node_id.hex()[:8], e)
+                await asyncio.sleep(0.05)
+                continue
+            rec = self.actors.get(actor_id)
+            if rec is None or rec.state == "DEAD":
+                return
+            if reply.ok:
+                rec.state = "ALIVE"
+                rec.address = reply.address
+                rec.worker_id = reply.worker_id
+                rec.node_id = node.node_id
+                rec.pid = reply.pid
+                self._notify(rec)
+                return
+            if reply.system_error:
+                self._actor_dead(actor_id, reply.system_error)
+            else:
+                rec.creation_error = reply.error
+                self._actor_dead(actor_id, "The actor's constructor (__init__) raised an exception.")
+            return
+
+    def _notify(self, rec: ActorRecord) -> None:
+        waiters, rec.waiters = rec.waiters, []
+        for fut, after in waiters:
+            if fut.done():
+                continue
+            if rec.state == "DEAD" or (rec.state == "ALIVE" and rec.num_restarts > after):
+                fut.set_result(None)
+            else:
+                rec.waiters.append((fut, after))
+
+    def _actor_info(self, rec: ActorRecord) -> P.ActorInfo:
+        s = rec.spec
+        return P.ActorInfo(s.actor_id, rec.state, rec.address, rec.worker_id, rec.node_id,
+                           rec.num_restarts, rec.death_cause, s.actor_name, s.namespace,
+                           s.function.qualname, rec.pid, rec.creation_error)
+
+    async def _on_get_actor_info(self, conn, msg: P.GetActorInfo, rid):
+        rec = self.actors.get(msg.actor_id)
+        if rec is None:
+            return P.ActorInfo(msg.actor_id, "DEAD", "", b"", b"", 0,
+                               "The actor is unknown to this cluster (it was never created here, "
+                               "or the head restarted without persistence).")
+        if msg.wait_alive and not (rec.state == "DEAD" or (rec.state == "ALIVE" and rec.num_restarts > msg.after_restarts)):
+            fut = asyncio.get_running_loop().create_future()
+            rec.waiters.append((fut, msg.after_restarts))
+            await fut
+        return self._actor_info(rec)
+
+    def _on_get_named_actor(self, conn, msg: P.GetNamedActor, rid):
+        actor_id = self.named.get((msg.namespace, msg.name))
+        if actor_id is None or self.actors[actor_id].state == "DEAD":
+            return P.GetNamedActorReply(b"", None)
+        return P.GetNamedActorReply(actor_id, self.actors[actor_id].spec.to_wire())
+
+    def _on_list_named(self, conn, msg: P.ListNamedActors, rid):
+        out = []
+        for (ns, name), actor_id in self.named.items():
+            if self.actors[actor_id].state == "DEAD":
+                continue
+            if msg.all_namespaces or ns == msg.namespace:
+                out.append({"name": name, "namespace": ns})
+        return P.ListNamedActorsReply(out)
+
+    def _on_list_actors(self, conn, msg, rid):
+        out = []
+        for rec in self.actors.values():
+            info = self._actor_info(rec)
+            d = {f: getattr(info, f) for f in info._FIELDS if f != "creation_error"}
+            out.append(d)
+        return P.ListActorsReply(out)
+
+    def _on_kill_actor(self, conn, msg: P.KillActor, rid):
+        rec = self.actors.get(msg.actor_id)
+        if rec is None:
+            return P.Ack()
+        if msg.no_restart:
+            rec.no_restart = True
+        if rec.state == "ALIVE" and rec.node_id in self.nodes and self.nodes[rec.node_id].alive:
+            node = self.nodes[rec.node_id]
+            node.conn.send(P.KillWorker(rec.worker_id, "killed by raylite.kill()"))
+        elif rec.state in ("PENDING", "RESTARTING") and msg.no_restart:
+            self._actor_dead(msg.actor_id, "The actor was killed by raylite.kill() before it started.")
+        return P.Ack()
+
+    def _on_worker_died(self, conn, msg: P.WorkerDied, rid):
+        if msg.actor_id:
+            rec = self.actors.get(msg.actor_id)
+            if rec is not None and rec.worker_id == msg.worker_id:
+                self._actor_died(msg.actor_id, msg.reason)
+        # actors owned by the dead process die with it unless detached
+        for actor_id, rec in list(self.actors.items()):
+            if rec.spec.owner_worker_id == msg.worker_id and not rec.spec.detached and rec.state != "DEAD":
+                rec.no_restart = True
+                self._kill_everywhere(rec)
+                self._actor_dead(actor_id, "The actor's owner (the process that created it) exited, "
+                                 "so it was stopped. Use lifetime='detached' to keep an actor alive "
+                                 "after its creator exits.")
+        return None
+
+    def _kill_everywhere(self, rec: ActorRecord) -> None:
+        node = self.nodes.get(rec.node_id)
+        if node is not None and node.alive and rec.worker_id:
+            try:
+                node.conn.send(P.KillWorker(rec.worker_id, "owner died"))
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _actor_died(self, actor_id: bytes, reason: str) -> None:
+        """The actor's process is gone: restart it if allowed, else mark it DEAD."""
+        rec = self.actors[actor_id]
+        if rec.state == "DEAD":
+            return
+        limit = rec.spec.max_restarts
+        if not rec.no_restart and (limit == -1 or rec.num_restarts < limit):
+            rec.state = "RESTARTING"
+            rec.num_restarts += 1
+            rec.address = ""
+            rec.worker_id = b""
+            rec.node_id = b""
+            self._spawn(self._schedule_actor(actor_id))
+            return
+        self._actor_dead(actor_id, f"The actor died: {reason}")
+
+    def _actor_dead(self, actor_id: bytes, cause: str, unschedulable: bool = False) -> None:
+        rec = self.actors[actor_id]
+        rec.state = "DEAD"
+        rec.death_cause = ("UNSCHEDULABLE: " if unschedulable else "") + cause
+        rec.address = ""
+        self._notify(rec)
+
+    # ------------------------------------------------------------ kv
+    def _on_kv_put(self, conn, msg: P.KvPut, rid):
+        key = (msg.namespace, msg.key)
+        existed = key in self.kv
+        if msg.overwrite or not existed:
+            self.kv[key] = msg.value
+        return P.KvReply(existed)
+
+    def _on_kv_get(self, conn, msg: P.KvGet, rid):
+        return P.KvReply(self.kv.get((msg.namespace, msg.key)))
+
+    def _on_kv_del(self, conn, msg: P.KvDel, rid):
+        if msg.by_prefix:
+            keys = [k for k in self.kv if k[0] == msg.namespace and k[1].startswith(msg.key)]
+        else:
+            keys = [(msg.namespace, msg.key)] if (msg.namespace, msg.key) in self.kv else []
+        for k in keys:
+            del self.kv[k]
+        return P.KvReply(len(keys))
+
+    def _on_kv_keys(self, conn, msg: P.KvKeys, rid):
+        return P.KvReply([k[1] for k in self.kv if k[0] == msg.namespace and k[1].startswith(msg.prefix)])
+
+    # ------------------------------------------------------------ placement groups
+    def _on_create_pg(self, conn, msg: P.CreatePlacementGroup, rid):
+        pg = PlacementGroupRecord(msg.pg_id, msg.bundles, msg.strategy, msg.name, msg.namespace, msg.detached)
+        self.pgs[msg.pg_id] = pg
+        self._spawn(self._place_pg(pg))
+        return P.Ack()
+
+    async def _place_pg(self, pg: PlacementGroupRecord) -> None:
+        while pg.state in ("PENDING", "INFEASIBLE"):
+            placed = S.place_bundles(pg.bundles, pg.strategy, self.alive_views())
+            if isinstance(placed, S.Infeasible):
+                pg.state = "INFEASIBLE"
+                pg.error = placed.reason
+                self._wake_pg(pg)
+                return
+            if placed is None:
+                await asyncio.sleep(0.05)
+                continue
+            by_node: dict[bytes, list] = {}
+            for i, nid in enumerate(placed):
+                by_node.setdefault(nid, []).append([i, pg.bundles[i]])
+            ok = True
+            done: list[bytes] = []
+            for nid, items in by_node.items():
+                try:
+                    reply = await self.nodes[nid].conn.request(P.ReserveBundles(pg.pg_id, items))
+                    ok = ok and reply.ok
+                    if reply.ok:
+                        done.append(nid)
+                except Exception:  # noqa: BLE001
+                    ok = False
+                if not ok:
+                    break
+            if pg.state == "REMOVED":
+                for nid in done:
+                    self._release_on(nid, pg, [i for i, n in enumerate(placed) if n == nid])
+                return
+            if ok:
+                pg.state = "CREATED"
+                pg.bundle_nodes = placed
+                self._wake_pg(pg)
+                return
+            for nid in done:
+                self._release_on(nid, pg, [i for i, n in enumerate(placed) if n == nid])
+            await asyncio.sleep(0.05)
+
+    def _release_on(self, node_id: bytes, pg: PlacementGroupRecord, indexes: list) -> None:
+        node = self.nodes.get(node_id)
+        if node is not None and node.alive:
+            try:
+                node.conn.send(P.ReleaseBundles(pg.pg_id, indexes))
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _wake_pg(self, pg: PlacementGroupRecord) -> None:
+        waiters, pg.waiters = pg.waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    def _on_remove_pg(self, conn, msg: P.RemovePlacementGroup, rid):
+        pg = self.pgs.get(msg.pg_id)
+        if pg is None:
+            return P.Ack()
+        prev = pg.state
+        pg.state = "REMOVED"
+        if prev == "CREATED":
+            nodes = set(pg.bundle_nodes)
+            for nid in nodes:
+                self._release_on(nid, pg, [i for i, n in enumerate(pg.bundle_nodes) if n == nid])
+        # actors placed in the group die with it
+        hexid = pg.pg_id.hex()
+        for actor_id, rec in list(self.actors.items()):
+            if rec.state != "DEAD" and any(hexid in k for k in rec.spec.resources):
+                rec.no_restart = True
+                self._kill_everywhere(rec)
+                self._actor_dead(actor_id, "Its placement group was removed.")
+        self._wake_pg(pg)
+        return P.Ack()
+
+    async def _on_get_pg(self, conn, msg: P.GetPlacementGroup, rid):
+        pg = self.pgs.get(msg.pg_id)
+        if pg is None and msg.name:
+            pg = next((p for p in self.pgs.values() if p.name == msg.name and p.namespace == msg.namespace
+                       and p.state != "REMOVED"), None)
+        if pg is None:
+            return P.PlacementGroupInfo(msg.pg_id, "REMOVED", [], "", [], "", "unknown placement group")
+        if msg.wait_ready and pg.state == "PENDING":
+            fut = asyncio.get_running_loop().create_future()
+            pg.waiters.append(fut)
+            try:
+                await asyncio.wait_for(fut, None if msg.timeout_s < 0 else msg.timeout_s)
+            except asyncio.TimeoutError:
+                pass
+        return pg.info()
+
+    def _on_list_pgs(self, conn, msg, rid):
+        return P.ListPlacementGroupsReply([
+            {f: getattr(pg.info(), f) for f in P.PlacementGroupInfo._FIELDS} for pg in self.pgs.values()])
+
+    # ------------------------------------------------------------ cluster / jobs
+    def _on_cluster_info(self, conn, msg, rid):
+        return P.ClusterInfo([
+            {"node_id": n.node_id, "address": n.address, "ip": n.ip, "alive": n.alive,
+             "total": n.total, "available": n.available, "labels": n.labels,
+             "death_cause": n.death_cause, "store_dir": n.store_dir}
+            for n in self.nodes.values()])
+
+    def _on_register_job(self, conn, msg: P.RegisterJob, rid):
+        self.jobs[msg.job_id] = {"driver_address": msg.driver_address, "namespace": msg.namespace,
+                                 "entrypoint": msg.entrypoint, "alive": True}
+        conn.on_close.append(lambda c: self.jobs[msg.job_id].update(alive=False))
+        return P.RegisterJobReply(msg.job_id)
+
+
+def new_actor_id() -> bytes:
+    return ActorID.from_random()

@@ -1,0 +1,446 @@
+"""The node daemon: one per machine. Worker pool, leases, the local object store.
+
+Clients (drivers and workers) ask it for worker leases sized by resources; it
+grants an idle worker when the resources fit, lends a blocked worker's CPU back,
+starts dedicated workers for actors on the head's request, accounts the shared
+memory objects written on this machine, and forwards worker output to drivers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+
+from raylite._core import protocol as P
+from raylite._core import resources as R
+from raylite._core import scheduling as S
+from raylite._core.clock import MonotonicClock
+from raylite._core.config import Config
+from raylite._core.object_store import ObjectStore
+from raylite._core.task_spec import _FIELDS as TASK_SPEC_FIELDS
+from raylite._core.transport import rpc
+from raylite._core.worker_pool import WorkerPool, WorkerRecord, env_key
+
+log = logging.getLogger("raylite.node")
+
+
+@dataclass
+class PendingLease:
+    msg: P.RequestLease
+    conn: rpc.Connection
+    rid: int
+    key: str
+    actor: tuple | None = None  # (actor_id, spec, future) for actor starts
+
+
+class NodeDaemon:
+    def __init__(self, config: Config, *, node_id: bytes, ip: str, resources: dict, labels: dict,
+                 session_dir: str, token: str, head_address: str, address: str,
+                 tcp_address: str = "", exit_with_creator: bool = False) -> None:
+        self.config = config
+        self.node_id = node_id
+        self.ip = ip
+        self.total = dict(resources)
+        self.available = dict(resources)
+        self.labels = labels
+        self.session_dir = session_dir
+        self.token = token
+        self.head_address = head_address
+        self.address = address  # unix:// for local clients
+        self.tcp_address = tcp_address
+        self.exit_with_creator = exit_with_creator
+        self.clock = MonotonicClock()
+        self.store = ObjectStore(os.path.join(config.shm_dir, f"raylite_{os.path.basename(session_dir)}_{node_id.hex()[:8]}"),
+                                 capacity_bytes=config.object_store_bytes or 2 << 30)
+        self.pool = WorkerPool(address, token, session_dir, self._on_worker_exit)
+        self.pending: list[PendingLease] = []
+        self.leases: dict[bytes, WorkerRecord] = {}
+        self.clients: dict[bytes, rpc.Connection] = {}  # worker_id -> conn (drivers and workers)
+        self.drivers: dict[bytes, rpc.Connection] = {}
+        self.head: rpc.Connection | None = None
+        self.stopped: asyncio.Event | None = None
+        self._servers: list[asyncio.AbstractServer] = []
+        self._bg: set[asyncio.Task] = set()
+        self._release_asked = 0.0
+        self.handlers = {
+            P.RegisterClient: self._on_register_client,
+            P.RequestLease: self._on_request_lease,
+            P.ReturnLease: self._on_return_lease,
+            P.CancelLease: self._on_cancel_lease,
+            P.WorkerBlocked: self._on_worker_blocked,
+            P.ObjectSealed: self._on_object_sealed,
+            P.FreeObjects: self._on_free_objects,
+            P.KillWorker: self._on_kill_worker,
+            P.LogLines: self._on_log_lines,
+            P.StartActor: self._on_start_actor,
+            P.ReserveBundles: self._on_reserve_bundles,
+            P.ReleaseBundles: self._on_release_bundles,
+            P.GetNodeInfo: self._on_get_node_info,
+            P.PullObject: self._on_pull_object,
+        }
+
+    # ------------------------------------------------------------ life cycle
+    async def start(self) -> None:
+        self.stopped = asyncio.Event()
+        self.pool.attach(asyncio.get_running_loop())
+        self._servers.append(await rpc.listen(self.address, self.handlers, token=self.token))
+        if self.tcp_address:
+            self._servers.append(await rpc.listen(self.tcp_address, self.handlers, token=self.token))
+        self.head = await rpc.connect(self.head_address, self.handlers, token=self.token, role="node")
+        self.head.on_close.append(lambda c: self._head_lost())
+        reply = await self.head.request(P.RegisterNode(
+            self.node_id, self.tcp_address or self.address, self.ip, self.total, self.labels,
+            self.store.directory))
+        if not reply.ok:
+            raise RuntimeError(f"the head refused this node: {reply.error}")
+        self._spawn(self._heartbeat_loop())
+        if self.config.prestart_workers:
+            for _ in range(max(1, min(int(self.total.get("CPU", 0) // 10000), 8))):
+                self._start_worker("", {})
+
+    def _spawn(self, coro) -> asyncio.Task:
+        t = asyncio.get_running_loop().create_task(coro)
+        self._bg.add(t)
+        t.add_done_callback(self._bg.discard)
+        return t
+
+    def _head_lost(self) -> None:
+        if not self.stopped.is_set():
+            log.error("lost the connection to the head; stopping this node")
+            self.stop()
+
+    def stop(self) -> None:
+        if self.stopped.is_set():
+            return
+        self.stopped.set()
+        for s in self._servers:
+            s.close()
+        self.pool.shutdown()
+        for t in self._bg:
+            t.cancel()
+        self.store.destroy()
+        with contextlib.suppress(Exception):
+            if self.head is not None:
+                self.head.close()
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.heartbeat_interval_s)
+            with contextlib.suppress(Exception):
+                self.head.send(P.Heartbeat(self.node_id, self.available,
+                                           [p.msg.resources for p in self.pending]))
+
+    # ------------------------------------------------------------ clients
+    def _on_register_client(self, conn: rpc.Connection, msg: P.RegisterClient, rid: int):
+        conn.context["worker_id"] = msg.worker_id
+        conn.context["kind"] = msg.kind
+        conn.context["job_id"] = msg.job_id
+        self.clients[msg.worker_id] = conn
+        if msg.kind == "driver":
+            self.drivers[msg.worker_id] = conn
+            conn.context["creator"] = not self.drivers or len(self.drivers) == 1 and self.exit_with_creator
+        else:
+            rec = self.pool.workers.get(msg.worker_id)
+            if rec is not None:
+                rec.conn = conn
+                rec.address = msg.address
+                if not rec.pid:
+                    rec.pid = msg.pid
+                    self.pool.by_pid[msg.pid] = rec
+                if rec.state == "STARTING":
+                    rec.state = "IDLE"
+                    asyncio.get_running_loop().call_soon(self._try_grant)
+        conn.on_close.append(self._on_client_closed)
+        return P.RegisterClientReply(self.node_id, self.ip, self.session_dir, self.store.directory,
+                                     self.head_address, msg.job_id, self.token,
+                                     self.config.inline_threshold_bytes)
+
+    def _on_client_closed(self, conn: rpc.Connection) -> None:
+        worker_id = conn.context.get("worker_id")
+        if worker_id is None:
+            return
+        self.clients.pop(worker_id, None)
+        # leases held by this client: its tasks' owner is gone, stop those workers
+        for rec in list(self.pool.workers.values()):
+            if rec.lessee is conn and rec.state == "LEASED":
+                self.pool.kill(rec, "the task's owner exited")
+        self.pending = [p for p in self.pending if p.conn is not conn]
+        rec = self.pool.workers.get(worker_id)
+        if rec is not None:
+            self._worker_gone(rec, rec.exit_info or "its connection to the node closed")
+        if conn.context.get("kind") == "driver":
+            self.drivers.pop(worker_id, None)
+        with contextlib.suppress(Exception):
+            self.head.send(P.WorkerDied(self.node_id, worker_id, b"", "the process exited"))
+        if conn.context.get("creator") and self.exit_with_creator:
+            log.info("the driver that started this local cluster exited; stopping")
+            self.stop()
+        self._try_grant()
+
+    def _on_worker_exit(self, rec: WorkerRecord) -> None:
+        self._worker_gone(rec, rec.exit_info)
+
+    def _worker_gone(self, rec: WorkerRecord, why: str) -> None:
+        if rec.state == "DEAD":
+            return
+        prev = rec.state
+        rec.state = "DEAD"
+        self.pool.workers.pop(rec.worker_id, None)
+        if prev in ("LEASED", "ACTOR") and rec.held:
+            if not rec.blocked:
+                R.add(self.available, rec.held)
+            else:
+                R.add(self.available, {k: v for k, v in rec.held.items() if k != "CPU"})
+            rec.held = {}
+        if rec.lease_id:
+            self.leases.pop(rec.lease_id, None)
+        if prev == "ACTOR" and rec.actor_id:
+            reason = rec.kill_reason or f"its worker process (pid {rec.pid}) {why or 'died'}"
+            with contextlib.suppress(Exception):
+                self.head.send(P.WorkerDied(self.node_id, rec.worker_id, rec.actor_id, reason))
+        self._try_grant()
+
+    def _on_log_lines(self, conn, msg: P.LogLines, rid):
+        for dconn in list(self.drivers.values()):
+            if dconn.context.get("job_id") == msg.job_id or not msg.job_id:
+                with contextlib.suppress(Exception):
+                    dconn.send(msg)
+
+    def _on_kill_worker(self, conn, msg: P.KillWorker, rid):
+        rec = self.pool.workers.get(msg.worker_id)
+        if rec is not None:
+            self.pool.kill(rec, msg.reason)
+        return P.Ack() if rid else None
+
+    # ------------------------------------------------------------ leases
+    def _on_request_lease(self, conn: rpc.Connection, msg: P.RequestLease, rid: int):
+        request = msg.resources
+        if not R.fits(request, self.total):
+            views = [S.NodeView(self.node_id, self.total, self.available)]
+            return P.RequestLeaseReply(
+                msg.lease_id, error_type="TaskUnschedulableError",
+                error=(f"{msg.description} requests {R.describe(S._public(request))}, which no node "
+                       f"of this cluster can ever provide ({S.capacity_summary(views)}). Lower the "
+                       "request (num_cpus/num_gpus/resources) or start a node that has it."))
+        if msg.strategy and msg.strategy[0] == "NODE":
+            target = msg.strategy[1]
+            soft = len(msg.strategy) > 2 and msg.strategy[2]
+            if target != self.node_id.hex() and not soft:
+                return P.RequestLeaseReply(msg.lease_id, error_type="TaskUnschedulableError",
+                                           error=f"{msg.description} is pinned to node {target[:8]} "
+                                                 "(soft=False), which is not in this cluster.")
+        self.pending.append(PendingLease(msg, conn, rid, env_key(msg.runtime_env)))
+        self._try_grant()
+        return None
+
+    def _try_grant(self) -> None:
+        if not self.pending or self.stopped.is_set():
+            return
+        still: list[PendingLease] = []
+        starting: dict[str, int] = {}
+        waiting_for_resources = False
+        for p in self.pending:
+            if p.conn.is_closed():
+                continue
+            req = p.msg.resources
+            if not R.fits(req, self.available):
+                still.append(p)
+                waiting_for_resources = True
+                continue
+            rec = self.pool.idle(p.key)
+            if rec is None:
+                starting[p.key] = starting.get(p.key, 0) + 1
+                if self.pool.count(p.key, ("STARTING",)) < starting[p.key]:
+                    self._start_worker(p.key, p.msg.runtime_env)
+                still.append(p)
+                continue
+            R.subtract(self.available, req)
+            rec.held = dict(req)
+            if p.actor is not None:
+                self._launch_actor(rec, p)
+            else:
+                rec.state = "LEASED"
+                rec.lease_id = p.msg.lease_id
+                rec.lessee = p.conn
+                self.leases[p.msg.lease_id] = rec
+                p.conn.send(P.RequestLeaseReply(p.msg.lease_id, rec.worker_id, rec.address, self.node_id), -p.rid)
+        self.pending = still
+        if waiting_for_resources:
+            self._ask_lessees_to_release()
+
+    def _ask_lessees_to_release(self) -> None:
+        now = self.clock.monotonic()
+        if now - self._release_asked < 0.01:
+            return
+        self._release_asked = now
+        seen = set()
+        for rec in self.leases.values():
+            if rec.lessee is not None and id(rec.lessee) not in seen:
+                seen.add(id(rec.lessee))
+                with contextlib.suppress(Exception):
+                    rec.lessee.send(P.ReleaseIdleLeases())
+
+    def _start_worker(self, key: str, runtime_env: dict) -> None:
+        self.pool.start_worker(key, runtime_env, now=self.clock.monotonic())
+        self._spawn(self._check_started(self.clock.monotonic()))
+
+    async def _check_started(self, since: float) -> None:
+        await asyncio.sleep(self.config.worker_start_timeout_s)
+        for rec in list(self.pool.workers.values()):
+            if rec.state == "STARTING" and rec.started_at <= since:
+                log.error("worker %s did not start within %.0fs", rec.worker_id.hex()[:8],
+                          self.config.worker_start_timeout_s)
+                self.pool.kill(rec, "start timeout")
+                self._worker_gone(rec, "did not start in time")
+
+    def _on_return_lease(self, conn, msg: P.ReturnLease, rid):
+        rec = self.leases.pop(msg.lease_id, None)
+        if rec is None or rec.state != "LEASED":
+            return None
+        if not rec.blocked:
+            R.add(self.available, rec.held)
+        else:
+            R.add(self.available, {k: v for k, v in rec.held.items() if k != "CPU"})
+        rec.held = {}
+        rec.blocked = False
+        rec.lease_id = b""
+        rec.lessee = None
+        if msg.disconnect_worker:
+            self.pool.kill(rec, "returned with disconnect")
+        else:
+            rec.state = "IDLE"
+        self._try_grant()
+        return None
+
+    def _on_cancel_lease(self, conn, msg: P.CancelLease, rid):
+        for p in self.pending:
+            if p.msg.lease_id == msg.lease_id:
+                self.pending.remove(p)
+                with contextlib.suppress(Exception):
+                    p.conn.send(P.RequestLeaseReply(msg.lease_id, error_type="Cancelled", error="cancelled"), -p.rid)
+                break
+        return None
+
+    def _on_worker_blocked(self, conn, msg: P.WorkerBlocked, rid):
+        rec = self.pool.workers.get(conn.context.get("worker_id", b""))
+        if rec is None or rec.state not in ("LEASED", "ACTOR") or rec.blocked == msg.blocked:
+            return None
+        cpu = rec.held.get("CPU", 0)
+        rec.blocked = msg.blocked
+        if cpu:
+            if msg.blocked:
+                self.available["CPU"] = self.available.get("CPU", 0) + cpu
+                self._try_grant()
+            else:
+                self.available["CPU"] = self.available.get("CPU", 0) - cpu
+        return None
+
+    # ------------------------------------------------------------ actors
+    async def _on_start_actor(self, conn, msg: P.StartActor, rid):
+        fut = asyncio.get_running_loop().create_future()
+        runtime_env = msg.spec[_SPEC_RUNTIME_ENV] or {}
+        lease = P.RequestLease(msg.actor_id, msg.resources, [], runtime_env, "actor")
+        self.pending.append(PendingLease(lease, conn, 0, env_key(runtime_env), (msg.actor_id, msg.spec, fut)))
+        self._try_grant()
+        return await fut
+
+    def _launch_actor(self, rec: WorkerRecord, p: PendingLease) -> None:
+        actor_id, spec, fut = p.actor
+        rec.state = "ACTOR"
+        rec.actor_id = actor_id
+
+        async def create() -> None:
+            try:
+                reply = await rec.conn.request(P.CreateActor(spec))
+            except Exception as e:  # noqa: BLE001
+                if not fut.done():
+                    fut.set_result(P.StartActorReply(False, system_error=f"the actor's worker died while starting: {rec.exit_info or e}"))
+                return
+            if reply.ok:
+                fut.set_result(P.StartActorReply(True, rec.address, rec.worker_id, rec.pid))
+            else:
+                fut.set_result(P.StartActorReply(False, error=reply.error))
+                rec.actor_id = b""  # the head already knows; don't report a restartable death
+                self.pool.kill(rec, "constructor failed")
+
+        self._spawn(create())
+
+    # ------------------------------------------------------------ placement group bundles
+    def _on_reserve_bundles(self, conn, msg: P.ReserveBundles, rid):
+        need: dict = {}
+        for _i, b in msg.bundles:
+            R.add(need, b)
+        if not R.fits(need, self.available):
+            return P.ReserveBundlesReply(False)
+        hexid = msg.pg_id.hex()
+        for i, b in msg.bundles:
+            R.subtract(self.available, b)
+            offered = dict(b)
+            offered["bundle"] = 1000 * 10000
+            for k, v in offered.items():
+                for name in (S.bundle_resource_names(hexid, i, k), S.bundle_resource_names(hexid, None, k)):
+                    self.total[name] = self.total.get(name, 0) + v
+                    self.available[name] = self.available.get(name, 0) + v
+        self._try_grant()
+        return P.ReserveBundlesReply(True)
+
+    def _on_release_bundles(self, conn, msg: P.ReleaseBundles, rid):
+        hexid = msg.pg_id.hex()
+        for i in msg.indexes:
+            prefix_i = f"_group_{i}_{hexid}"
+            for name in [k for k in self.total if k.endswith(prefix_i)]:
+                base = name[: -len(prefix_i)]
+                amount = self.total.pop(name)
+                self.available.pop(name, None)
+                wild = S.bundle_resource_names(hexid, None, base)
+                self.total[wild] = self.total.get(wild, 0) - amount
+                self.available[wild] = self.available.get(wild, 0) - amount
+                if self.total[wild] <= 0:
+                    self.total.pop(wild, None)
+                    self.available.pop(wild, None)
+                if base != "bundle":
+                    R.add(self.available, {base: amount})
+        # workers still running inside the removed bundles are stopped
+        for rec in list(self.pool.workers.values()):
+            if any(hexid in k for k in rec.held):
+                rec.held = {}
+                self.pool.kill(rec, "its placement group was removed")
+        self._try_grant()
+        return None
+
+    # ------------------------------------------------------------ objects
+    def _on_object_sealed(self, conn, msg: P.ObjectSealed, rid):
+        self.store.sealed(msg.object_id, msg.size, msg.owner_address)
+        return P.Ack() if rid else None
+
+    def _on_free_objects(self, conn, msg: P.FreeObjects, rid):
+        for oid in msg.object_ids:
+            self.store.free(oid)
+        return None
+
+    def _on_pull_object(self, conn, msg: P.PullObject, rid):
+        data = self.store.read_range(msg.object_id, msg.offset, msg.length)
+        if data is None:
+            return P.PullObjectReply(msg.object_id, 0, b"", False)
+        total, chunk = data
+        return P.PullObjectReply(msg.object_id, total, chunk, True)
+
+    def _on_get_node_info(self, conn, msg, rid):
+        return P.GetNodeInfoReply(self.node_id, self.total, self.available, self.store.used_bytes,
+                                  self.store.capacity_bytes, len(self.pool.workers), self.store.listing())
+
+
+_SPEC_RUNTIME_ENV = TASK_SPEC_FIELDS.index("runtime_env")
+
+
+async def run_node_forever(node: NodeDaemon) -> None:
+    await node.start()
+    await node.stopped.wait()
+
+
+def remove_session_dir(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,107 @@
+"""Entry point of a node daemon process (optionally with the head in the same process).
+
+Run by the driver for a local cluster (`python -m raylite._core.node_main`) and
+by `raylite start`. Prints one line "READY <json>" on stdout once it serves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+
+from raylite._core.config import get_config
+from raylite._core.ids import NodeID
+from raylite._core.node import NodeDaemon
+from raylite._core.worker_pool import WorkerPool
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="raylite-node")
+    p.add_argument("--session-dir", required=True)
+    p.add_argument("--head", action="store_true", help="also run the head in this process")
+    p.add_argument("--head-address", default="", help="tcp://HOST:PORT of the head (worker nodes)")
+    p.add_argument("--head-port", type=int, default=0, help="TCP port for the head (0: unix socket only)")
+    p.add_argument("--node-port", type=int, default=0)
+    p.add_argument("--ip", default="127.0.0.1")
+    p.add_argument("--resources", default="{}", help="JSON, fixed-point totals")
+    p.add_argument("--labels", default="{}")
+    p.add_argument("--token", default="")
+    p.add_argument("--exit-with-creator", action="store_true")
+    p.add_argument("--node-id", default="")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    config = get_config()
+    logging.basicConfig(level=getattr(logging, config.log_level, logging.WARNING),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    token = args.token or os.environ.get("RAYLITE_TOKEN", "")
+    if args.exit_with_creator:
+        from raylite._core.zygote import set_parent_death_signal
+
+        set_parent_death_signal(signal.SIGTERM)
+    node_id = NodeID.from_hex(args.node_id) if args.node_id else NodeID.from_random()
+    sockets = os.path.join(args.session_dir, "sockets")
+    os.makedirs(sockets, exist_ok=True)
+    node_address = f"unix://{os.path.join(sockets, 'node_' + node_id.hex()[:8])}"
+    tcp_address = f"tcp://{args.ip}:{args.node_port}" if (args.node_port or not args.head) else ""
+    # the zygote must be forked before any thread or event loop exists
+    pool_probe = WorkerPool(node_address, token, args.session_dir, lambda rec: None)
+    pool_probe.fork_zygote()
+    try:
+        import uvloop  # type: ignore
+
+        loop = uvloop.new_event_loop()
+    except Exception:  # noqa: BLE001
+        loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    loop.run_until_complete(_serve(args, config, token, node_id, node_address, tcp_address, pool_probe))
+
+
+async def _serve(args, config, token, node_id, node_address, tcp_address, pool) -> None:
+    head = None
+    head_address = args.head_address
+    if args.head:
+        from raylite._core.head import Head
+
+        head = Head(config, token)
+        head_unix = f"unix://{os.path.join(args.session_dir, 'sockets', 'head')}"
+        await head.listen(head_unix)
+        head_address = head_unix
+        if args.head_port:
+            await head.listen(f"tcp://{args.ip}:{args.head_port}")
+    node = NodeDaemon(config, node_id=node_id, ip=args.ip, resources=json.loads(args.resources),
+                      labels=json.loads(args.labels), session_dir=args.session_dir, token=token,
+                      head_address=head_address, address=node_address, tcp_address=tcp_address,
+                      exit_with_creator=args.exit_with_creator)
+    node.pool.workers = pool.workers
+    pool.on_exit = node._on_worker_exit
+    pool.node_address = node_address
+    node.pool = pool
+    loop = asyncio.get_running_loop()
+    stop = loop.create_future()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
+    await node.start()
+    print("READY " + json.dumps({"head_address": head_address, "node_address": node_address,
+                                 "node_id": node_id.hex(), "pid": os.getpid()}), flush=True)
+    with contextlib.suppress(Exception):
+        sys.stdout.close()
+        os.close(1)
+        os.open(os.devnull, os.O_WRONLY)
+    waiter = loop.create_task(node.stopped.wait())
+    await asyncio.wait([waiter, stop], return_when=asyncio.FIRST_COMPLETED)
+    node.stop()
+    if head is not None:
+        head.close()
+
+
+if __name__ == "__main__":
+    main()

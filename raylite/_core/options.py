@@ -1,0 +1,92 @@
+"""Ray's task and actor options: the table of valid names, defaults and validation.
+
+Errors name the option, the value and what is allowed, so a typo is caught at
+decoration time rather than deep inside the scheduler.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from raylite._core import resources as R
+
+TASK_OPTIONS = {
+    "num_cpus", "num_gpus", "resources", "memory", "num_returns", "max_retries",
+    "retry_exceptions", "name", "runtime_env", "scheduling_strategy", "accelerator_type",
+    "max_calls", "placement_group", "placement_group_bundle_index",
+    "placement_group_capture_child_tasks", "_metadata", "label_selector", "enable_task_events",
+    "_labels", "object_store_memory", "concurrency_group", "fallback_strategy",
+}
+ACTOR_OPTIONS = {
+    "num_cpus", "num_gpus", "resources", "memory", "max_restarts", "max_task_retries",
+    "max_concurrency", "name", "namespace", "lifetime", "get_if_exists", "runtime_env",
+    "scheduling_strategy", "accelerator_type", "max_pending_calls", "concurrency_groups",
+    "placement_group", "placement_group_bundle_index", "placement_group_capture_child_tasks",
+    "_metadata", "label_selector", "enable_task_events", "object_store_memory",
+    "allow_out_of_order_execution", "_labels", "fallback_strategy",
+}
+METHOD_OPTIONS = {"num_returns", "concurrency_group", "max_task_retries", "retry_exceptions",
+                  "name", "enable_task_events", "_generator_backpressure_num_objects",
+                  "tensor_transport"}
+_IGNORED_WITH_WARNING = {"accelerator_type", "max_calls", "_metadata", "label_selector",
+                         "enable_task_events", "_labels", "object_store_memory",
+                         "max_pending_calls", "allow_out_of_order_execution",
+                         "_generator_backpressure_num_objects", "tensor_transport",
+                         "fallback_strategy"}
+
+
+def validate(options: dict[str, Any], allowed: set[str], where: str) -> dict[str, Any]:
+    for key, value in options.items():
+        if key not in allowed:
+            raise ValueError(
+                f"Invalid option keyword {key!r} for {where}. Valid ones are: "
+                f"{', '.join(sorted(k for k in allowed if not k.startswith('_')))}.")
+        _check_value(key, value, where)
+    return options
+
+
+def _check_value(key: str, value: Any, where: str) -> None:
+    if key in ("num_cpus", "num_gpus", "memory") and value is not None:
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{key} of {where} must be a non-negative number, got {value!r}.")
+    elif key == "resources" and value is not None:
+        if not isinstance(value, dict):
+            raise TypeError(f"resources of {where} must be a dict like {{'TPU': 1}}, got {value!r}.")
+        for name, amount in value.items():
+            if name in ("CPU", "GPU", "memory"):
+                raise ValueError(f"Use the num_cpus/num_gpus/memory options instead of resources[{name!r}] for {where}.")
+            if not isinstance(amount, (int, float)) or amount < 0:
+                raise ValueError(f"resources[{name!r}] of {where} must be a non-negative number, got {amount!r}.")
+    elif key == "num_returns" and value is not None:
+        if not (value in ("streaming", "dynamic") or (isinstance(value, int) and value >= 0)):
+            raise ValueError(f"num_returns of {where} must be a non-negative int, 'streaming' or 'dynamic', got {value!r}.")
+    elif key in ("max_retries", "max_restarts", "max_task_retries") and value is not None:
+        if not isinstance(value, int) or value < -1:
+            raise ValueError(f"{key} of {where} must be an int >= -1 (-1 = infinite), got {value!r}.")
+    elif key == "max_concurrency" and value is not None:
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"max_concurrency of {where} must be a positive int, got {value!r}.")
+    elif key == "lifetime" and value not in (None, "detached", "non_detached"):
+        raise ValueError(f"lifetime of {where} must be 'detached' or 'non_detached', got {value!r}.")
+    elif key == "retry_exceptions" and value is not None:
+        if not isinstance(value, bool) and not (
+                isinstance(value, (list, tuple)) and all(isinstance(v, type) and issubclass(v, BaseException) for v in value)):
+            raise TypeError(f"retry_exceptions of {where} must be a bool or a list of exception types, got {value!r}.")
+    if key in _IGNORED_WITH_WARNING and value not in (None, False, {}):
+        warnings.warn(f"raylite ignores the option {key}={value!r} of {where} (accepted for Ray compatibility).",
+                      stacklevel=4)
+
+
+def resource_request(options: dict[str, Any], *, default_cpus: float) -> dict[str, int]:
+    """Fixed-point resource request from num_cpus/num_gpus/memory/resources."""
+    req: dict[str, float] = {}
+    cpus = options.get("num_cpus")
+    req["CPU"] = default_cpus if cpus is None else cpus
+    if options.get("num_gpus"):
+        req["GPU"] = options["num_gpus"]
+    if options.get("memory"):
+        req["memory"] = options["memory"]
+    for name, amount in (options.get("resources") or {}).items():
+        req[name] = amount
+    return R.to_fixed(req)

@@ -1,0 +1,546 @@
+"""Every wire message, in one place, so the whole protocol can be read here.
+
+A message is a frozen dataclass whose fields are msgpack-able (bytes, str, int,
+float, bool, None, lists and dicts of those). On the wire a frame carries
+``[tag, request_id, *fields]``; a request_id of 0 means "no reply expected".
+Replies are named ``<Request>Reply`` and carry the request's id.
+
+Who talks to whom:
+- client (driver or worker) -> node: RegisterClient, RequestLease, ReturnLease,
+  CancelLease, WorkerBlocked, ObjectSealed, FreeObjects, KillWorker
+- node -> client: ReleaseIdleLeases, LogLines
+- client -> client (owner services, direct task push): PushTask, CancelTask,
+  GetObjectStatus, AddBorrower, RemoveBorrower, GeneratorItem
+- client -> head: RegisterActor, GetActorInfo, GetNamedActor, ListNamedActors,
+  KillActor, KvPut, KvGet, KvDel, KvKeys, CreatePlacementGroup,
+  RemovePlacementGroup, GetPlacementGroup, GetClusterInfo
+- node -> head: RegisterNode, Heartbeat, ActorStarted, ActorCreationFailed, WorkerDied
+- head -> node: StartActor, ReserveBundles, ReleaseBundles, KillWorker
+- node <-> node: PullObject
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import msgpack
+
+PROTOCOL_VERSION = 1
+
+MESSAGES: dict[int, type[Message]] = {}
+
+
+class Message:
+    TAG: ClassVar[int] = 0
+    __slots__ = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+
+
+def message(tag: int):
+    """Register a dataclass under a wire tag."""
+
+    def wrap(cls):
+        cls = dataclass(frozen=True, slots=True)(cls)
+        if tag in MESSAGES:
+            raise RuntimeError(f"duplicate message tag {tag}: {cls.__name__} and {MESSAGES[tag].__name__}")
+        cls.TAG = tag
+        cls._FIELDS = tuple(f.name for f in dataclasses.fields(cls))
+        MESSAGES[tag] = cls
+        return cls
+
+    return wrap
+
+
+def encode(msg: Message, request_id: int = 0) -> bytes:
+    return msgpack.packb(
+        (msg.TAG, request_id, *[getattr(msg, f) for f in msg._FIELDS]), use_bin_type=True
+    )
+
+
+def decode(data: bytes | memoryview) -> tuple[Message, int]:
+    items = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
+    cls = MESSAGES[items[0]]
+    return cls(*items[2:]), items[1]
+
+
+# ---------------------------------------------------------------- handshake
+@message(1)
+class Hello(Message):
+    """First frame of every connection: who is calling, with the cluster token."""
+
+    token: str
+    version: int
+    role: str  # "driver" | "worker" | "node" | "cli"
+
+
+@message(2)
+class HelloReply(Message):
+    ok: bool
+    error: str = ""
+
+
+@message(3)
+class ErrorReply(Message):
+    """Generic failure reply to any request: the handler raised."""
+
+    error_type: str
+    message: str
+
+
+@message(4)
+class Ack(Message):
+    pass
+
+
+# ---------------------------------------------------------------- client <-> node
+@message(10)
+class RegisterClient(Message):
+    worker_id: bytes
+    kind: str  # "driver" | "worker"
+    pid: int
+    job_id: bytes
+    address: str  # where this client listens for owner services / pushed tasks
+    namespace: str = ""
+    actor_id: bytes = b""
+
+
+@message(11)
+class RegisterClientReply(Message):
+    node_id: bytes
+    node_ip: str
+    session_dir: str
+    store_dir: str
+    head_address: str
+    job_id: bytes
+    token: str
+    inline_threshold_bytes: int
+
+
+@message(12)
+class RequestLease(Message):
+    lease_id: bytes
+    resources: dict  # fixed-point units, see resources.py
+    strategy: list  # [] default | ["SPREAD"] | ["NODE", node_id_hex, soft]
+    runtime_env: dict
+    description: str  # function name, for error messages
+    allow_spillback: bool = True
+
+
+@message(13)
+class RequestLeaseReply(Message):
+    lease_id: bytes
+    worker_id: bytes = b""
+    worker_address: str = ""
+    node_id: bytes = b""
+    error_type: str = ""
+    error: str = ""
+    spillback_address: str = ""  # ask this node instead
+
+
+@message(14)
+class ReturnLease(Message):
+    lease_id: bytes
+    disconnect_worker: bool = False
+
+
+@message(15)
+class CancelLease(Message):
+    lease_id: bytes
+
+
+@message(16)
+class ReleaseIdleLeases(Message):
+    """Node -> lessee: other work is waiting; return leases you are not using."""
+
+
+@message(17)
+class WorkerBlocked(Message):
+    """A worker waits in get(): lend its CPU back while it waits."""
+
+    blocked: bool
+
+
+@message(18)
+class ObjectSealed(Message):
+    object_id: bytes
+    size: int
+    owner_address: str
+
+
+@message(19)
+class FreeObjects(Message):
+    object_ids: list
+
+
+@message(20)
+class KillWorker(Message):
+    worker_id: bytes
+    reason: str = ""
+
+
+@message(21)
+class LogLines(Message):
+    """Worker output, forwarded by the node to the job's driver."""
+
+    job_id: bytes
+    prefix: str
+    stream: str  # "stdout" | "stderr"
+    lines: list
+
+
+@message(22)
+class ClientDisconnecting(Message):
+    pass
+
+
+@message(23)
+class GetNodeInfo(Message):
+    pass
+
+
+@message(24)
+class GetNodeInfoReply(Message):
+    node_id: bytes
+    total: dict
+    available: dict
+    store_used_bytes: int
+    store_capacity_bytes: int
+    num_workers: int
+    objects: list  # [[object_id, size, owner_address, where], ...]
+
+
+# ---------------------------------------------------------------- client <-> client
+@message(30)
+class PushTask(Message):
+    spec: list  # TaskSpec.to_wire()
+
+
+@message(31)
+class PushTaskReply(Message):
+    task_id: bytes
+    returns: list  # [[object_id, kind, payload], ...] see serialization.py
+    borrowed: list  # refs the worker still holds: [[object_id, owner_address], ...]
+    error_kind: str = ""  # "" | "app" | "cancelled" | "crashed" | "system"
+    worker_exiting: bool = False
+
+
+@message(32)
+class CancelTask(Message):
+    task_id: bytes
+    force: bool
+    recursive: bool
+
+
+@message(33)
+class GetObjectStatus(Message):
+    object_id: bytes
+    wait: bool = True
+
+
+@message(34)
+class GetObjectStatusReply(Message):
+    object_id: bytes
+    kind: str  # "inline" | "store" | "error" | "lost"
+    payload: Any  # inline: [meta, buffers]; store: [node_id, node_address, size]
+
+
+@message(35)
+class AddBorrower(Message):
+    object_ids: list
+    borrower_address: str
+
+
+@message(36)
+class RemoveBorrower(Message):
+    object_ids: list
+    borrower_address: str
+
+
+@message(37)
+class GeneratorItem(Message):
+    task_id: bytes
+    index: int
+    item: list  # [object_id, kind, payload]
+
+
+@message(38)
+class CreateActor(Message):
+    """Node -> a dedicated worker: become this actor (run __init__)."""
+
+    spec: list
+
+
+@message(39)
+class CreateActorReply(Message):
+    ok: bool
+    error: Any = None  # serialized RayTaskError for the init failure
+
+
+# ---------------------------------------------------------------- client <-> head
+@message(50)
+class RegisterActor(Message):
+    spec: list  # TaskSpec.to_wire() of the creation task
+    get_if_exists: bool
+
+
+@message(51)
+class RegisterActorReply(Message):
+    actor_id: bytes
+    existed: bool
+    error_type: str = ""
+    error: str = ""
+    spec: list | None = None
+
+
+@message(52)
+class GetActorInfo(Message):
+    actor_id: bytes
+    wait_alive: bool = True
+    after_restarts: int = -1  # wait until num_restarts > this
+
+
+@message(53)
+class ActorInfo(Message):
+    actor_id: bytes
+    state: str  # PENDING | ALIVE | RESTARTING | DEAD
+    address: str
+    worker_id: bytes
+    node_id: bytes
+    num_restarts: int
+    death_cause: str
+    name: str = ""
+    namespace: str = ""
+    class_name: str = ""
+    pid: int = 0
+    creation_error: Any = None
+
+
+@message(54)
+class GetNamedActor(Message):
+    name: str
+    namespace: str
+
+
+@message(55)
+class GetNamedActorReply(Message):
+    actor_id: bytes
+    spec: list | None
+
+
+@message(56)
+class ListNamedActors(Message):
+    all_namespaces: bool
+    namespace: str
+
+
+@message(57)
+class ListNamedActorsReply(Message):
+    actors: list  # [{name, namespace}, ...]
+
+
+@message(58)
+class KillActor(Message):
+    actor_id: bytes
+    no_restart: bool
+
+
+@message(59)
+class KvPut(Message):
+    namespace: str
+    key: bytes
+    value: bytes
+    overwrite: bool = True
+
+
+@message(60)
+class KvGet(Message):
+    namespace: str
+    key: bytes
+
+
+@message(61)
+class KvReply(Message):
+    value: Any
+
+
+@message(62)
+class KvDel(Message):
+    namespace: str
+    key: bytes
+    by_prefix: bool = False
+
+
+@message(63)
+class KvKeys(Message):
+    namespace: str
+    prefix: bytes
+
+
+@message(64)
+class CreatePlacementGroup(Message):
+    pg_id: bytes
+    bundles: list  # [fixed resource dict, ...]
+    strategy: str
+    name: str
+    namespace: str
+    detached: bool
+
+
+@message(65)
+class RemovePlacementGroup(Message):
+    pg_id: bytes
+
+
+@message(66)
+class GetPlacementGroup(Message):
+    pg_id: bytes
+    wait_ready: bool
+    timeout_s: float = -1.0
+    name: str = ""
+    namespace: str = ""
+
+
+@message(67)
+class PlacementGroupInfo(Message):
+    pg_id: bytes
+    state: str  # PENDING | CREATED | REMOVED | INFEASIBLE
+    bundles: list
+    strategy: str
+    bundle_nodes: list  # node_id per bundle
+    name: str = ""
+    error: str = ""
+
+
+@message(68)
+class ListPlacementGroups(Message):
+    pass
+
+
+@message(69)
+class ListPlacementGroupsReply(Message):
+    groups: list  # [PlacementGroupInfo fields as dicts]
+
+
+@message(70)
+class GetClusterInfo(Message):
+    pass
+
+
+@message(71)
+class ClusterInfo(Message):
+    nodes: list  # [{node_id, address, ip, alive, total, available, labels, ...}]
+
+
+@message(72)
+class ListActors(Message):
+    pass
+
+
+@message(73)
+class ListActorsReply(Message):
+    actors: list  # [ActorInfo fields as dicts]
+
+
+@message(74)
+class RegisterJob(Message):
+    job_id: bytes
+    driver_address: str
+    namespace: str
+    entrypoint: str
+
+
+@message(75)
+class RegisterJobReply(Message):
+    job_id: bytes
+
+
+# ---------------------------------------------------------------- node <-> head
+@message(90)
+class RegisterNode(Message):
+    node_id: bytes
+    address: str  # where clients/other nodes reach the node daemon
+    ip: str
+    resources: dict  # fixed-point totals
+    labels: dict
+    store_dir: str
+    version: str = ""
+
+
+@message(91)
+class RegisterNodeReply(Message):
+    ok: bool
+    error: str = ""
+
+
+@message(92)
+class Heartbeat(Message):
+    node_id: bytes
+    available: dict
+    pending: list  # resource demands waiting on this node
+
+
+@message(93)
+class StartActor(Message):
+    actor_id: bytes
+    spec: list
+    resources: dict
+
+
+@message(94)
+class StartActorReply(Message):
+    ok: bool
+    address: str = ""
+    worker_id: bytes = b""
+    pid: int = 0
+    error: Any = None  # serialized creation error, or a string for system errors
+    system_error: str = ""
+
+
+@message(95)
+class WorkerDied(Message):
+    node_id: bytes
+    worker_id: bytes
+    actor_id: bytes
+    reason: str
+
+
+@message(96)
+class ReserveBundles(Message):
+    pg_id: bytes
+    bundles: list  # [[index, fixed resource dict], ...]
+
+
+@message(97)
+class ReserveBundlesReply(Message):
+    ok: bool
+
+
+@message(98)
+class ReleaseBundles(Message):
+    pg_id: bytes
+    indexes: list
+
+
+@message(99)
+class NodeShutdown(Message):
+    node_id: bytes
+
+
+# ---------------------------------------------------------------- node <-> node
+@message(110)
+class PullObject(Message):
+    object_id: bytes
+    offset: int
+    length: int
+
+
+@message(111)
+class PullObjectReply(Message):
+    object_id: bytes
+    total_size: int
+    data: bytes
+    found: bool = True

@@ -1,0 +1,155 @@
+"""Owner-side reference counts and borrower-side borrow records. Pure: no sockets.
+
+An object is freed when, at its owner, no local ObjectRef exists, no submitted
+task still uses it as an argument, no borrower holds it and no owned object
+contains it. A borrower (a process holding a ref it does not own) is
+registered with the owner, and unregisters when its own count drops to zero.
+
+Every method returns what the I/O shell must do next: object ids to free, or
+(owner address, object id) pairs to un-borrow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RefCount:
+    owned: bool
+    owner_address: str = ""
+    local: int = 0
+    submitted: int = 0
+    contained: int = 0  # owned (or borrowed) outer objects holding this ref
+    borrowers: set = field(default_factory=set)
+    registered: bool = False  # borrower side: the owner knows about us
+    contains: list = field(default_factory=list)  # inner refs: [(object_id, owner_address)]
+
+    def in_use(self) -> bool:
+        return bool(self.local or self.submitted or self.contained or self.borrowers)
+
+
+class ReferenceCounter:
+    def __init__(self, my_address: str) -> None:
+        self.my_address = my_address
+        self.refs: dict[bytes, RefCount] = {}
+
+    # -- creation
+    def own(self, object_id: bytes) -> None:
+        rc = self.refs.get(object_id)
+        if rc is None:
+            self.refs[object_id] = RefCount(True, self.my_address)
+        else:
+            rc.owned = True
+
+    def is_owned(self, object_id: bytes) -> bool:
+        rc = self.refs.get(object_id)
+        return rc is not None and rc.owned
+
+    def borrow(self, object_id: bytes, owner_address: str) -> bool:
+        """Note a borrowed ref; True if the owner must be told (first time)."""
+        rc = self.refs.get(object_id)
+        if rc is None:
+            rc = self.refs[object_id] = RefCount(owner_address == self.my_address, owner_address)
+        if rc.owned or rc.registered:
+            return False
+        rc.registered = True
+        return True
+
+    # -- counting
+    def add_local(self, object_id: bytes, owner_address: str) -> None:
+        rc = self.refs.get(object_id)
+        if rc is None:
+            rc = self.refs[object_id] = RefCount(owner_address == self.my_address, owner_address)
+        rc.local += 1
+
+    def remove_local(self, object_id: bytes) -> tuple[list[bytes], list[tuple[str, bytes]]]:
+        rc = self.refs.get(object_id)
+        if rc is None:
+            return [], []
+        rc.local -= 1
+        return self._maybe_release(object_id)
+
+    def add_submitted(self, object_ids: list[bytes]) -> None:
+        for oid in object_ids:
+            rc = self.refs.get(oid)
+            if rc is not None:
+                rc.submitted += 1
+
+    def remove_submitted(self, object_ids: list[bytes]) -> tuple[list[bytes], list[tuple[str, bytes]]]:
+        free: list[bytes] = []
+        unborrow: list[tuple[str, bytes]] = []
+        for oid in object_ids:
+            rc = self.refs.get(oid)
+            if rc is None:
+                continue
+            rc.submitted -= 1
+            f, u = self._maybe_release(oid)
+            free += f
+            unborrow += u
+        return free, unborrow
+
+    def add_contained(self, outer: bytes, inner: list[tuple[bytes, str]]) -> None:
+        rc = self.refs.get(outer)
+        if rc is None:
+            return
+        rc.contains.extend(inner)
+        for oid, owner in inner:
+            irc = self.refs.get(oid)
+            if irc is None:
+                irc = self.refs[oid] = RefCount(owner == self.my_address, owner)
+                irc.registered = not irc.owned  # registered on our behalf by the sender
+            irc.contained += 1
+
+    def add_borrower(self, object_id: bytes, borrower: str) -> bool:
+        rc = self.refs.get(object_id)
+        if rc is None or not rc.owned:
+            return False
+        rc.borrowers.add(borrower)
+        return True
+
+    def remove_borrower(self, object_id: bytes, borrower: str) -> tuple[list[bytes], list[tuple[str, bytes]]]:
+        rc = self.refs.get(object_id)
+        if rc is None:
+            return [], []
+        rc.borrowers.discard(borrower)
+        return self._maybe_release(object_id)
+
+    def drop_borrowers_at(self, address: str) -> tuple[list[bytes], list[tuple[str, bytes]]]:
+        """A borrower process died: forget its borrows."""
+        free: list[bytes] = []
+        unborrow: list[tuple[str, bytes]] = []
+        for oid, rc in list(self.refs.items()):
+            if address in rc.borrowers:
+                rc.borrowers.discard(address)
+                f, u = self._maybe_release(oid)
+                free += f
+                unborrow += u
+        return free, unborrow
+
+    # -- release
+    def _maybe_release(self, object_id: bytes) -> tuple[list[bytes], list[tuple[str, bytes]]]:
+        free: list[bytes] = []
+        unborrow: list[tuple[str, bytes]] = []
+        stack = [object_id]
+        while stack:
+            oid = stack.pop()
+            rc = self.refs.get(oid)
+            if rc is None or rc.in_use():
+                continue
+            del self.refs[oid]
+            if rc.owned:
+                free.append(oid)
+            elif rc.registered:
+                unborrow.append((rc.owner_address, oid))
+            else:
+                free.append(oid)  # a cached copy of a borrowed value
+            for inner, _owner in rc.contains:
+                irc = self.refs.get(inner)
+                if irc is not None:
+                    irc.contained -= 1
+                    stack.append(inner)
+        return free, unborrow
+
+    def count(self, object_id: bytes) -> RefCount | None:
+        return self.refs.get(object_id)

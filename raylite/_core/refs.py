@@ -1,0 +1,145 @@
+"""ObjectRef and ObjectRefGenerator: handles to values that may not exist yet.
+
+A ref counts itself at its process's CoreClient while it lives, so the owner
+can free the value once every ref is gone. Pickling a ref (inside arguments or
+values) records it, so the borrowing is counted too; unpickling it in another
+process registers that process as a borrower with the owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from typing import Any
+
+from raylite._core.serialization import contained_refs_sink
+
+# The current process's CoreClient (set by runtime.py); None before init.
+_CLIENT: list[Any] = [None]
+
+
+class ObjectRef:
+    """A reference to an object in the cluster. Hashable; `hex()` is its id."""
+
+    __slots__ = ("_id", "_owner", "_client", "__weakref__")
+
+    def __init__(self, object_id: bytes, owner_address: str = "", *, _borrowed: bool = False) -> None:
+        self._id = bytes(object_id)
+        self._owner = owner_address
+        client = _CLIENT[0]
+        self._client = client
+        if client is not None:
+            client.ref_created(self._id, owner_address, borrowed=_borrowed)
+
+    def __del__(self) -> None:
+        client = self._client
+        if client is not None:
+            try:
+                client.ref_deleted(self._id)
+            except Exception:  # noqa: BLE001  interpreter shutdown
+                pass
+
+    def binary(self) -> bytes:
+        return self._id
+
+    def hex(self) -> str:
+        return self._id.hex()
+
+    def task_id(self):
+        from raylite._core.ids import ObjectID
+
+        return ObjectID(self._id).task_id()
+
+    def owner_address(self) -> str:
+        return self._owner
+
+    def __hash__(self) -> int:
+        return hash(self._id)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObjectRef) and other._id == self._id
+
+    def __repr__(self) -> str:
+        return f"ObjectRef({self._id.hex()})"
+
+    def __reduce__(self):
+        sink = contained_refs_sink()
+        if sink is not None:
+            sink.append(self)
+        return (_rebuild_ref, (self._id, self._owner))
+
+    def future(self) -> concurrent.futures.Future:
+        """A concurrent.futures.Future that resolves to the value (or its error)."""
+        client = self._client or _CLIENT[0]
+        return client.future_of(self)
+
+    def __await__(self):
+        return asyncio.wrap_future(self.future()).__await__()
+
+    def as_future(self) -> asyncio.Future:
+        return asyncio.wrap_future(self.future())
+
+
+def _rebuild_ref(object_id: bytes, owner_address: str) -> ObjectRef:
+    return ObjectRef(object_id, owner_address, _borrowed=True)
+
+
+class ObjectRefGenerator:
+    """Refs yielded by a `num_returns="streaming"` task, in order, as they are produced.
+
+    Iterate it (sync or async) to get one ObjectRef per yielded value; the
+    iteration ends when the task returns, and raises the task's error if it failed.
+    """
+
+    def __init__(self, task_id: bytes, client: Any) -> None:
+        self._task_id = task_id
+        self._client = client
+        self._index = 0
+
+    def __iter__(self) -> ObjectRefGenerator:
+        return self
+
+    def __next__(self) -> ObjectRef:
+        ref = self._client.next_generator_item(self._task_id, self._index, timeout=None)
+        if ref is None:
+            raise StopIteration
+        self._index += 1
+        return ref
+
+    def __aiter__(self) -> ObjectRefGenerator:
+        return self
+
+    async def __anext__(self) -> ObjectRef:
+        loop = asyncio.get_running_loop()
+        ref = await loop.run_in_executor(None, self._client.next_generator_item, self._task_id, self._index, None)
+        if ref is None:
+            raise StopAsyncIteration
+        self._index += 1
+        return ref
+
+    def completed(self) -> ObjectRef:
+        return self._client.generator_completed_ref(self._task_id)
+
+    def __len__(self) -> int:
+        return self._client.generator_length(self._task_id)
+
+    def __del__(self) -> None:
+        client = self._client
+        if client is not None:
+            try:
+                client.generator_dropped(self._task_id)
+            except Exception:  # noqa: BLE001
+                pass
+
+
+class DynamicObjectRefGenerator:
+    """What a `num_returns="dynamic"` task's single ref resolves to: a list of refs."""
+
+    def __init__(self, refs: list[ObjectRef]) -> None:
+        self._refs = list(refs)
+
+    def __iter__(self):
+        return iter(self._refs)
+
+    def __len__(self) -> int:
+        return len(self._refs)

@@ -1,0 +1,45 @@
+"""Resource arithmetic: CPU, GPU, memory and custom names, fractional amounts.
+
+Amounts are kept in units of 1/10000 so that adding and subtracting fractions
+(0.1 + 0.2) is exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+_SCALE = 10000
+
+
+def to_fixed(resources: Mapping[str, float]) -> dict[str, int]:
+    return {k: int(round(v * _SCALE)) for k, v in resources.items() if v}
+
+
+def from_fixed(resources: Mapping[str, int]) -> dict[str, float]:
+    out = {}
+    for k, v in resources.items():
+        f = v / _SCALE
+        out[k] = int(f) if f == int(f) else f
+    return out
+
+
+def fits(request: Mapping[str, int], available: Mapping[str, int]) -> bool:
+    for k, v in request.items():
+        if v > available.get(k, 0):
+            return False
+    return True
+
+
+def subtract(available: dict[str, int], request: Mapping[str, int]) -> None:
+    for k, v in request.items():
+        available[k] = available.get(k, 0) - v
+
+
+def add(available: dict[str, int], request: Mapping[str, int]) -> None:
+    for k, v in request.items():
+        available[k] = available.get(k, 0) + v
+
+
+def describe(resources: Mapping[str, int]) -> str:
+    """`{CPU: 4, GPU: 1}` for error messages."""
+    return "{" + ", ".join(f"{k}: {v}" for k, v in sorted(from_fixed(resources).items())) + "}"

@@ -1,0 +1,105 @@
+"""What a task *is*: TaskSpec (a call to run) — immutable, and wire-encodable.
+
+A spec covers three kinds of calls: a normal task, an actor creation (the
+`__init__` call that makes the actor) and an actor method call. Arguments are
+pickled together; top-level ObjectRef arguments are listed in `arg_refs` so the
+executor resolves them before the call (nested refs stay refs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from raylite._core.ids import ObjectID
+
+KIND_TASK = 0
+KIND_ACTOR_CREATE = 1
+KIND_ACTOR_CALL = 2
+
+STREAMING = -1  # num_returns="streaming"
+DYNAMIC = -2  # num_returns="dynamic"
+
+
+@dataclass(frozen=True)
+class FunctionDescriptor:
+    """Where the code lives: module, qualified name, and the export key of its pickle."""
+
+    module: str
+    qualname: str
+    function_id: bytes  # key in the head KV namespace "fn" holding the pickled code
+
+    @property
+    def name(self) -> str:
+        return f"{self.module}.{self.qualname}" if self.module not in ("__main__", "") else self.qualname
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    task_id: bytes
+    job_id: bytes
+    kind: int
+    function: FunctionDescriptor
+    args: list  # [meta, [buffers]] of the pickled (args, kwargs)
+    arg_refs: list  # [[placeholder_index, object_id, owner_address], ...]
+    num_returns: int
+    owner_address: str
+    owner_worker_id: bytes
+    resources: dict  # fixed-point
+    name: str = ""
+    max_retries: int = 0
+    retry_exceptions: bool | list = False
+    attempt: int = 0
+    runtime_env: dict = field(default_factory=dict)
+    strategy: list = field(default_factory=list)
+    # actors
+    actor_id: bytes = b""
+    method_name: str = ""
+    seq_no: int = 0
+    caller_id: bytes = b""
+    max_restarts: int = 0
+    max_task_retries: int = 0
+    max_concurrency: int = 1
+    is_async: bool = False
+    actor_name: str = ""
+    namespace: str = ""
+    detached: bool = False
+    method_meta: dict = field(default_factory=dict)  # {method: num_returns}
+    concurrency_groups: dict = field(default_factory=dict)
+    concurrency_group: str = ""
+    parent_task_id: bytes = b""
+
+    def return_ids(self) -> list[ObjectID]:
+        n = self.num_returns if self.num_returns > 0 else 1
+        return [ObjectID.for_return(self.task_id, i + 1) for i in range(n)]
+
+    def display_name(self) -> str:
+        if self.name:
+            return self.name
+        if self.kind == KIND_ACTOR_CALL:
+            return f"{self.function.qualname}.{self.method_name}"
+        if self.kind == KIND_ACTOR_CREATE:
+            return f"{self.function.qualname}.__init__"
+        return self.function.qualname
+
+    def to_wire(self) -> list:
+        out = []
+        for f in _FIELDS:
+            v = getattr(self, f)
+            if f == "function":
+                v = [v.module, v.qualname, v.function_id]
+            out.append(v)
+        return out
+
+    @classmethod
+    def from_wire(cls, wire: list) -> TaskSpec:
+        kwargs = dict(zip(_FIELDS, wire))
+        fn = kwargs["function"]
+        kwargs["function"] = FunctionDescriptor(fn[0], fn[1], fn[2])
+        return cls(**kwargs)
+
+    def replace(self, **changes) -> TaskSpec:
+        return dataclasses.replace(self, **changes)
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(TaskSpec))

@@ -1,0 +1,1 @@
+"""Transports: one framed-message connection API over Unix sockets and TCP."""

@@ -1,0 +1,311 @@
+"""Framed msgpack messages over asyncio streams (Unix or TCP), with request/reply matching.
+
+Frame: 4-byte big-endian length, then the encoded message (see protocol.py).
+Each connection starts with Hello(token); the accepting side checks the token
+before it decodes anything else. Handlers are a table {message class: callable};
+a handler returns a reply message (or an awaitable of one) for requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+from raylite._core import protocol as P
+from raylite._core.transport.base import (
+    ConnectionBrokenError,
+    ConnectionClosedError,
+    HandshakeError,
+    RemoteError,
+    parse_address,
+)
+
+log = logging.getLogger("raylite.rpc")
+
+_LEN = struct.Struct(">I")
+MAX_FRAME_BYTES = 1 << 31
+
+Handler = Callable[["Connection", P.Message, int], Any]
+
+
+class Connection(asyncio.Protocol):
+    """One framed connection. Use only from its event loop's thread."""
+
+    def __init__(self, handlers: dict[type, Handler] | None = None, *, token: str = "",
+                 server_side: bool = False, role: str = "") -> None:
+        self.handlers = handlers if handlers is not None else {}
+        self.token = token
+        self.server_side = server_side
+        self.role = role
+        self.peer_role = ""
+        self.transport: asyncio.Transport | None = None
+        self.loop = asyncio.get_event_loop()
+        self._buf = bytearray()
+        self._pending: dict[int, asyncio.Future] = {}
+        self._next_id = 1
+        self._authenticated = not server_side
+        self._closed_by_us = False
+        self.closed = self.loop.create_future()
+        self.on_close: list[Callable[[Connection], None]] = []
+        self.context: dict[str, Any] = {}  # owner-defined per-connection state
+        self._paused = False
+        self._drain_waiters: list[asyncio.Future] = []
+
+    # ------------------------------------------------------------ asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf
+        buf += data
+        pos = 0
+        n = len(buf)
+        while n - pos >= 4:
+            (length,) = _LEN.unpack_from(buf, pos)
+            if n - pos - 4 < length:
+                break
+            frame = bytes(buf[pos + 4:pos + 4 + length])
+            pos += 4 + length
+            self._on_frame(frame)
+            if self.transport is None or self.transport.is_closing():
+                break
+        if pos:
+            del buf[:pos]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        err: Exception
+        if self._closed_by_us:
+            err = ConnectionClosedError("connection closed by this side")
+        else:
+            err = ConnectionBrokenError(f"connection to {self.peer_role or 'peer'} lost")
+            if exc is not None:
+                err.__cause__ = exc
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self._pending.clear()
+        for w in self._drain_waiters:
+            if not w.done():
+                w.set_result(None)
+        if not self.closed.done():
+            self.closed.set_result(err)
+        for cb in self.on_close:
+            try:
+                cb(self)
+            except Exception:  # noqa: BLE001
+                log.exception("on_close callback failed")
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        for w in self._drain_waiters:
+            if not w.done():
+                w.set_result(None)
+        self._drain_waiters.clear()
+
+    # ------------------------------------------------------------ frames
+    def _on_frame(self, frame: bytes) -> None:
+        if not self._authenticated:
+            self._check_hello(frame)
+            return
+        try:
+            msg, rid = P.decode(frame)
+        except Exception:  # noqa: BLE001
+            log.exception("undecodable frame; closing connection")
+            self.close()
+            return
+        if rid < 0:  # a reply to one of our requests
+            fut = self._pending.pop(-rid, None)
+            if fut is not None and not fut.done():
+                if isinstance(msg, P.ErrorReply):
+                    fut.set_exception(RemoteError(msg.error_type, msg.message))
+                else:
+                    fut.set_result(msg)
+            return
+        handler = self.handlers.get(type(msg))
+        if handler is None:
+            if rid:
+                self.send(P.ErrorReply("NotImplementedError", f"no handler for {type(msg).__name__}"), -rid)
+            return
+        try:
+            result = handler(self, msg, rid)
+        except Exception as e:  # noqa: BLE001
+            self._reply_error(rid, e)
+            return
+        if result is None:
+            return
+        if asyncio.iscoroutine(result):
+            task = self.loop.create_task(result)
+            task.add_done_callback(lambda t, rid=rid: self._reply_from_task(t, rid))
+        elif rid:
+            self.send(result, -rid)
+
+    def _reply_from_task(self, task: asyncio.Task, rid: int) -> None:
+        if task.cancelled():
+            if rid:
+                self._reply_error(rid, asyncio.CancelledError("handler cancelled"))
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._reply_error(rid, exc)
+            return
+        res = task.result()
+        if rid and res is not None:
+            self.send(res, -rid)
+
+    def _reply_error(self, rid: int, exc: BaseException) -> None:
+        if not isinstance(exc, (ConnectionBrokenError, ConnectionClosedError)):
+            log.debug("handler error", exc_info=exc)
+        if rid and not self.is_closed():
+            self.send(P.ErrorReply(type(exc).__name__, str(exc)), -rid)
+
+    def _check_hello(self, frame: bytes) -> None:
+        try:
+            items = msgpack.unpackb(frame, raw=False)
+            ok = items[0] == P.Hello.TAG and items[2] == self.token
+            version_ok = ok and items[3] == P.PROTOCOL_VERSION
+        except Exception:  # noqa: BLE001
+            ok = version_ok = False
+        if not ok:
+            self._write(P.encode(P.HelloReply(False, "wrong or missing cluster token"), 0))
+            self.close()
+            return
+        if not version_ok:
+            self._write(P.encode(P.HelloReply(False, f"protocol version mismatch: this node speaks {P.PROTOCOL_VERSION}, you sent {items[3]}; install the same raylite version on every node"), 0))
+            self.close()
+            return
+        self.peer_role = items[4]
+        self._authenticated = True
+        self._write(P.encode(P.HelloReply(True), 0))
+
+    # ------------------------------------------------------------ sending
+    def _write(self, data: bytes) -> None:
+        self.transport.write(_LEN.pack(len(data)) + data if len(data) < 65536 else _LEN.pack(len(data)))
+        if len(data) >= 65536:
+            self.transport.write(data)
+
+    def send(self, msg: P.Message, rid: int = 0) -> None:
+        if self.transport is None or self.transport.is_closing():
+            raise ConnectionClosedError if self._closed_by_us else ConnectionBrokenError(
+                f"connection to {self.peer_role or 'peer'} is closed")
+        self._write(P.encode(msg, rid))
+
+    def request_future(self, msg: P.Message) -> asyncio.Future:
+        rid = self._next_id
+        self._next_id += 1
+        fut = self.loop.create_future()
+        if self.is_closed():
+            fut.set_exception(ConnectionBrokenError(f"connection to {self.peer_role or 'peer'} is closed"))
+            return fut
+        self._pending[rid] = fut
+        self._write(P.encode(msg, rid))
+        return fut
+
+    async def request(self, msg: P.Message, timeout_s: float | None = None) -> P.Message:
+        fut = self.request_future(msg)
+        if timeout_s is None:
+            return await fut
+        return await asyncio.wait_for(fut, timeout_s)
+
+    async def drain(self) -> None:
+        if self._paused and not self.is_closed():
+            w = self.loop.create_future()
+            self._drain_waiters.append(w)
+            await w
+
+    def is_closed(self) -> bool:
+        return self.transport is None or self.transport.is_closing() or self.closed.done()
+
+    def close(self) -> None:
+        self._closed_by_us = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+async def connect(address: str, handlers: dict[type, Handler] | None = None, *, token: str,
+                  role: str, timeout_s: float = 10.0) -> Connection:
+    """Open a connection and complete the handshake; raises HandshakeError if refused."""
+    loop = asyncio.get_running_loop()
+    kind, target = parse_address(address)
+    factory = lambda: Connection(handlers, token=token, role=role)  # noqa: E731
+    try:
+        if kind == "unix":
+            _, conn = await asyncio.wait_for(loop.create_unix_connection(factory, target), timeout_s)
+        else:
+            host, port = target  # type: ignore[misc]
+            _, conn = await asyncio.wait_for(loop.create_connection(factory, host, port), timeout_s)
+    except (OSError, asyncio.TimeoutError) as e:
+        raise ConnectionBrokenError(f"cannot connect to {address}: {e}") from e
+    conn.peer_role = "server"
+    fut = loop.create_future()
+    conn._pending[0] = fut  # the hello reply arrives with request id 0
+    orig = conn._on_frame
+
+    def first_frame(frame: bytes) -> None:
+        conn._on_frame = orig  # type: ignore[method-assign]
+        try:
+            msg, _ = P.decode(frame)
+        except Exception as e:  # noqa: BLE001
+            fut.set_exception(HandshakeError(f"bad handshake reply from {address}: {e}"))
+            return
+        if not isinstance(msg, P.HelloReply) or not msg.ok:
+            fut.set_exception(HandshakeError(
+                f"{address} refused the connection: {getattr(msg, 'error', msg)}. "
+                "Pass the cluster's token (--token or RAYLITE_TOKEN) or check the raylite version."))
+        else:
+            fut.set_result(msg)
+
+    conn._on_frame = first_frame  # type: ignore[method-assign]
+    conn._write(P.encode(P.Hello(token, P.PROTOCOL_VERSION, role), 0))
+    try:
+        await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+    except (ConnectionBrokenError, asyncio.TimeoutError) as e:
+        conn.close()
+        if isinstance(e, asyncio.TimeoutError):
+            raise ConnectionBrokenError(f"no handshake reply from {address} within {timeout_s}s") from e
+        if fut.done() and fut.exception():
+            raise fut.exception() from None
+        raise HandshakeError(f"{address} closed the connection during the handshake "
+                             "(wrong cluster token?)") from e
+    finally:
+        conn._pending.pop(0, None)
+    return conn
+
+
+async def listen(address: str, handlers: dict[type, Handler], *, token: str,
+                 on_connect: Callable[[Connection], None] | None = None) -> asyncio.AbstractServer:
+    """Serve `handlers` at `address` ('unix:///path' or 'tcp://host:port')."""
+    loop = asyncio.get_running_loop()
+    kind, target = parse_address(address)
+
+    def factory() -> Connection:
+        conn = Connection(handlers, token=token, server_side=True)
+        if on_connect is not None:
+            on_connect(conn)
+        return conn
+
+    if kind == "unix":
+        path = str(target)
+        if os.path.exists(path):
+            os.unlink(path)
+        server = await loop.create_unix_server(factory, path)
+        os.chmod(path, 0o600)
+    else:
+        host, port = target  # type: ignore[misc]
+        server = await loop.create_server(factory, host, port, reuse_address=True)
+    return server

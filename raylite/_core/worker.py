@@ -1,0 +1,377 @@
+"""The worker process: runs tasks and actor calls pushed to it by their owners.
+
+The I/O thread (the CoreClient's loop) receives PushTask and CreateActor and
+queues them; the main thread executes them, in order for plain workers and
+sync actors, on a thread pool for threaded actors, and on an asyncio loop in
+the main thread for async actors. Output on fds 1 and 2 is forwarded, line by
+line, to the driver with a "(name pid=..., ip=...)" prefix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import inspect
+import os
+import queue
+import sys
+import threading
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from raylite import exceptions as E
+from raylite._core import protocol as P
+from raylite._core import serialization as ser
+from raylite._core.config import get_config
+from raylite._core.core_client import CoreClient, _ArgPlaceholder, _PackedArgs
+from raylite._core.ids import ObjectID
+from raylite._core.refs import ObjectRef
+from raylite._core.task_spec import DYNAMIC, KIND_ACTOR_CALL, KIND_ACTOR_CREATE, STREAMING, TaskSpec
+
+
+class WorkerContext:
+    """What `get_runtime_context()` reads inside a worker."""
+
+    def __init__(self) -> None:
+        self.task_id = b""
+        self.task_name = ""
+        self.actor_id = b""
+        self.actor_name = ""
+        self.namespace = ""
+        self.job_id = b""
+        self.assigned_resources: dict = {}
+        self.current_spec: TaskSpec | None = None
+        self.task_threads: dict[bytes, int] = {}
+
+
+class Worker:
+    def __init__(self, request: dict) -> None:
+        self.request = request
+        self.config = get_config()
+        self.client = CoreClient(
+            self.config, worker_id=bytes.fromhex(request["worker_id"]), kind="worker", job_id=b"",
+            node_address=request["node_address"], token=request["token"],
+            session_dir=request["session_dir"])
+        self.client.extra_handlers = {
+            P.PushTask: self._on_push_task,
+            P.CreateActor: self._on_create_actor,
+            P.CancelTask: self._on_cancel_task,
+        }
+        self.ctx = WorkerContext()
+        self.tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self.actor: Any = None
+        self.actor_spec: TaskSpec | None = None
+        self.actor_loop: asyncio.AbstractEventLoop | None = None
+        self.actor_pool: ThreadPoolExecutor | None = None
+        self.actor_sema: asyncio.Semaphore | None = None
+        self.cancelled: set[bytes] = set()
+        self.log_prefix = ""
+
+    # ------------------------------------------------------------ I/O thread side
+    def _on_push_task(self, conn, msg: P.PushTask, rid: int):
+        spec = TaskSpec.from_wire(msg.spec)
+        if self.actor_loop is not None and spec.kind == KIND_ACTOR_CALL:
+            asyncio.run_coroutine_threadsafe(self._run_async_call(conn, rid, spec), self.actor_loop)
+        elif self.actor_pool is not None and spec.kind == KIND_ACTOR_CALL:
+            self.actor_pool.submit(self._execute_and_reply, conn, rid, spec)
+        else:
+            self.tasks.put((conn, rid, spec))
+        return None
+
+    def _on_create_actor(self, conn, msg: P.CreateActor, rid: int):
+        self.tasks.put((conn, rid, TaskSpec.from_wire(msg.spec)))
+        return None
+
+    def _on_cancel_task(self, conn, msg: P.CancelTask, rid: int):
+        self.cancelled.add(msg.task_id)
+        tid = self.ctx.task_threads.get(msg.task_id)
+        if tid is not None:
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), ctypes.py_object(E.TaskCancelledError))
+        return None
+
+    def _reply(self, conn, rid: int, msg: P.Message) -> None:
+        def send() -> None:
+            with contextlib.suppress(Exception):
+                conn.send(msg, -rid)
+        self.client.loop.call_soon_threadsafe(send)
+
+    # ------------------------------------------------------------ main thread
+    def run(self) -> None:
+        self.client.start()
+        from raylite._core import runtime
+
+        runtime.set_worker(self.client, self)
+        self.client.blocked_hook = self._blocked
+        self._redirect_output()
+        while True:
+            conn, rid, spec = self.tasks.get()
+            if spec.kind == KIND_ACTOR_CREATE:
+                self._create_actor(conn, rid, spec)
+            else:
+                self._execute_and_reply(conn, rid, spec)
+
+    def _blocked(self, blocked: bool) -> None:
+        if threading.current_thread() is threading.main_thread() or self.actor_pool is not None:
+            self.client.call_soon(self.client._send_node, P.WorkerBlocked(blocked))
+
+    def _execute_and_reply(self, conn, rid: int, spec: TaskSpec) -> None:
+        reply = self.execute(conn, spec)
+        self._reply(conn, rid, reply)
+
+    def _resolve_args(self, spec: TaskSpec) -> tuple[tuple, dict]:
+        payload = spec.args
+        if payload[0] == "ref":
+            packed: _PackedArgs = self.client.get([ObjectRef(payload[1], payload[2], _borrowed=True)])[0]
+            args, kwargs = ser.deserialize(packed.meta, packed.buffers)
+        else:
+            args, kwargs = ser.deserialize(payload[1], payload[2])
+        if not spec.arg_refs:
+            return args, kwargs
+        values: list = [None] * len(spec.arg_refs)
+        to_fetch = []
+        for r in spec.arg_refs:
+            if len(r) == 5:  # value shipped with the task
+                from raylite._core.core_client import ObjectEntry
+
+                values[r[0]] = self.client._materialize(ObjectRef(r[1], r[2], _borrowed=False), ObjectEntry(r[3], r[4]))
+            else:
+                to_fetch.append(r)
+        if to_fetch:
+            refs = [ObjectRef(r[1], r[2], _borrowed=True) for r in to_fetch]
+            for r, v in zip(to_fetch, self.client.get(refs)):
+                values[r[0]] = v
+        args = tuple(values[a.index] if isinstance(a, _ArgPlaceholder) else a for a in args)
+        kwargs = {k: values[v.index] if isinstance(v, _ArgPlaceholder) else v for k, v in kwargs.items()}
+        return args, kwargs
+
+    def _enter(self, spec: TaskSpec) -> None:
+        self.ctx.task_id = spec.task_id
+        self.ctx.task_name = spec.display_name()
+        self.ctx.current_spec = spec
+        self.ctx.job_id = spec.job_id
+        self.client.job_id = spec.job_id
+        self.client.namespace = spec.namespace or self.client.namespace
+        if spec.kind != KIND_ACTOR_CALL:
+            self.ctx.assigned_resources = spec.resources
+        if not self.actor_spec:
+            self.log_prefix = f"({spec.display_name()} pid={os.getpid()}, ip={self.client.node_ip}) "
+
+    def execute(self, conn, spec: TaskSpec) -> P.PushTaskReply:
+        """Run one task or actor call; never raises."""
+        self._enter(spec)
+        tid = threading.get_ident()
+        self.ctx.task_threads[spec.task_id] = tid
+        try:
+            if spec.task_id in self.cancelled:
+                raise E.TaskCancelledError(spec.task_id.hex())
+            fn = self._callable(spec)
+            args, kwargs = self._resolve_args(spec)
+            result = fn(*args, **kwargs)
+            if inspect.isgenerator(result) or spec.num_returns in (STREAMING, DYNAMIC):
+                return self._stream(conn, spec, result)
+            returns = self._pack_returns(spec, result)
+            return P.PushTaskReply(spec.task_id, returns, [])
+        except E.TaskCancelledError:
+            return self._error_reply(spec, E.TaskCancelledError(spec.task_id.hex()), "cancelled")
+        except SystemExit as e:
+            if self.actor_spec is not None and spec.kind == KIND_ACTOR_CALL:
+                self._exit_actor(conn, spec)
+            raise e
+        except BaseException as e:  # noqa: BLE001
+            if isinstance(e, KeyboardInterrupt) and spec.task_id in self.cancelled:
+                return self._error_reply(spec, E.TaskCancelledError(spec.task_id.hex()), "cancelled")
+            return self._error_reply(spec, self._task_error(spec, e), "app")
+        finally:
+            self.ctx.task_threads.pop(spec.task_id, None)
+
+    def _exit_actor(self, conn, spec: TaskSpec) -> None:
+        err = E.ActorDiedError("The actor exited on purpose (exit_actor() was called).")
+        self.client.loop.call_soon_threadsafe(lambda: None)
+        raise SystemExit(0) from err
+
+    def _task_error(self, spec: TaskSpec, e: BaseException) -> BaseException:
+        if isinstance(e, E.RayTaskError):
+            tb = traceback.format_exc()
+            return E.RayTaskError(spec.display_name(), tb, e.cause or e, "", os.getpid(), self.client.node_ip).as_instanceof_cause()
+        tb = "".join(traceback.format_exception(type(e), e, e.__traceback__.tb_next if e.__traceback__ else None))
+        try:
+            ser.serialize(e)
+            cause: BaseException = e
+        except Exception:  # noqa: BLE001  unpicklable exception: keep its text
+            cause = E.RaySystemError(f"{type(e).__name__}: {e}")
+        return E.RayTaskError(spec.display_name(), tb, cause, "", os.getpid(), self.client.node_ip).as_instanceof_cause()
+
+    def _error_reply(self, spec: TaskSpec, err: BaseException, kind: str) -> P.PushTaskReply:
+        payload = ser.serialize(err, kind=ser.KIND_ERROR).to_inline()
+        if spec.num_returns in (STREAMING, DYNAMIC):
+            return P.PushTaskReply(spec.task_id, [[b"", "e", payload]], [], kind)
+        return P.PushTaskReply(spec.task_id, [[oid, "e", payload] for oid in spec.return_ids()], [], kind)
+
+    def _callable(self, spec: TaskSpec):
+        if spec.kind == KIND_ACTOR_CALL:
+            if self.actor is None:
+                raise E.RaySystemError("this worker hosts no actor")
+            try:
+                return getattr(self.actor, spec.method_name)
+            except AttributeError:
+                raise AttributeError(f"'{type(self.actor).__name__}' object has no attribute "
+                                     f"'{spec.method_name}'") from None
+        return self.client.load_function(spec.function.function_id)
+
+    def _store(self, object_id: bytes, value: Any) -> list:
+        so = ser.serialize(value, what=f"the return value of {self.ctx.task_name}")
+        if so.contained_refs:
+            self._pin_for_caller(so.contained_refs)
+        kind, payload = self.client._store_value(object_id, so)
+        return [object_id, kind, payload]
+
+    def _pin_for_caller(self, refs: list) -> None:
+        """Refs inside a return value: register the caller as their borrower before replying."""
+        spec = self.ctx.current_spec
+        caller = spec.owner_address if spec else ""
+        for r in refs:
+            if r._owner == self.client.address:
+                with self.client._lock:
+                    self.client.refs.add_borrower(r._id, caller)
+            elif r._owner != caller:
+                with contextlib.suppress(Exception):
+                    conn = self.client.run_sync(self.client.connection(r._owner))
+                    self.client.run_sync(conn.request(P.AddBorrower([r._id], caller)))
+
+    def _pack_returns(self, spec: TaskSpec, result: Any) -> list:
+        ids = spec.return_ids()
+        if spec.num_returns == 0:
+            return []
+        if spec.num_returns == 1:
+            return [self._store(ids[0], result)]
+        if not isinstance(result, (tuple, list)) or len(result) != spec.num_returns:
+            raise ValueError(f"Task {spec.display_name()} has num_returns={spec.num_returns} but returned "
+                             f"{type(result).__name__} {'of length ' + str(len(result)) if hasattr(result, '__len__') else ''}; "
+                             f"return a tuple of {spec.num_returns} values.")
+        return [self._store(oid, v) for oid, v in zip(ids, result)]
+
+    def _stream(self, conn, spec: TaskSpec, result: Any) -> P.PushTaskReply:
+        if not inspect.isgenerator(result) and not hasattr(result, "__iter__"):
+            raise TypeError(f"{spec.display_name()} has num_returns='streaming' but returned "
+                            f"{type(result).__name__}, not a generator; use `yield`.")
+        index = 0
+        for value in result:
+            oid = ObjectID.for_return(spec.task_id, index + 2)
+            item = self._store(oid, value)
+            msg = P.GeneratorItem(spec.task_id, index, item)
+            self.client.loop.call_soon_threadsafe(_send_quietly, conn, msg)
+            index += 1
+        return P.PushTaskReply(spec.task_id, [[b"", "n", index]], [])
+
+    # ------------------------------------------------------------ actors
+    def _create_actor(self, conn, rid: int, spec: TaskSpec) -> None:
+        self._enter(spec)
+        self.ctx.actor_id = spec.actor_id
+        self.ctx.actor_name = spec.actor_name
+        self.ctx.namespace = spec.namespace
+        self.ctx.assigned_resources = spec.resources
+        self.actor_spec = spec
+        self.log_prefix = f"({spec.function.qualname} pid={os.getpid()}, ip={self.client.node_ip}) "
+        try:
+            cls = self.client.load_function(spec.function.function_id)
+            args, kwargs = self._resolve_args(spec)
+            self.actor = cls.__new__(cls)
+            if spec.is_async:
+                self._start_async_actor(spec)
+                fut = asyncio.run_coroutine_threadsafe(_call_init(self.actor, args, kwargs), self.actor_loop)
+                fut.result()
+            else:
+                self.actor.__init__(*args, **kwargs)
+                if spec.max_concurrency > 1:
+                    self.actor_pool = ThreadPoolExecutor(spec.max_concurrency, thread_name_prefix="actor")
+        except BaseException as e:  # noqa: BLE001
+            err = self._task_error(spec, e)
+            self._reply(conn, rid, P.CreateActorReply(False, ser.serialize(err).to_inline()))
+            return
+        self._reply(conn, rid, P.CreateActorReply(True))
+
+    def _start_async_actor(self, spec: TaskSpec) -> None:
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            self.actor_loop = loop
+            self.actor_sema = asyncio.Semaphore(spec.max_concurrency)
+            ready.set()
+            loop.run_forever()
+
+        threading.Thread(target=run, name="actor-asyncio", daemon=True).start()
+        ready.wait()
+
+    async def _run_async_call(self, conn, rid: int, spec: TaskSpec) -> None:
+        async with self.actor_sema:
+            self._enter(spec)
+            try:
+                method = self._callable(spec)
+                if spec.arg_refs or spec.args[0] == "ref":
+                    args, kwargs = await asyncio.get_running_loop().run_in_executor(None, self._resolve_args, spec)
+                else:
+                    args, kwargs = self._resolve_args(spec)
+                if inspect.iscoroutinefunction(method):
+                    result = await method(*args, **kwargs)
+                elif inspect.isasyncgenfunction(method):
+                    result = [x async for x in method(*args, **kwargs)]
+                    reply = self._stream(conn, spec, iter(result))
+                    self._reply(conn, rid, reply)
+                    return
+                else:
+                    result = method(*args, **kwargs)
+                if spec.num_returns in (STREAMING, DYNAMIC):
+                    reply = self._stream(conn, spec, result)
+                else:
+                    reply = P.PushTaskReply(spec.task_id, self._pack_returns(spec, result), [])
+            except asyncio.CancelledError:
+                reply = self._error_reply(spec, E.TaskCancelledError(spec.task_id.hex()), "cancelled")
+            except BaseException as e:  # noqa: BLE001
+                reply = self._error_reply(spec, self._task_error(spec, e), "app")
+            self._reply(conn, rid, reply)
+
+    # ------------------------------------------------------------ output
+    def _redirect_output(self) -> None:
+        for fd, stream in ((1, "stdout"), (2, "stderr")):
+            r, w = os.pipe()
+            os.dup2(w, fd)
+            os.close(w)
+            threading.Thread(target=self._pump_output, args=(r, stream), daemon=True,
+                             name=f"raylite-{stream}").start()
+        sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+
+    def _pump_output(self, fd: int, stream: str) -> None:
+        with os.fdopen(fd, "rb", buffering=0) as f:
+            pending = b""
+            while True:
+                data = f.read(65536)
+                if not data:
+                    return
+                pending += data
+                if b"\n" not in pending:
+                    continue
+                *lines, pending = pending.split(b"\n")
+                text = [ln.decode(errors="replace") for ln in lines]
+                msg = P.LogLines(self.ctx.job_id, self.log_prefix, stream, text)
+                with contextlib.suppress(Exception):
+                    self.client.loop.call_soon_threadsafe(self.client._send_node, msg)
+
+
+async def _call_init(actor: Any, args: tuple, kwargs: dict) -> None:
+    result = actor.__init__(*args, **kwargs)
+    if inspect.isawaitable(result):
+        await result
+
+
+def _send_quietly(conn, msg: P.Message) -> None:
+    with contextlib.suppress(Exception):
+        conn.send(msg)
+
+
+def main(request: dict) -> None:
+    Worker(request).run()

@@ -1,0 +1,151 @@
+"""Worker processes of one node: forked by the zygote, reused by runtime environment.
+
+The pool knows each worker's state (STARTING -> IDLE <-> LEASED, or ACTOR; then
+DEAD) and starts new ones through the zygote's control socket. It does no
+scheduling: the node daemon decides who gets which worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import signal
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from raylite._core.ids import WorkerID
+from raylite._core.zygote import start_zygote
+
+log = logging.getLogger("raylite.worker_pool")
+
+
+def env_key(runtime_env: dict) -> str:
+    """Workers are shared only between calls with the same runtime environment."""
+    if not runtime_env:
+        return ""
+    relevant = {k: runtime_env.get(k) for k in ("env_vars", "working_dir", "py_modules") if runtime_env.get(k)}
+    if not relevant:
+        return ""
+    return hashlib.sha1(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class WorkerRecord:
+    worker_id: bytes
+    env_key: str
+    pid: int = 0
+    conn: object = None  # rpc.Connection once registered
+    address: str = ""
+    state: str = "STARTING"  # STARTING | IDLE | LEASED | ACTOR | DEAD
+    lease_id: bytes = b""
+    lessee: object = None
+    actor_id: bytes = b""
+    held: dict = field(default_factory=dict)  # resources held by the lease or actor
+    blocked: bool = False
+    exit_info: str = ""
+    started_at: float = 0.0
+    kill_reason: str = ""
+
+
+class WorkerPool:
+    def __init__(self, node_address: str, token: str, session_dir: str,
+                 on_exit: Callable[[WorkerRecord], None]) -> None:
+        self.node_address = node_address
+        self.token = token
+        self.session_dir = session_dir
+        self.on_exit = on_exit
+        self.workers: dict[bytes, WorkerRecord] = {}
+        self.by_pid: dict[int, WorkerRecord] = {}
+        self._zygote_pid = 0
+        self._zygote_sock: socket.socket | None = None
+        self._buf = b""
+
+    def fork_zygote(self) -> None:
+        """Call before any thread or event loop exists in this process."""
+        self._zygote_pid, self._zygote_sock = start_zygote()
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        assert self._zygote_sock is not None
+        self._zygote_sock.setblocking(False)
+        loop.add_reader(self._zygote_sock.fileno(), self._on_zygote_readable)
+
+    def _on_zygote_readable(self) -> None:
+        try:
+            data = self._zygote_sock.recv(65536)
+        except BlockingIOError:
+            return
+        if not data:
+            log.error("the zygote exited; no new workers can start")
+            asyncio.get_event_loop().remove_reader(self._zygote_sock.fileno())
+            return
+        self._buf += data
+        while b"\n" in self._buf:
+            line, self._buf = self._buf.split(b"\n", 1)
+            info = json.loads(line)
+            if "started" in info:
+                rec = self.workers.get(bytes.fromhex(info["started"]))
+                if rec is not None:
+                    rec.pid = info["pid"]
+                    self.by_pid[rec.pid] = rec
+            elif "exited" in info:
+                rec = self.by_pid.pop(info["exited"], None)
+                if rec is not None:
+                    if info["signal"]:
+                        try:
+                            name = signal.Signals(info["signal"]).name
+                        except ValueError:
+                            name = str(info["signal"])
+                        rec.exit_info = f"killed by signal {name}"
+                    else:
+                        rec.exit_info = f"exited with code {info['code']}"
+                    self.on_exit(rec)
+
+    def start_worker(self, key: str, runtime_env: dict, *, now: float) -> WorkerRecord:
+        worker_id = WorkerID.from_random()
+        rec = WorkerRecord(worker_id, key, started_at=now)
+        self.workers[worker_id] = rec
+        env = {str(k): str(v) for k, v in (runtime_env.get("env_vars") or {}).items()}
+        request = {
+            "worker_id": worker_id.hex(),
+            "node_address": self.node_address,
+            "token": self.token,
+            "session_dir": self.session_dir,
+            "env": env,
+            "cwd": runtime_env.get("working_dir") or "",
+            "py_path": runtime_env.get("py_modules") or [],
+        }
+        self._zygote_sock.sendall(json.dumps(request).encode() + b"\n")
+        return rec
+
+    def idle(self, key: str) -> WorkerRecord | None:
+        for rec in self.workers.values():
+            if rec.state == "IDLE" and rec.env_key == key:
+                return rec
+        return None
+
+    def count(self, key: str, states: tuple[str, ...]) -> int:
+        return sum(1 for r in self.workers.values() if r.env_key == key and r.state in states)
+
+    def kill(self, rec: WorkerRecord, reason: str = "") -> None:
+        rec.kill_reason = rec.kill_reason or reason
+        if rec.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(rec.pid, signal.SIGKILL)
+        elif rec.conn is not None:
+            rec.conn.close()
+
+    def shutdown(self) -> None:
+        for rec in list(self.workers.values()):
+            if rec.pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(rec.pid, signal.SIGKILL)
+        if self._zygote_pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._zygote_pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self._zygote_pid, 0)

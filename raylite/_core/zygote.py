@@ -1,0 +1,140 @@
+"""The zygote: a pre-imported template process that forks workers in milliseconds.
+
+The node daemon forks the zygote before it starts its event loop. The zygote
+imports what every worker needs, then serves fork requests (JSON lines over a
+socketpair): each child applies the worker's environment and becomes a worker.
+The zygote reaps its children and reports their exit status, so the node can
+say *how* a worker died (exit code, signal).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+
+
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send `sig` to this process when its parent dies (no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def start_zygote() -> tuple[int, socket.socket]:
+    """Fork the zygote; returns (pid, the node's end of the control socket)."""
+    parent_sock, child_sock = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:  # zygote
+        try:
+            parent_sock.close()
+            _zygote_main(child_sock)
+        finally:
+            os._exit(0)
+    child_sock.close()
+    return pid, parent_sock
+
+
+def _zygote_main(sock: socket.socket) -> None:
+    set_parent_death_signal()
+    with contextlib.suppress(Exception):
+        os.setpgid(0, 0)  # our own process group: Ctrl-C at the driver's terminal is the driver's
+    _preimport()
+    rpipe, wpipe = os.pipe()
+    os.set_blocking(wpipe, False)
+    signal.set_wakeup_fd(wpipe)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    buf = b""
+    while True:
+        try:
+            ready, _, _ = select.select([sock, rpipe], [], [])
+        except InterruptedError:
+            ready = [rpipe]
+        if rpipe in ready:
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.read(rpipe, 4096)
+        _reap(sock)
+        if sock in ready:
+            data = sock.recv(65536)
+            if not data:
+                return  # the node is gone
+            buf += data
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                request = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    signal.set_wakeup_fd(-1)
+                    os.close(rpipe)
+                    os.close(wpipe)
+                    sock.close()
+                    _become_worker(request)
+                    os._exit(0)
+                _send(sock, {"started": request["worker_id"], "pid": pid})
+
+
+def _reap(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        if os.WIFSIGNALED(status):
+            info = {"exited": pid, "signal": os.WTERMSIG(status), "code": None}
+        else:
+            info = {"exited": pid, "signal": None, "code": os.WEXITSTATUS(status)}
+        _send(sock, info)
+
+
+def _send(sock: socket.socket, obj: dict) -> None:
+    with contextlib.suppress(OSError):
+        sock.sendall(json.dumps(obj).encode() + b"\n")
+
+
+def _preimport() -> None:
+    import raylite._core.worker  # noqa: F401
+    with contextlib.suppress(Exception):
+        import numpy  # noqa: F401
+
+
+def _become_worker(request: dict) -> None:
+    set_parent_death_signal()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    for key, value in (request.get("env") or {}).items():
+        os.environ[key] = value
+    cwd = request.get("cwd")
+    if cwd:
+        os.chdir(cwd)
+        sys.path.insert(0, cwd)
+    for path in request.get("py_path") or []:
+        sys.path.insert(0, path)
+    from raylite._core import worker
+
+    code = 0
+    try:
+        worker.main(request)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 0
+    except BaseException:  # noqa: BLE001
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)

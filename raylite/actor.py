@@ -1,0 +1,295 @@
+"""ActorClass, ActorHandle, ActorMethod: what `@raylite.remote` makes of a class."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import threading
+from typing import Any
+
+import cloudpickle
+
+from raylite._core import options as O
+from raylite._core.ids import ActorID
+from raylite._core.task_spec import (
+    DYNAMIC,
+    KIND_ACTOR_CALL,
+    KIND_ACTOR_CREATE,
+    STREAMING,
+    FunctionDescriptor,
+    TaskSpec,
+)
+from raylite.remote_function import legacy_pg_options, merge_runtime_env, strategy_to_wire
+
+
+def method(*args: Any, **kwargs: Any) -> Any:
+    """Annotate an actor method: `@raylite.method(num_returns=2)`."""
+    def wrap(fn):
+        for k, v in kwargs.items():
+            if k not in O.METHOD_OPTIONS:
+                raise ValueError(f"Invalid option {k!r} for raylite.method; valid: {sorted(O.METHOD_OPTIONS)}")
+        fn.__raylite_method_options__ = dict(kwargs)
+        return fn
+
+    if len(args) == 1 and callable(args[0]) and not kwargs:
+        return wrap(args[0])
+    return wrap
+
+
+def _method_meta(cls: type) -> dict[str, Any]:
+    meta: dict[str, Any] = {}
+    for name, member in inspect.getmembers(cls):
+        if not callable(member) or (name.startswith("__") and name != "__call__"):
+            continue
+        opts = getattr(member, "__raylite_method_options__", {})
+        nr = opts.get("num_returns", 1)
+        if inspect.isgeneratorfunction(member) or inspect.isasyncgenfunction(member):
+            nr = opts.get("num_returns", "streaming")
+        meta[name] = nr
+    return meta
+
+
+def _is_async(cls: type) -> bool:
+    return any(inspect.iscoroutinefunction(m) or inspect.isasyncgenfunction(m)
+               for _, m in inspect.getmembers(cls, predicate=inspect.isfunction))
+
+
+def _wire_returns(nr: Any) -> int:
+    if nr == "streaming":
+        return STREAMING
+    if nr == "dynamic":
+        return DYNAMIC
+    return int(nr)
+
+
+class ActorClass:
+    """A class that runs as an actor: `Cls.remote(*args)` starts one and returns its handle."""
+
+    def __init__(self, cls: type, options: dict[str, Any]) -> None:
+        self._cls = cls
+        self._options = O.validate(dict(options), O.ACTOR_OPTIONS, f"actor class {cls.__qualname__}")
+        self._pickled: bytes | None = None
+        self._descriptor: FunctionDescriptor | None = None
+        self._exported_by: Any = None
+        self._meta = _method_meta(cls)
+        self._async = _is_async(cls)
+        self.__name__ = cls.__name__
+        self.__qualname__ = cls.__qualname__
+        self.__doc__ = cls.__doc__
+        self.__module__ = cls.__module__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        name = self._cls.__name__
+        raise TypeError(f"Actors cannot be instantiated directly. Instead of '{name}()', use "
+                        f"'{name}.remote()'.")
+
+    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
+        return self._remote(args, kwargs, self._options)
+
+    def options(self, **options: Any) -> _ActorClassWithOptions:
+        O.validate(options, O.ACTOR_OPTIONS, f"actor class {self._cls.__qualname__}")
+        return _ActorClassWithOptions(self, {**self._options, **options})
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        from raylite.dag import ClassNode
+
+        return ClassNode(self, args, kwargs, self._options)
+
+    def _export(self, client: Any) -> FunctionDescriptor:
+        if self._descriptor is None:
+            self._pickled = cloudpickle.dumps(self._cls)
+            digest = hashlib.sha1(self._pickled).digest()[:16]
+            self._descriptor = FunctionDescriptor(self._cls.__module__, self._cls.__qualname__, digest)
+        if self._exported_by is not client:
+            client.export_function(self._descriptor.function_id, self._pickled)
+            self._exported_by = client
+        return self._descriptor
+
+    def _remote(self, args: tuple, kwargs: dict, opts: dict) -> ActorHandle:
+        from raylite import api
+
+        client = api.ensure_initialized()
+        init = getattr(self._cls, "__init__", None)
+        if init is not None and init is not object.__init__:
+            try:
+                inspect.signature(init).bind(None, *args, **kwargs)
+            except TypeError as e:
+                raise TypeError(f"{self._cls.__qualname__}.remote() got bad arguments: {e}") from None
+            except ValueError:
+                pass
+        descriptor = self._export(client)
+        opts = legacy_pg_options(opts)
+        namespace = opts.get("namespace") or client.namespace
+        name = opts.get("name") or ""
+        detached = opts.get("lifetime") == "detached"
+        if detached and not name:
+            pass  # Ray allows unnamed detached actors
+        resources = O.resource_request(opts, default_cpus=0)
+        if opts.get("num_cpus") is None:
+            resources.pop("CPU", None)
+        strategy, resources = strategy_to_wire(opts.get("scheduling_strategy"), resources)
+        runtime_env = merge_runtime_env(api.job_runtime_env(), opts.get("runtime_env"))
+        payload, arg_refs, _pinned = client.pack_args(args, kwargs, f"{self._cls.__qualname__}.__init__")
+        max_concurrency = opts.get("max_concurrency") or (1000 if self._async else 1)
+        actor_id = ActorID.from_random()
+        spec = TaskSpec(
+            task_id=client.new_task_id(), job_id=client.job_id, kind=KIND_ACTOR_CREATE, function=descriptor,
+            args=payload, arg_refs=arg_refs, num_returns=0, owner_address=client.address,
+            owner_worker_id=b"" if detached else client.worker_id, resources=resources, runtime_env=runtime_env,
+            strategy=strategy, actor_id=actor_id, max_restarts=opts.get("max_restarts") or 0,
+            max_task_retries=opts.get("max_task_retries") or 0, max_concurrency=max_concurrency,
+            is_async=self._async, actor_name=name, namespace=namespace, detached=detached,
+            method_meta=self._meta)
+        reply = client.register_actor(spec, bool(opts.get("get_if_exists")))
+        if reply.existed:
+            existing = TaskSpec.from_wire(reply.spec)
+            return ActorHandle(reply.actor_id, existing.function.qualname, existing.method_meta,
+                               existing.max_task_retries, owned=False)
+        return ActorHandle(actor_id, self._cls.__qualname__, self._meta, spec.max_task_retries,
+                           owned=not detached and not name)
+
+
+class _ActorClassWithOptions:
+    def __init__(self, actor_class: ActorClass, options: dict) -> None:
+        self._actor_class = actor_class
+        self._options = options
+
+    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
+        return self._actor_class._remote(args, kwargs, self._options)
+
+    def options(self, **options: Any) -> _ActorClassWithOptions:
+        O.validate(options, O.ACTOR_OPTIONS, f"actor class {self._actor_class._cls.__qualname__}")
+        return _ActorClassWithOptions(self._actor_class, {**self._options, **options})
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        from raylite.dag import ClassNode
+
+        return ClassNode(self._actor_class, args, kwargs, self._options)
+
+
+# actor id -> live handle objects in this process, for actors this process created unnamed
+_handle_counts: dict[bytes, int] = {}
+_escaped: set[bytes] = set()
+_counts_lock = threading.Lock()
+
+
+class ActorHandle:
+    """A handle to an actor: `handle.method.remote(...)` calls it; pass it to other tasks freely."""
+
+    def __init__(self, actor_id: bytes, class_name: str, method_meta: dict, max_task_retries: int = 0,
+                 *, owned: bool = False) -> None:
+        self._actor_id = bytes(actor_id)
+        self._class_name = class_name
+        self._meta = dict(method_meta)
+        self._max_task_retries = max_task_retries
+        self._owned = owned
+        if owned:
+            with _counts_lock:
+                _handle_counts[self._actor_id] = _handle_counts.get(self._actor_id, 0) + 1
+
+    def __del__(self) -> None:
+        if not getattr(self, "_owned", False):
+            return
+        try:
+            with _counts_lock:
+                left = _handle_counts.get(self._actor_id, 1) - 1
+                _handle_counts[self._actor_id] = left
+                if left > 0 or self._actor_id in _escaped:
+                    return
+                del _handle_counts[self._actor_id]
+            from raylite._core import runtime
+
+            client = runtime.client()
+            if client is not None and not client._closed:
+                from raylite._core import protocol as P
+
+                client.call_soon(lambda: client.head.send(P.KillActor(self._actor_id, True)))
+        except Exception:  # noqa: BLE001  interpreter shutdown
+            pass
+
+    def __getattr__(self, name: str) -> ActorMethod:
+        if name.startswith("__") or name not in self._meta:
+            raise AttributeError(f"'ActorHandle' object for actor {self._class_name} has no method "
+                                 f"'{name}'. Its methods are: {', '.join(sorted(self._meta)) or 'none'}.")
+        return ActorMethod(self, name, self._meta[name])
+
+    def __reduce__(self):
+        with _counts_lock:
+            _escaped.add(self._actor_id)
+        return (_rebuild_handle, (self._actor_id, self._class_name, self._meta, self._max_task_retries))
+
+    def __repr__(self) -> str:
+        return f"Actor({self._class_name}, {self._actor_id.hex()})"
+
+    def __hash__(self) -> int:
+        return hash(self._actor_id)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
+
+    @property
+    def _ray_actor_id(self) -> ActorID:
+        return ActorID(self._actor_id)
+
+    def _call(self, method_name: str, args: tuple, kwargs: dict, opts: dict) -> Any:
+        from raylite import api
+
+        client = api.ensure_initialized()
+        payload, arg_refs, pinned = client.pack_args(args, kwargs, f"{self._class_name}.{method_name}")
+        nr = opts.get("num_returns", self._meta.get(method_name, 1))
+        spec = TaskSpec(
+            task_id=client.new_task_id(), job_id=client.job_id, kind=KIND_ACTOR_CALL,
+            function=FunctionDescriptor("", self._class_name, b""), args=payload, arg_refs=arg_refs,
+            num_returns=_wire_returns(nr), owner_address=client.address, owner_worker_id=client.worker_id,
+            resources={}, name=opts.get("name") or "", actor_id=self._actor_id, method_name=method_name,
+            max_task_retries=opts.get("max_task_retries", self._max_task_retries),
+            concurrency_group=opts.get("concurrency_group") or "")
+        return client.submit_actor_task(spec, pinned)
+
+
+def _rebuild_handle(actor_id: bytes, class_name: str, meta: dict, max_task_retries: int) -> ActorHandle:
+    return ActorHandle(actor_id, class_name, meta, max_task_retries, owned=False)
+
+
+class ActorMethod:
+    def __init__(self, handle: ActorHandle, name: str, num_returns: Any, options: dict | None = None) -> None:
+        self._handle = handle
+        self._name = name
+        self._num_returns = num_returns
+        self._options = options or {}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"Actor methods cannot be called directly. Instead of running "
+                        f"'object.{self._name}()', try 'object.{self._name}.remote()'.")
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self._handle._call(self._name, args, kwargs, {"num_returns": self._num_returns, **self._options})
+
+    def options(self, **options: Any) -> ActorMethod:
+        O.validate(options, O.METHOD_OPTIONS, f"actor method {self._name}")
+        return ActorMethod(self._handle, self._name, options.get("num_returns", self._num_returns),
+                           {**self._options, **options})
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        from raylite.dag import ClassMethodNode
+
+        return ClassMethodNode(self._handle, self._name, args, kwargs, self._options)
+
+
+def exit_actor() -> None:
+    """Stop the current actor from inside one of its methods (no restart)."""
+    import os
+
+    from raylite._core import runtime
+
+    worker = runtime.worker()
+    if worker is None or worker.actor_spec is None:
+        raise TypeError("exit_actor() can only be called inside an actor.")
+    client = runtime.client()
+    from raylite._core import protocol as P
+
+    try:
+        client.run_sync(client.head.request(P.KillActor(worker.actor_spec.actor_id, True)), timeout=5)
+    except Exception:  # noqa: BLE001
+        pass
+    os._exit(0)

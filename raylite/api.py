@@ -1,0 +1,279 @@
+"""Bodies of the Core API: init, shutdown, get, put, wait, kill, cancel, get_actor, nodes, ..."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from raylite import exceptions as E
+from raylite._core import protocol as P
+from raylite._core import resources as R
+from raylite._core import runtime
+from raylite._core.config import get_config
+from raylite._core.refs import ObjectRef, ObjectRefGenerator
+
+_RAY_INIT_KWARGS = {
+    "labels", "local_mode", "include_dashboard", "dashboard_host", "dashboard_port", "job_config",
+    "configure_logging", "logging_format", "logging_config", "storage", "enable_resource_isolation",
+    "system_reserved_cpu", "system_reserved_memory", "_system_config", "_temp_dir",
+    "_node_ip_address", "_enable_object_reconstruction", "_metrics_export_port", "_plasma_directory",
+    "_redis_password", "_memory", "_node_name", "_tracing_startup_hook", "_cgroup_path",
+}
+_init_lock = threading.RLock()
+_job_runtime_env: dict = {}
+
+
+class RayContext(dict):
+    """What init() returns: address info; usable as a context manager that shuts down on exit."""
+
+    def __init__(self, info: Any) -> None:
+        super().__init__(address=info.head_address, node_id=info.node_id, session_dir=info.session_dir,
+                         node_ip_address="127.0.0.1", dashboard_url=None)
+        self.address_info = dict(self)
+        self.dashboard_url = None
+
+    def __enter__(self) -> RayContext:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        shutdown()
+
+    def disconnect(self) -> None:
+        shutdown()
+
+
+def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus: float | None = None,
+         resources: dict[str, float] | None = None, namespace: str | None = None,
+         runtime_env: dict | None = None, object_store_memory: int | None = None,
+         ignore_reinit_error: bool = False, log_to_driver: bool = True,
+         logging_level: int | str = logging.INFO, include_dashboard: bool | None = None,
+         **kwargs: Any) -> RayContext:
+    """Start a local cluster (or connect to one) and make this process its driver."""
+    for key in kwargs:
+        if key not in _RAY_INIT_KWARGS:
+            raise TypeError(f"init() got an unexpected keyword argument {key!r}")
+        if kwargs[key] not in (None, False):
+            warnings.warn(f"raylite.init() ignores {key}={kwargs[key]!r} (accepted for Ray compatibility).",
+                          stacklevel=2)
+    with _init_lock:
+        if runtime.is_worker():
+            return RayContext(runtime.driver() or _WorkerInfo())
+        if runtime.client() is not None:
+            if ignore_reinit_error:
+                return RayContext(runtime.driver())
+            raise RuntimeError("Maybe you called raylite.init twice by accident? This error can be "
+                               "suppressed by passing ignore_reinit_error=True, or call "
+                               "raylite.shutdown() first.")
+        if resources:
+            for k in resources:
+                if k in ("CPU", "GPU"):
+                    raise ValueError(f"Use num_cpus/num_gpus instead of resources[{k!r}] in init().")
+        address = address or os.environ.get("RAYLITE_ADDRESS") or os.environ.get("RAY_ADDRESS") or None
+        from raylite._core import driver
+
+        global _job_runtime_env
+        from raylite.remote_function import merge_runtime_env
+
+        _job_runtime_env = merge_runtime_env(None, runtime_env) if runtime_env else {}
+        if runtime_env and runtime_env.get("env_vars"):
+            pass
+        if address and address not in ("local",):
+            info = driver.init_remote(address, namespace=namespace or _anon_namespace(),
+                                      log_to_driver=log_to_driver)
+        else:
+            info = driver.init_local(num_cpus=num_cpus, num_gpus=num_gpus, resources=resources,
+                                     namespace=namespace or _anon_namespace(),
+                                     object_store_memory=object_store_memory, log_to_driver=log_to_driver,
+                                     labels=kwargs.get("labels"))
+        return RayContext(info)
+
+
+class _WorkerInfo:
+    head_address = ""
+    node_id = ""
+    session_dir = ""
+
+
+def _anon_namespace() -> str:
+    import uuid
+
+    return f"anon-{uuid.uuid4().hex[:12]}"
+
+
+def job_runtime_env() -> dict:
+    if runtime.is_worker():
+        spec = runtime.worker().ctx.current_spec
+        return dict(spec.runtime_env) if spec is not None and spec.runtime_env else {}
+    return _job_runtime_env
+
+
+def current_task_id() -> bytes:
+    if runtime.is_worker():
+        return runtime.worker().ctx.task_id
+    return b""
+
+
+def is_initialized() -> bool:
+    return runtime.client() is not None
+
+
+def shutdown() -> None:
+    """Stop this driver's local cluster (or disconnect from a remote one)."""
+    if runtime.is_worker():
+        return
+    from raylite._core import driver
+
+    driver.shutdown()
+
+
+def ensure_initialized() -> Any:
+    client = runtime.client()
+    if client is None:
+        with _init_lock:
+            client = runtime.client()
+            if client is None:
+                init()
+                client = runtime.client()
+    return client
+
+
+def _check_refs(refs: Any, where: str) -> None:
+    for r in refs:
+        if not isinstance(r, ObjectRef):
+            raise TypeError(f"{where} expects an ObjectRef or a list of ObjectRefs, but got "
+                            f"{type(r).__name__}: {r!r:.80}. Pass the refs returned by .remote() or put().")
+
+
+def get(object_refs: Any, *, timeout: float | None = None) -> Any:
+    """Values of the objects; raises the task's error (as its original type) if it failed."""
+    client = ensure_initialized()
+    if isinstance(object_refs, ObjectRefGenerator):
+        object_refs = list(object_refs)
+    if isinstance(object_refs, ObjectRef):
+        return client.get([object_refs], timeout)[0]
+    if isinstance(object_refs, (list, tuple)):
+        _check_refs(object_refs, "raylite.get()")
+        return client.get(list(object_refs), timeout)
+    raise TypeError(f"raylite.get() expects an ObjectRef or a list of ObjectRefs, but got "
+                    f"{type(object_refs).__name__}: {object_refs!r:.80}.")
+
+
+def put(value: Any, *, _owner: Any = None) -> ObjectRef:
+    return ensure_initialized().put(value)
+
+
+def wait(object_refs: Sequence[ObjectRef], *, num_returns: int = 1, timeout: float | None = None,
+         fetch_local: bool = True) -> tuple[list[ObjectRef], list[ObjectRef]]:
+    """Split refs into (ready, not ready) once num_returns are ready or the timeout passes."""
+    client = ensure_initialized()
+    if isinstance(object_refs, ObjectRef) or not isinstance(object_refs, (list, tuple)):
+        raise TypeError("wait() expects a list of ObjectRefs, e.g. wait([ref]).")
+    _check_refs(object_refs, "raylite.wait()")
+    if len(set(object_refs)) != len(object_refs):
+        raise ValueError("wait() got duplicate ObjectRefs in its list.")
+    if num_returns <= 0 or num_returns > len(object_refs):
+        if not object_refs:
+            return [], []
+        raise ValueError(f"num_returns ({num_returns}) must be between 1 and the number of refs "
+                         f"({len(object_refs)}).")
+    if timeout is not None and timeout < 0:
+        raise ValueError(f"timeout must be non-negative, got {timeout}")
+    return client.wait(list(object_refs), num_returns, timeout, fetch_local)
+
+
+def kill(actor: Any, *, no_restart: bool = True) -> None:
+    from raylite.actor import ActorHandle
+
+    if not isinstance(actor, ActorHandle):
+        raise ValueError(f"raylite.kill() only supports actor handles; got {type(actor).__name__}. "
+                         "Use raylite.cancel() for tasks.")
+    ensure_initialized().kill_actor(actor._actor_id, no_restart)
+
+
+def cancel(ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
+    if not isinstance(ref, ObjectRef):
+        raise TypeError(f"raylite.cancel() expects an ObjectRef, got {type(ref).__name__}.")
+    ensure_initialized().cancel(ref, force, recursive)
+
+
+def get_actor(name: str, namespace: str | None = None) -> Any:
+    from raylite._core.task_spec import TaskSpec
+    from raylite.actor import ActorHandle
+
+    if not isinstance(name, str) or not name:
+        raise ValueError("get_actor() needs the actor's name (a non-empty string).")
+    client = ensure_initialized()
+    ns = namespace if namespace is not None else client.namespace
+    reply = client.head_request(P.GetNamedActor(name, ns))
+    if not reply.actor_id:
+        raise ValueError(f"Failed to look up actor with name {name!r} in namespace {ns!r}. It was never "
+                         "created, it died, or it lives in another namespace (pass namespace=...).")
+    spec = TaskSpec.from_wire(reply.spec)
+    return ActorHandle(reply.actor_id, spec.function.qualname, spec.method_meta, spec.max_task_retries)
+
+
+def list_named_actors(all_namespaces: bool = False) -> list:
+    client = ensure_initialized()
+    reply = client.head_request(P.ListNamedActors(all_namespaces, client.namespace))
+    if all_namespaces:
+        return reply.actors
+    return [a["name"] for a in reply.actors]
+
+
+def nodes() -> list[dict]:
+    client = ensure_initialized()
+    info = client.head_request(P.GetClusterInfo())
+    out = []
+    for n in info.nodes:
+        out.append({
+            "NodeID": n["node_id"].hex(), "Alive": n["alive"], "NodeManagerAddress": n["ip"],
+            "NodeManagerHostname": n["ip"], "NodeName": n["ip"], "Resources": _public(n["total"]),
+            "Labels": n.get("labels", {}), "alive": n["alive"], "DeathReason": n.get("death_cause", ""),
+            "address": n["address"],
+        })
+    return out
+
+
+def _public(res: dict) -> dict:
+    return {k: v for k, v in R.from_fixed(res).items() if "_group_" not in k}
+
+
+def cluster_resources() -> dict[str, float]:
+    total: dict[str, int] = {}
+    client = ensure_initialized()
+    for n in client.head_request(P.GetClusterInfo()).nodes:
+        if n["alive"]:
+            R.add(total, {k: v for k, v in n["total"].items() if "_group_" not in k})
+    return {k: float(v) for k, v in R.from_fixed(total).items()}
+
+
+def available_resources() -> dict[str, float]:
+    client = ensure_initialized()
+    total: dict[str, int] = {}
+    for n in client.head_request(P.GetClusterInfo()).nodes:
+        if not n["alive"]:
+            continue
+        avail = n["available"]
+        if n["node_id"] == client.node_id:
+            avail = client.node_request(P.GetNodeInfo()).available
+        R.add(total, {k: v for k, v in avail.items() if "_group_" not in k and v > 0})
+    return {k: float(v) for k, v in R.from_fixed(total).items() if v > 0}
+
+
+def get_gpu_ids() -> list[int]:
+    if runtime.is_worker():
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        return [int(x) for x in visible.split(",") if x.strip().isdigit()]
+    return []
+
+
+def timeline(filename: str | None = None) -> list:
+    return []
+
+
+__all__ = ["init", "shutdown", "is_initialized", "get", "put", "wait", "kill", "cancel", "get_actor",
+           "nodes", "cluster_resources", "available_resources", "get_gpu_ids", "E"]

@@ -1,0 +1,371 @@
+"""Block transforms: the pure functions a map task runs.
+
+A map task receives its input (blocks, or one read task) and runs a
+``TransformChain``: a list of stages, each turning an iterator of tables into
+an iterator of tables. Fusing operators (read + map + filter) is just
+concatenating their stages, so one task does all of them without putting the
+intermediate blocks in the object store. Iterators keep memory flat inside a
+task and let a ``LimitStage`` stop a reader early.
+
+Errors raised by user functions keep their type (``except ValueError`` still
+works on the driver) and get a note naming the operator and the row or batch.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from raylite.data.block import (
+    BatchTypeError,
+    Block,
+    batch_to_block,
+    concat_blocks,
+    iter_table_rows,
+    rows_to_block,
+    table_to_batch,
+)
+
+ROWS_PER_OUTPUT_TABLE = 4096
+
+
+def _note(exc: BaseException, text: str) -> None:
+    if hasattr(exc, "add_note") and text not in getattr(exc, "__notes__", ()):
+        exc.add_note(text)
+
+
+def _short(value: Any, limit: int = 300) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "...)"
+
+
+class Stage:
+    """One fused step of a map task; ``name`` is the operator's, for errors and stats."""
+
+    name: str = "Stage"
+
+    def setup(self) -> None:
+        """Called once per process before the first apply (actors build UDF instances here)."""
+
+    def apply(self, tables: Iterator[Block]) -> Iterator[Block]:
+        raise NotImplementedError
+
+
+def _call_udf(fn: Callable[..., Any], arg: Any, args: tuple, kwargs: dict, stage: str, what: str) -> Any:
+    try:
+        return fn(arg, *args, **kwargs)
+    except Exception as e:
+        _note(e, f"raylite.data: raised by the UDF of operator {stage} on {what}")
+        raise
+
+
+@dataclass
+class UDF:
+    """A user function or callable class plus its arguments; classes are built in setup()."""
+
+    fn: Any
+    fn_args: tuple = ()
+    fn_kwargs: dict = field(default_factory=dict)
+    fn_constructor_args: tuple = ()
+    fn_constructor_kwargs: dict = field(default_factory=dict)
+    _instance: Any = None
+
+    @property
+    def is_class(self) -> bool:
+        return isinstance(self.fn, type)
+
+    def setup(self) -> None:
+        if self.is_class and self._instance is None:
+            self._instance = self.fn(*self.fn_constructor_args, **self.fn_constructor_kwargs)
+
+    @property
+    def callable(self) -> Callable[..., Any]:
+        if self.is_class:
+            self.setup()
+            return self._instance
+        return self.fn
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_instance"] = None  # instances live in one process only
+        return state
+
+    def display_name(self) -> str:
+        return getattr(self.fn, "__name__", type(self.fn).__name__)
+
+
+def _rebatch(tables: Iterable[Block], batch_size: int | None) -> Iterator[Block]:
+    """Cut/merge a stream of tables into tables of exactly batch_size rows (last may be short)."""
+    if batch_size is None:
+        for t in tables:
+            if t.num_rows:
+                yield t
+        return
+    pending: list[Block] = []
+    pending_rows = 0
+    for t in tables:
+        offset = 0
+        while offset < t.num_rows:
+            take = min(batch_size - pending_rows, t.num_rows - offset)
+            pending.append(t.slice(offset, take))
+            pending_rows += take
+            offset += take
+            if pending_rows == batch_size:
+                yield concat_blocks(pending)
+                pending, pending_rows = [], 0
+    if pending_rows:
+        yield concat_blocks(pending)
+
+
+@dataclass
+class MapBatchesStage(Stage):
+    udf: UDF
+    batch_size: int | None
+    batch_format: str | None = "default"
+    zero_copy_batch: bool = False
+    name: str = "MapBatches"
+
+    def setup(self) -> None:
+        self.udf.setup()
+
+    def apply(self, tables: Iterator[Block]) -> Iterator[Block]:
+        fn = self.udf.callable
+        for table in _rebatch(tables, self.batch_size):
+            batch = table_to_batch(table, self.batch_format, writable=not self.zero_copy_batch)
+            out = _call_udf(
+                fn, batch, self.udf.fn_args, self.udf.fn_kwargs, self.name,
+                f"a batch of {table.num_rows} rows with columns {table.column_names}",
+            )
+            if inspect.isgenerator(out):
+                for item in out:
+                    yield self._to_block(item)
+            else:
+                yield self._to_block(out)
+
+    def _to_block(self, out: Any) -> Block:
+        try:
+            return batch_to_block(out, where=f"operator {self.name}")
+        except BatchTypeError:
+            raise
+        except (ValueError, TypeError) as e:
+            _note(e, f"raylite.data: the batch returned by operator {self.name} could not become a block")
+            raise
+
+
+@dataclass
+class MapRowsStage(Stage):
+    udf: UDF
+    name: str = "Map"
+
+    def setup(self) -> None:
+        self.udf.setup()
+
+    def apply(self, tables: Iterator[Block]) -> Iterator[Block]:
+        fn = self.udf.callable
+        where = f"operator {self.name}"
+        for table in tables:
+            rows: list[Any] = []
+            for row in iter_table_rows(table):
+                out = _call_udf(fn, row, self.udf.fn_args, self.udf.fn_kwargs, self.name, f"row {_short(row)}")
+                if not isinstance(out, dict):
+                    raise BatchTypeError(
+                        f"The UDF of operator {self.name} returned a {type(out).__name__} for row "
+                        f"{_short(row)}; map() functions must return a dict (use flat_map() to return "
+                        "a list of rows)."
+                    )
+                rows.append(out)
+                if len(rows) >= ROWS_PER_OUTPUT_TABLE:
+                    yield rows_to_block(rows, where)
+                    rows = []
+            if rows:
+                yield rows_to_block(rows, where)
+
+
+@dataclass
+class FlatMapStage(Stage):
+    udf: UDF
+    name: str = "FlatMap"
+
+    def setup(self) -> None:
+        self.udf.setup()
+
+    def apply(self, tables: Iterator[Block]) -> Iterator[Block]:
+        fn = self.udf.callable
+        where = f"operator {self.name}"
+        for table in tables:
+            rows: list[Any] = []
+            for row in iter_table_rows(table):
+                out = _call_udf(fn, row, self.udf.fn_args, self.udf.fn_kwargs, self.name, f"row {_short(row)}")
+                if isinstance(out, dict) or not isinstance(out, Iterable):
+                    raise BatchTypeError(
+                        f"The UDF of operator {self.name} returned a {type(out).__name__} for row "
+                        f"{_short(row)}; flat_map() functions must return a list of dicts."
+                    )
+                rows.extend(out)
+                if len(rows) >= ROWS_PER_OUTPUT_TABLE:
+                    yield rows_to_block(rows, where)
+                    rows = []
+            if rows:
+                yield rows_to_block(rows, where)
+
+
+@dataclass
+class FilterStage(Stage):
+    udf: UDF | None = None
+    expr: Any = None  # a pyarrow.compute.Expression
+    name: str = "Filter"
+
+    def setup(self) -> None:
+        if self.udf is not None:
+            self.udf.setup()
+
+    def apply(self, tables: Iterator[Block]) -> Iterator[Block]:
+        if self.expr is not None:
+            for table in tables:
+                try:
+                    yield table.filter(self.expr)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError) as e:
+                    raise ValueError(
+                        f"Filter expression {self.expr} of operator {self.name} failed on a block with "
+                        f"columns {table.column_names}: {e}"
+                    ) from e
+            return
+        assert self.udf is not None
+        fn = self.udf.callable
+        for table in tables:
+            mask = []
+            for row in iter_table_rows(table):
+                keep = _call_udf(fn, row, self.udf.fn_args, self.udf.fn_kwargs, self.name, f"row {_short(row)}")
+                if not isinstance(keep, (bool,)) and type(keep).__name__ != "bool_":
+                    raise BatchTypeError(
+                        f"The UDF of operator {self.name} returned a {type(keep).__name__} for row "
+                        f"{_short(row)}; filter() functions must return a bool."
+                    )
+                mask.append(bool(keep))
+            yield table.filter(pa.array(mask, type=pa.bool_())) if table.num_rows else table
+
+
+def _check_columns(table: Block, cols: Iterable[str], op: str) -> None:
+    missing = [c for c in cols if c not in table.column_names]
+    if missing:
+        raise KeyError(
+            f"Operator {op}: column(s) {missing} not found; the dataset has columns {table.column_names}"
+        )
+
+
+@dataclass
+class ProjectStage(Stage):
+    """select_columns / drop_columns / rename_columns."""
+
+    select: list[str] | None = None
+    drop: list[str] | None = None
+    rename: dict[str, str] | None = None
+    name: str = "Project"
+
+    def apply(self, tables: Iterator[Block]) -> Iterator[Block]:
+        for table in tables:
+            if self.select is not None:
+                _check_columns(table, self.select, self.name)
+                table = table.select(self.select)
+            if self.drop is not None:
+                _check_columns(table, self.drop, self.name)
+                table = table.drop_columns(self.drop)
+            if self.rename is not None:
+                _check_columns(table, self.rename, self.name)
+                table = table.rename_columns([self.rename.get(c, c) for c in table.column_names])
+            yield table
+
+
+@dataclass
+class AddColumnStage(Stage):
+    col: str
+    udf: UDF
+    batch_format: str = "pandas"
+    name: str = "AddColumn"
+
+    def apply(self, tables: Iterator[Block]) -> Iterator[Block]:
+        from raylite.data.block import to_arrow_array
+
+        fn = self.udf.callable
+        for table in tables:
+            batch = table_to_batch(table, self.batch_format)
+            values = _call_udf(fn, batch, (), {}, self.name, f"a batch of {table.num_rows} rows")
+            arr = to_arrow_array(values, self.col)
+            if len(arr) != table.num_rows:
+                raise ValueError(
+                    f"Operator {self.name}: the function returned {len(arr)} values for column "
+                    f"{self.col!r} but the batch has {table.num_rows} rows."
+                )
+            if self.col in table.column_names:
+                table = table.set_column(table.column_names.index(self.col), self.col, arr)
+            else:
+                table = table.append_column(self.col, arr)
+            yield table
+
+
+@dataclass
+class LimitStage(Stage):
+    """Stops reading after ``limit`` rows (a per-task bound; the operator enforces the global one)."""
+
+    limit: int
+    name: str = "Limit"
+
+    def apply(self, tables: Iterator[Block]) -> Iterator[Block]:
+        remaining = self.limit
+        if remaining <= 0:
+            return
+        for table in tables:
+            if table.num_rows >= remaining:
+                yield table.slice(0, remaining)
+                return
+            remaining -= table.num_rows
+            yield table
+
+
+@dataclass
+class BlockFnStage(Stage):
+    """An internal whole-block function (writes, group application)."""
+
+    fn: Callable[[Iterator[Block]], Iterator[Block]]
+    name: str = "BlockFn"
+
+    def apply(self, tables: Iterator[Block]) -> Iterator[Block]:
+        return self.fn(tables)
+
+
+@dataclass
+class TransformChain:
+    """Stages fused into one task; ``name`` is e.g. ``ReadParquet->Map(f)->Filter(g)``."""
+
+    stages: list[Stage]
+
+    @property
+    def name(self) -> str:
+        return "->".join(s.name for s in self.stages) or "Input"
+
+    def setup(self) -> None:
+        for s in self.stages:
+            s.setup()
+
+    def apply(self, tables: Iterator[Block]) -> Iterator[Block]:
+        for s in self.stages:
+            tables = s.apply(tables)
+        return tables
+
+    def then(self, other: TransformChain) -> TransformChain:
+        return TransformChain(self.stages + other.stages)
+
+
+def run_chain(chain: TransformChain, source: Iterator[Block]) -> Block:
+    """Run the chain over ``source`` and return the output as one block."""
+    chain.setup()
+    out = list(chain.apply(source))
+    return concat_blocks(out) if out else _empty_like(out)
+
+
+def _empty_like(out: list[Block]) -> Block:
+    return pa.table({})

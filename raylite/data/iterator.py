@@ -1,0 +1,304 @@
+"""DataIterator: how a consumer reads a dataset (or one shard of it) batch by batch.
+
+``Dataset.iterator()`` and each result of ``Dataset.streaming_split(n)`` are
+DataIterators. They are picklable: a split iterator can be sent to a Train
+worker actor and iterated there once per epoch.
+
+Batches: ``iter_batches`` yields dicts of numpy arrays by default;
+``iter_torch_batches`` yields dicts of ``torch.Tensor``. Columns that cannot
+become tensors (strings, Python objects) stay numpy arrays in the torch batch
+(raylite's documented difference from Ray, which raises there), so
+``batch["text"]`` works next to ``batch["label"]``.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from raylite.data._internal.submitter import get_submitter
+from raylite.data.block import Block, concat_blocks, iter_table_rows, table_to_batch
+from raylite.data.context import DataContext
+
+_END = object()
+
+
+class DataIterator:
+    """Base class: subclasses yield blocks; batching, formats and torch live here."""
+
+    def _iter_blocks(self) -> Iterator[Block]:
+        raise NotImplementedError
+
+    def schema(self) -> Any:
+        raise NotImplementedError
+
+    def stats(self) -> str:
+        return ""
+
+    # -------------------------------------------------------------- rows / batches
+
+    def iter_rows(self) -> Iterator[dict[str, Any]]:
+        """Every row as a dict (tensor columns give numpy arrays)."""
+        for block in self._iter_blocks():
+            yield from iter_table_rows(block)
+
+    def iter_batches(
+        self,
+        *,
+        prefetch_batches: int = 1,
+        batch_size: int | None = 256,
+        batch_format: str | None = "default",
+        drop_last: bool = False,
+        local_shuffle_buffer_size: int | None = None,
+        local_shuffle_seed: int | None = None,
+        _collate_fn: Callable[[Any], Any] | None = None,
+    ) -> Iterator[Any]:
+        """Batches of ``batch_size`` rows (None: one per block) in ``batch_format``."""
+        if batch_size is not None and batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive integer or None, got {batch_size}")
+        blocks = _prefetch(self._iter_blocks(), prefetch_batches)
+        tables = rebatch_tables(blocks, batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed)
+        for table in tables:
+            batch = table_to_batch(table, batch_format)
+            yield _collate_fn(batch) if _collate_fn is not None else batch
+
+    def iter_torch_batches(
+        self,
+        *,
+        prefetch_batches: int = 1,
+        batch_size: int | None = 256,
+        dtypes: Any = None,
+        device: str = "auto",
+        collate_fn: Callable[[dict[str, np.ndarray]], Any] | None = None,
+        drop_last: bool = False,
+        local_shuffle_buffer_size: int | None = None,
+        local_shuffle_seed: int | None = None,
+    ) -> Iterator[Any]:
+        """Batches as dicts of torch tensors; non-numeric columns stay numpy arrays."""
+        if collate_fn is not None:
+            conv: Callable[[Any], Any] = collate_fn
+        else:
+            dev = _resolve_device(device)
+
+            def conv(batch: dict[str, np.ndarray]) -> dict[str, Any]:
+                return numpy_batch_to_torch(batch, dtypes, dev)
+
+        yield from self.iter_batches(
+            prefetch_batches=prefetch_batches, batch_size=batch_size, batch_format="numpy",
+            drop_last=drop_last, local_shuffle_buffer_size=local_shuffle_buffer_size,
+            local_shuffle_seed=local_shuffle_seed, _collate_fn=conv,
+        )
+
+    def to_torch(self, **kwargs: Any) -> Any:  # pragma: no cover - legacy Ray API
+        raise NotImplementedError("to_torch() was removed in Ray 2.x; use iter_torch_batches().")
+
+    def materialize(self) -> Any:
+        """All of this iterator's rows as a MaterializedDataset."""
+        from raylite.data.read_api import from_arrow
+
+        return from_arrow(list(self._iter_blocks()) or [pa.table({})]).materialize()
+
+
+def _resolve_device(device: Any) -> Any:
+    import torch
+
+    if device in (None, "auto"):
+        return None  # stay on CPU; Train moves batches with get_device()
+    return torch.device(device)
+
+
+def numpy_batch_to_torch(batch: dict[str, np.ndarray], dtypes: Any, device: Any) -> dict[str, Any]:
+    """numpy batch -> tensors for numeric/bool columns; other columns are kept as numpy arrays."""
+    import torch
+
+    out: dict[str, Any] = {}
+    for name, arr in batch.items():
+        if not isinstance(arr, np.ndarray) or arr.dtype == object or arr.dtype.kind in "USV":
+            out[name] = arr
+            continue
+        if not arr.flags.writeable:
+            arr = arr.copy()
+        t = torch.from_numpy(arr)
+        dtype = dtypes.get(name) if isinstance(dtypes, dict) else dtypes
+        if dtype is not None:
+            t = t.to(dtype)
+        if device is not None:
+            t = t.to(device)
+        out[name] = t
+    return out
+
+
+def rebatch_tables(
+    blocks: Iterator[Block],
+    batch_size: int | None,
+    drop_last: bool = False,
+    shuffle_buffer: int | None = None,
+    seed: int | None = None,
+) -> Iterator[Block]:
+    """Cut a stream of blocks into tables of ``batch_size`` rows (optionally locally shuffled)."""
+    if shuffle_buffer:
+        yield from _shuffled_batches(blocks, batch_size or 256, drop_last, shuffle_buffer, seed)
+        return
+    if batch_size is None:
+        for b in blocks:
+            if b.num_rows:
+                yield b
+        return
+    pending: list[Block] = []
+    rows = 0
+    for b in blocks:
+        offset = 0
+        while offset < b.num_rows:
+            take = min(batch_size - rows, b.num_rows - offset)
+            pending.append(b.slice(offset, take))
+            rows += take
+            offset += take
+            if rows == batch_size:
+                yield concat_blocks(pending)
+                pending, rows = [], 0
+    if rows and not drop_last:
+        yield concat_blocks(pending)
+
+
+def _shuffled_batches(blocks: Iterator[Block], batch_size: int, drop_last: bool, buffer_rows: int,
+                      seed: int | None) -> Iterator[Block]:
+    rng = np.random.default_rng(seed)
+    buf: list[Block] = []
+    held = 0
+
+    def shuffled() -> Block:
+        table = concat_blocks(buf)
+        return table.take(pa.array(rng.permutation(table.num_rows)))
+
+    for b in blocks:
+        buf.append(b)
+        held += b.num_rows
+        if held >= buffer_rows + batch_size:
+            table = shuffled()
+            offset = 0
+            while table.num_rows - offset >= buffer_rows + batch_size:
+                yield table.slice(offset, batch_size)
+                offset += batch_size
+            buf, held = [table.slice(offset)], table.num_rows - offset
+    if held:
+        table = shuffled()
+        for offset in range(0, table.num_rows, batch_size):
+            part = table.slice(offset, batch_size)
+            if part.num_rows < batch_size and drop_last:
+                break
+            yield part
+
+
+def _prefetch(blocks: Iterator[Block], depth: int) -> Iterator[Block]:
+    """Fetch up to ``depth`` blocks ahead on a helper thread while the consumer works."""
+    if depth <= 0:
+        yield from blocks
+        return
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for b in blocks:
+                while not stop.is_set():
+                    try:
+                        q.put(b, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    break
+        except BaseException as e:  # forwarded to the consumer
+            q.put(e)
+        else:
+            q.put(_END)
+        finally:
+            close = getattr(blocks, "close", None)
+            if stop.is_set() and close is not None:
+                close()
+
+    t = threading.Thread(target=produce, name="data-prefetch", daemon=True)
+    t.start()
+    try:
+        while True:
+            item = q.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while t.is_alive():
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                t.join(timeout=0.05)
+
+
+class _DatasetIterator(DataIterator):
+    """Iterates a whole Dataset; each iteration runs its plan anew (one epoch)."""
+
+    def __init__(self, dataset: Any) -> None:
+        self._dataset = dataset
+
+    def _iter_blocks(self) -> Iterator[Block]:
+        return self._dataset._iter_blocks()
+
+    def schema(self) -> Any:
+        return self._dataset.schema()
+
+    def stats(self) -> str:
+        return self._dataset.stats()
+
+    def __repr__(self) -> str:
+        return f"DataIterator({self._dataset!r})"
+
+
+class StreamSplitDataIterator(DataIterator):
+    """Shard ``index`` of ``Dataset.streaming_split(n)``; reads blocks from the split coordinator.
+
+    Iterating it starts an epoch: the coordinator waits until all ``n`` shards
+    asked for that epoch, runs the dataset once, and hands each shard its part
+    (disjoint rows; the same row count per shard when ``equal=True``).
+    """
+
+    def __init__(self, coordinator: Any, index: int, n: int) -> None:
+        self._coordinator = coordinator
+        self._index = index
+        self._n = n
+
+    def _call(self, method: str, *args: Any) -> Any:
+        sub = get_submitter()
+        return sub.call_actor(self._coordinator, method, list(args), num_returns=1)[0]
+
+    def _iter_blocks(self) -> Iterator[Block]:
+        sub = get_submitter()
+        epoch = sub.get([self._call("start_epoch", self._index)])[0]
+        pending = self._call("get", epoch, self._index)
+        while True:
+            pieces = sub.get([pending])[0]
+            if pieces is None:
+                return
+            pending = self._call("get", epoch, self._index)  # ask for the next while we read this one
+            blocks = sub.get([ref for ref, _, _ in pieces])
+            for block, (_, start, end) in zip(blocks, pieces):
+                yield block.slice(start, end - start)
+
+    def schema(self) -> Any:
+        return get_submitter().get([self._call("schema")])[0]
+
+    def stats(self) -> str:
+        return get_submitter().get([self._call("stats")])[0]
+
+    def __repr__(self) -> str:
+        return f"StreamSplitDataIterator(index={self._index}, n={self._n})"
+
+
+def current_context() -> DataContext:
+    return DataContext.get_current()

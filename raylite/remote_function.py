@@ -1,0 +1,174 @@
+"""RemoteFunction: what `@raylite.remote` makes of a function; `.remote()` submits a task."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import os
+from typing import Any
+
+import cloudpickle
+
+from raylite._core import options as O
+from raylite._core.task_spec import DYNAMIC, KIND_TASK, STREAMING, FunctionDescriptor, TaskSpec
+
+
+def strategy_to_wire(strategy: Any, resources: dict) -> tuple[list, dict]:
+    """Translate a scheduling strategy into (wire strategy, resource request)."""
+    from raylite._core.scheduling import bundle_request
+
+    if strategy is None or strategy == "DEFAULT":
+        return [], resources
+    if strategy == "SPREAD":
+        return ["SPREAD"], resources
+    if isinstance(strategy, str):
+        raise ValueError(f"Unknown scheduling_strategy {strategy!r}: use 'DEFAULT', 'SPREAD', "
+                         "NodeAffinitySchedulingStrategy or PlacementGroupSchedulingStrategy.")
+    if hasattr(strategy, "node_id") and hasattr(strategy, "soft"):
+        return ["NODE", strategy.node_id, bool(strategy.soft)], resources
+    if hasattr(strategy, "placement_group"):
+        pg = strategy.placement_group
+        if pg is None:
+            return [], resources
+        index = getattr(strategy, "placement_group_bundle_index", -1)
+        if index is None:
+            index = -1
+        if index >= 0 and index >= len(pg.bundle_specs):
+            raise ValueError(f"placement_group_bundle_index {index} is out of range: the placement "
+                             f"group has {len(pg.bundle_specs)} bundles.")
+        return [], bundle_request(resources, pg.id.hex(), index)
+    raise TypeError(f"Unsupported scheduling_strategy {strategy!r}")
+
+
+def legacy_pg_options(opts: dict) -> dict:
+    """`placement_group=` / `placement_group_bundle_index=` options map to the strategy."""
+    pg = opts.get("placement_group")
+    if pg is None or pg == "default" or opts.get("scheduling_strategy") is not None:
+        return opts
+    from raylite.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    opts = dict(opts)
+    opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+        pg, opts.get("placement_group_bundle_index", -1))
+    return opts
+
+
+def merge_runtime_env(job_env: dict | None, task_env: dict | None) -> dict:
+    if not job_env and not task_env:
+        return {}
+    merged = dict(job_env or {})
+    for k, v in (task_env or {}).items():
+        if k == "env_vars":
+            merged["env_vars"] = {**(merged.get("env_vars") or {}), **(v or {})}
+        else:
+            merged[k] = v
+    wd = merged.get("working_dir")
+    if wd and not os.path.isdir(wd):
+        raise ValueError(f"runtime_env working_dir {wd!r} is not a local directory. Pass an existing "
+                         "directory; remote URIs are not supported by raylite yet.")
+    if wd:
+        merged["working_dir"] = os.path.abspath(wd)
+    if "env_vars" in merged:
+        bad = {k: v for k, v in merged["env_vars"].items() if not isinstance(k, str) or not isinstance(v, str)}
+        if bad:
+            raise TypeError(f"runtime_env env_vars must map str to str; these do not: {bad!r}")
+    return merged
+
+
+class RemoteFunction:
+    """A function that runs as a task: `f.remote(*args)` returns an ObjectRef at once."""
+
+    def __init__(self, function: Any, options: dict[str, Any]) -> None:
+        self._function = function
+        self._options = O.validate(dict(options), O.TASK_OPTIONS, f"remote function {function.__qualname__}")
+        self._pickled: bytes | None = None
+        self._descriptor: FunctionDescriptor | None = None
+        self._exported_by: Any = None
+        try:
+            self._signature = inspect.signature(function)
+        except (TypeError, ValueError):
+            self._signature = None
+        functools.update_wrapper(self, function)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        name = self._function.__name__
+        raise TypeError(f"Remote functions cannot be called directly. Instead of running '{name}()', "
+                        f"try '{name}.remote()'.")
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self._remote(args, kwargs, self._options)
+
+    def options(self, **options: Any) -> _FunctionWithOptions:
+        O.validate(options, O.TASK_OPTIONS, f"remote function {self._function.__qualname__}")
+        return _FunctionWithOptions(self, {**self._options, **options})
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        from raylite.dag import FunctionNode
+
+        return FunctionNode(self, args, kwargs, self._options)
+
+    def _export(self, client: Any) -> FunctionDescriptor:
+        if self._descriptor is None:
+            self._pickled = cloudpickle.dumps(self._function)
+            digest = hashlib.sha1(self._pickled).digest()[:16]
+            fn = self._function
+            self._descriptor = FunctionDescriptor(getattr(fn, "__module__", "") or "", fn.__qualname__, digest)
+        if self._exported_by is not client:
+            client.export_function(self._descriptor.function_id, self._pickled)
+            self._exported_by = client
+        return self._descriptor
+
+    def _remote(self, args: tuple, kwargs: dict, opts: dict) -> Any:
+        from raylite import api
+
+        client = api.ensure_initialized()
+        if self._signature is not None:
+            try:
+                self._signature.bind(*args, **kwargs)
+            except TypeError as e:
+                raise TypeError(f"{self._function.__qualname__}.remote() got bad arguments: {e}") from None
+        descriptor = self._export(client)
+        opts = legacy_pg_options(opts)
+        num_returns = opts.get("num_returns", 1)
+        if num_returns is None:
+            num_returns = 1
+        if num_returns == "streaming" or (num_returns == 1 and inspect.isgeneratorfunction(self._function)
+                                          and "num_returns" not in opts):
+            wire_returns = STREAMING
+        elif num_returns == "dynamic":
+            wire_returns = DYNAMIC
+        else:
+            wire_returns = int(num_returns)
+        resources = O.resource_request(opts, default_cpus=1)
+        strategy, resources = strategy_to_wire(opts.get("scheduling_strategy"), resources)
+        runtime_env = merge_runtime_env(api.job_runtime_env(), opts.get("runtime_env"))
+        payload, arg_refs, pinned = client.pack_args(args, kwargs, descriptor.qualname)
+        retry_exc = opts.get("retry_exceptions", False) or False
+        max_retries = opts.get("max_retries")
+        spec = TaskSpec(
+            task_id=client.new_task_id(), job_id=client.job_id, kind=KIND_TASK, function=descriptor,
+            args=payload, arg_refs=arg_refs, num_returns=wire_returns, owner_address=client.address,
+            owner_worker_id=client.worker_id, resources=resources, name=opts.get("name") or "",
+            max_retries=3 if max_retries is None else max_retries,
+            retry_exceptions=bool(retry_exc), runtime_env=runtime_env, strategy=strategy,
+            namespace=client.namespace, parent_task_id=api.current_task_id())
+        return client.submit_task(spec, pinned, retry_exc)
+
+
+class _FunctionWithOptions:
+    def __init__(self, fn: RemoteFunction, options: dict) -> None:
+        self._fn = fn
+        self._options = options
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self._fn._remote(args, kwargs, self._options)
+
+    def options(self, **options: Any) -> _FunctionWithOptions:
+        O.validate(options, O.TASK_OPTIONS, f"remote function {self._fn._function.__qualname__}")
+        return _FunctionWithOptions(self._fn, {**self._options, **options})
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        from raylite.dag import FunctionNode
+
+        return FunctionNode(self._fn, args, kwargs, self._options)

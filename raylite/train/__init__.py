@@ -1,0 +1,62 @@
+"""raylite.train: distributed training with Ray Train's API.
+
+``from raylite.train import ScalingConfig, RunConfig`` / ``from raylite.train.torch
+import TorchTrainer`` work as their ``ray.train`` counterparts. The framework
+integrations (``torch``, ``lightning``, ``huggingface``) load on first use, so
+``import raylite.train`` does not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from raylite.train._internal.session import (
+    TrainContext,
+    get_checkpoint,
+    get_context,
+    get_dataset_shard,
+    report,
+)
+from raylite.train.checkpoint import Checkpoint
+from raylite.train.config import (
+    BackendConfig,
+    CheckpointConfig,
+    DataConfig,
+    FailureConfig,
+    RunConfig,
+    ScalingConfig,
+    SyncConfig,
+)
+from raylite.train.data_parallel_trainer import DataParallelTrainer
+from raylite.train.error import TrainingFailedError
+from raylite.train.result import Result
+
+_SUBMODULES = ("torch", "lightning", "huggingface")
+
+__all__ = [
+    "BackendConfig",
+    "Checkpoint",
+    "CheckpointConfig",
+    "DataConfig",
+    "DataParallelTrainer",
+    "FailureConfig",
+    "Result",
+    "RunConfig",
+    "ScalingConfig",
+    "SyncConfig",
+    "TrainContext",
+    "TrainingFailedError",
+    "get_checkpoint",
+    "get_context",
+    "get_dataset_shard",
+    "report",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # `from raylite import train; train.torch.prepare_model(...)` (the user's documents
+    # write it this way) needs the submodule without an explicit import.
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,352 @@
+"""The training controller: runs attempts of a worker group until the run ends.
+
+Phases (one-line grammar, STYLE E6):
+    SCHEDULING -> RUNNING [-> RESTARTING -> SCHEDULING -> RUNNING]* -> FINISHED | ERRORED
+
+``step()`` moves one phase forward using only the WorkerGroup seam, the storage and
+the pure parts (ReportAggregator, CheckpointManager, FailurePolicy), so unit tests
+drive it with an in-process fake group. It runs in the driver process.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from raylite.train._internal.checkpoints import CheckpointManager, TrackedCheckpoint
+from raylite.train._internal.messages import (
+    RankInfo,
+    WorkerError,
+    WorkerMetadata,
+    WorkerPoll,
+    WorkerState,
+)
+from raylite.train._internal.policies import FailureAction, FailurePolicy
+from raylite.train._internal.progress import ProgressReporter
+from raylite.train._internal.reports import LateCheckpoint, ReportAggregator, RunReport
+from raylite.train._internal.session import WorkerSpec
+from raylite.train._internal.state import RunState
+from raylite.train._internal.storage import STATE_FILE, StorageContext
+from raylite.train.checkpoint import Checkpoint
+from raylite.train.config import CheckpointConfig, DataConfig, FailureConfig
+from raylite.train.error import TrainingFailedError, TrainingResourcesError
+from raylite.train.result import Result
+
+# Builds one rank's spec once the group knows where every worker runs.
+SpecFactory = Callable[[RankInfo, WorkerMetadata, WorkerMetadata], WorkerSpec]
+
+
+class WorkerGroup(Protocol):
+    """N training workers. Real: actors in a placement group; tests: threads."""
+
+    def start(self, make_spec: SpecFactory, payload: tuple[Callable[..., Any], Any]) -> None:
+        """Place the workers, assign ranks, and start every rank's loop."""
+
+    def poll(self, timeout_s: float) -> list[WorkerPoll]:
+        """News from the ranks that have some (a dead worker reads as FAILED, died=True)."""
+
+    def shutdown(self) -> None:
+        """Stop every worker now (a restart makes a new group)."""
+
+
+class Phase(enum.Enum):
+    SCHEDULING = "SCHEDULING"
+    RUNNING = "RUNNING"
+    RESTARTING = "RESTARTING"
+    FINISHED = "FINISHED"
+    ERRORED = "ERRORED"
+
+
+@dataclass
+class RunSpec:
+    """What the user asked for: fixed for the whole run (attempts included)."""
+
+    trainer_name: str
+    train_fn: Callable[..., Any]
+    train_loop_config: dict[str, Any] | None
+    num_workers: int
+    storage: StorageContext
+    checkpoint_config: CheckpointConfig = field(default_factory=CheckpointConfig)
+    failure_config: FailureConfig = field(default_factory=FailureConfig)
+    verbose: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    use_gpu: bool = False
+    datasets: dict[str, Any] = field(default_factory=dict)
+    dataset_config: DataConfig = field(default_factory=DataConfig)
+    # (rank 0's metadata) -> the backend object each rank runs around its loop.
+    backend_factory: Callable[[WorkerMetadata], Any] | None = None
+    resume_from_checkpoint: Checkpoint | None = None
+    trial_resources: dict[str, float] = field(default_factory=dict)
+    # Checkpoints travel through the driver when storage is a local path and a worker
+    # runs on another node. "auto" decides per worker; tests force True/False.
+    ship_checkpoints: bool | str = "auto"
+    driver_node_id: str = "local"
+    poll_timeout_s: float = 1.0
+    failure_drain_s: float = 0.5
+
+
+class TrainController:
+    """Drives one run; ``run()`` returns the Result (or holds the error in it)."""
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        group_factory: Callable[[], WorkerGroup],
+        *,
+        prior: RunState | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        reporter: ProgressReporter | None = None,
+    ) -> None:
+        self.spec = spec
+        self._group_factory = group_factory
+        self._clock = clock
+        self._reporter = reporter or ProgressReporter(spec.trainer_name, spec.verbose)
+        self.state = prior or RunState(spec.storage.experiment_name)
+        self.state.status, self.state.error, self.state.failures = "RUNNING", None, 0
+        self.checkpoints = CheckpointManager(spec.checkpoint_config, self.state.checkpoints)
+        self._policy = FailurePolicy(spec.failure_config)
+        self.phase = Phase.SCHEDULING
+        self.attempt = 0
+        self.error: TrainingFailedError | BaseException | None = None
+        self._group: WorkerGroup | None = None
+        self._aggregator = ReportAggregator(spec.num_workers)
+        self._finished: set[int] = set()
+        self._attempt_metrics: dict[int, dict[str, Any]] = {}
+        self._started_at = clock()
+
+    # -- the loop -----------------------------------------------------------------
+    def run(self) -> Result:
+        try:
+            while self.phase not in (Phase.FINISHED, Phase.ERRORED):
+                self.step()
+        finally:
+            self._stop_group()
+        elapsed = self._clock() - self._started_at
+        self._reporter.finished(
+            self.phase.value.lower(), len(self.state.history), elapsed, self.spec.storage.experiment_path
+        )
+        return self.result()
+
+    def step(self) -> Phase:
+        if self.phase is Phase.SCHEDULING:
+            self._start_attempt()
+        elif self.phase is Phase.RUNNING:
+            self._absorb(self._group.poll(self.spec.poll_timeout_s) if self._group else [])
+        elif self.phase is Phase.RESTARTING:
+            self._stop_group()
+            self.phase = Phase.SCHEDULING
+        return self.phase
+
+    # -- SCHEDULING ---------------------------------------------------------------
+    def _resume_checkpoint(self) -> Checkpoint | None:
+        latest = self.checkpoints.latest
+        if latest is not None:
+            storage = self.spec.storage
+            return Checkpoint(storage.checkpoint_fs_path(latest.dir_name), storage.fs)
+        return self.spec.resume_from_checkpoint
+
+    def _start_attempt(self) -> None:
+        spec = self.spec
+        self.attempt += 1
+        self._aggregator = ReportAggregator(spec.num_workers)
+        self._finished = set()
+        self._attempt_metrics = {}
+        base = spec.storage.next_checkpoint_index()
+        resume = self._resume_checkpoint()
+        self._persist_state()
+        self._reporter.started(self.attempt, spec.num_workers, resume.path if resume else None)
+        shards = self._split_datasets()
+
+        def make_spec(rank: RankInfo, me: WorkerMetadata, rank0: WorkerMetadata) -> WorkerSpec:
+            ship = spec.ship_checkpoints
+            if ship == "auto":
+                ship = spec.storage.is_local and me.node_id != spec.driver_node_id
+            packed = None
+            ckpt = resume
+            if ship and resume is not None:
+                from raylite.train._internal.storage import pack_directory
+
+                with resume.as_directory() as local:
+                    packed = pack_directory(local)
+                ckpt = None
+            return WorkerSpec(
+                rank=rank,
+                experiment_name=spec.storage.experiment_name,
+                storage=spec.storage,
+                checkpoint=ckpt,
+                packed_checkpoint=packed,
+                dataset_shards=shards[rank.world_rank],
+                metadata=dict(spec.metadata),
+                report_index_base=base,
+                ship_checkpoints=bool(ship),
+                trial_resources=dict(spec.trial_resources),
+                use_gpu=spec.use_gpu,
+                backend=spec.backend_factory(rank0) if spec.backend_factory else None,
+            )
+
+        try:
+            self._group = self._group_factory()
+            self._group.start(make_spec, (spec.train_fn, spec.train_loop_config))
+        except TrainingResourcesError as e:
+            self._fail_run(e, f"{spec.trainer_name} could not start: {e}")
+            return
+        except Exception as e:  # noqa: BLE001 - a start failure counts like a worker failure
+            self._on_failure(WorkerError(-1, f"{type(e).__name__}: {e}", e))
+            return
+        self.phase = Phase.RUNNING
+
+    def _split_datasets(self) -> list[dict[str, Any]]:
+        n = self.spec.num_workers
+        out: list[dict[str, Any]] = [{} for _ in range(n)]
+        for name, ds in self.spec.datasets.items():
+            if callable(ds) and not hasattr(ds, "streaming_split"):
+                ds = ds()  # Ray accepts a zero-arg factory too
+            if self.spec.dataset_config.should_split(name) and hasattr(ds, "streaming_split"):
+                parts = list(ds.streaming_split(n, equal=True))
+            else:
+                whole = ds.iterator() if hasattr(ds, "iterator") else ds
+                parts = [whole] * n
+            for rank in range(n):
+                out[rank][name] = parts[rank]
+        return out
+
+    # -- RUNNING ------------------------------------------------------------------
+    def _absorb(self, polls: list[WorkerPoll]) -> None:
+        failure = self._take(polls)
+        if failure is not None:
+            self._drain_after_failure()
+            self._on_failure(failure)
+        elif len(self._finished) == self.spec.num_workers:
+            for emission in self._aggregator.flush():
+                self._emit(emission)
+            self.state.status = "FINISHED"
+            self._persist_state()
+            self.phase = Phase.FINISHED
+
+    def _take(self, polls: list[WorkerPoll]) -> WorkerError | None:
+        """Record reports and finished ranks; return the first failure seen, if any."""
+        failure: WorkerError | None = None
+        for poll in polls:
+            for report in poll.reports:
+                if report.packed is not None and report.checkpoint_dir:
+                    self.spec.storage.persist_packed(report.packed, report.checkpoint_dir)
+                for emission in self._aggregator.add(report):
+                    self._emit(emission)
+            if poll.state is WorkerState.FINISHED and poll.rank not in self._finished:
+                self._finished.add(poll.rank)
+                for emission in self._aggregator.finished(poll.rank):
+                    self._emit(emission)
+            elif poll.state is WorkerState.FAILED and failure is None:
+                failure = poll.error or WorkerError(poll.rank, "worker failed", died=True)
+        return failure
+
+    def _drain_after_failure(self) -> None:
+        """Collect reports the other ranks made before the failure (they may still be on
+        their way) so a restart resumes from the newest committed checkpoint."""
+        deadline = self._clock() + self.spec.failure_drain_s
+        while self._group is not None and (left := deadline - self._clock()) > 0:
+            polls = self._group.poll(min(left, 0.1))
+            if not any(p.reports for p in polls):
+                break
+            self._take(polls)
+
+    def _emit(self, emission: RunReport | LateCheckpoint) -> None:
+        if isinstance(emission, LateCheckpoint):
+            metrics = self._attempt_metrics.get(emission.index, {})
+            self._commit_checkpoint(emission.checkpoint_dir, metrics)
+            return
+        metrics = dict(emission.metrics)
+        metrics.setdefault("training_iteration", len(self.state.history) + 1)
+        metrics.setdefault("time_total_s", round(self._clock() - self._started_at, 6))
+        metrics.setdefault("timestamp", int(time.time()))
+        self.state.history.append(metrics)
+        self._attempt_metrics[emission.index] = metrics
+        if emission.checkpoint_dir:
+            self._commit_checkpoint(emission.checkpoint_dir, metrics)
+        self._reporter.reported(metrics, emission.checkpoint_dir)
+
+    def _commit_checkpoint(self, dir_name: str, metrics: dict[str, Any]) -> None:
+        index = int(dir_name.rsplit("_", 1)[-1])
+        evicted = self.checkpoints.register(TrackedCheckpoint(index, dir_name, metrics))
+        for old in evicted:
+            self.spec.storage.delete_checkpoint(old.dir_name)
+        self.state.checkpoints = self.checkpoints.kept
+        self._persist_state()
+
+    # -- failures -----------------------------------------------------------------
+    def _on_failure(self, error: WorkerError) -> None:
+        self.state.failures += 1
+        decision = self._policy.decide(self.state.failures)
+        if decision.action is FailureAction.RESTART:
+            self._reporter.failed(error.describe(), decision.reason)
+            self._persist_state()
+            self.phase = Phase.RESTARTING
+            return
+        message = (
+            f"{self.spec.trainer_name} failed: {decision.reason}. Last failure: "
+            f"{error.describe()}"
+        )
+        exc = TrainingFailedError(
+            message,
+            rank=error.rank if error.rank >= 0 else None,
+            traceback_str=error.traceback_str,
+            worker_failures={error.rank: error.exception} if error.exception else {},
+        )
+        exc.__cause__ = error.exception
+        self._reporter.failed(error.describe(), "giving up")
+        self._fail_run(exc, message)
+
+    def _fail_run(self, exc: BaseException, message: str) -> None:
+        self.error = exc
+        self.state.status, self.state.error = "ERRORED", message
+        self._persist_state()
+        self.phase = Phase.ERRORED
+
+    def _stop_group(self) -> None:
+        group, self._group = self._group, None
+        if group is not None:
+            group.shutdown()
+
+    # -- output -------------------------------------------------------------------
+    def _persist_state(self) -> None:
+        try:
+            self.spec.storage.write_bytes(STATE_FILE, self.state.to_json())
+        except OSError:
+            pass  # storage was checked before start; a transient error must not kill the run
+
+    def result(self) -> Result:
+        return build_result(self.spec.storage, self.state, self.checkpoints, self.error)
+
+
+def build_result(
+    storage: StorageContext,
+    state: RunState,
+    manager: CheckpointManager,
+    error: BaseException | None,
+) -> Result:
+    def ckpt(t: TrackedCheckpoint) -> Checkpoint:
+        return Checkpoint(storage.checkpoint_fs_path(t.dir_name), storage.fs)
+
+    latest = manager.latest
+    return Result(
+        metrics=dict(state.history[-1]) if state.history else None,
+        checkpoint=ckpt(latest) if latest else None,
+        error=error,
+        path=storage.experiment_path,
+        metrics_history=state.history,
+        best_checkpoints=[(ckpt(t), dict(t.metrics)) for t in manager.best_first],
+        filesystem=storage.fs,
+    )
+
+
+def result_from_storage(
+    storage: StorageContext, checkpoint_config: CheckpointConfig | None = None
+) -> Result:
+    """Result of a run on storage (Result.from_path)."""
+    state = RunState.from_json(storage.read_bytes(STATE_FILE))
+    manager = CheckpointManager(checkpoint_config or CheckpointConfig(), state.checkpoints)
+    error = RuntimeError(state.error) if state.error else None
+    return build_result(storage, state, manager, error)
