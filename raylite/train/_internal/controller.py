@@ -29,7 +29,7 @@ from raylite.train._internal.progress import ProgressReporter
 from raylite.train._internal.reports import LateCheckpoint, ReportAggregator, RunReport
 from raylite.train._internal.session import WorkerSpec
 from raylite.train._internal.state import RunState
-from raylite.train._internal.storage import STATE_FILE, StorageContext
+from raylite.train._internal.storage import STATE_FILE, StorageContext, checkpoint_dir_name
 from raylite.train.checkpoint import Checkpoint
 from raylite.train.config import CheckpointConfig, DataConfig, FailureConfig
 from raylite.train.error import TrainingFailedError, TrainingResourcesError
@@ -115,6 +115,8 @@ class TrainController:
         self._aggregator = ReportAggregator(spec.num_workers)
         self._finished: set[int] = set()
         self._attempt_metrics: dict[int, dict[str, Any]] = {}
+        self._evicted: set[str] = set()
+        self._first_index: int | None = None
         self._started_at = clock()
 
     # -- the loop -----------------------------------------------------------------
@@ -155,6 +157,8 @@ class TrainController:
         self._finished = set()
         self._attempt_metrics = {}
         base = spec.storage.next_checkpoint_index()
+        if self._first_index is None:
+            self._first_index = base
         resume = self._resume_checkpoint()
         self._persist_state()
         self._reporter.started(self.attempt, spec.num_workers, resume.path if resume else None)
@@ -222,6 +226,7 @@ class TrainController:
         elif len(self._finished) == self.spec.num_workers:
             for emission in self._aggregator.flush():
                 self._emit(emission)
+            self._sweep_unkept()
             self.state.status = "FINISHED"
             self._persist_state()
             self.phase = Phase.FINISHED
@@ -233,6 +238,10 @@ class TrainController:
             for report in poll.reports:
                 if report.packed is not None and report.checkpoint_dir:
                     self.spec.storage.persist_packed(report.packed, report.checkpoint_dir)
+                if report.checkpoint_dir in self._evicted:
+                    # A slower rank wrote into a folder already evicted; its report says
+                    # the writing is done, so the folder can go for good now.
+                    self.spec.storage.delete_checkpoint(report.checkpoint_dir)
                 for emission in self._aggregator.add(report):
                     self._emit(emission)
             if poll.state is WorkerState.FINISHED and poll.rank not in self._finished:
@@ -242,6 +251,16 @@ class TrainController:
             elif poll.state is WorkerState.FAILED and failure is None:
                 failure = poll.error or WorkerError(poll.rank, "worker failed", died=True)
         return failure
+
+    def _sweep_unkept(self) -> None:
+        """Remove folders this run wrote but does not keep (evicted, or written by a
+        failed attempt and never committed)."""
+        kept = {c.dir_name for c in self.checkpoints.kept}
+        first = self._first_index or 0
+        for index in self.spec.storage.list_checkpoint_indices():
+            name = checkpoint_dir_name(index)
+            if index >= first and name not in kept:
+                self.spec.storage.delete_checkpoint(name)
 
     def _drain_after_failure(self) -> None:
         """Collect reports the other ranks made before the failure (they may still be on
@@ -272,6 +291,7 @@ class TrainController:
         index = int(dir_name.rsplit("_", 1)[-1])
         evicted = self.checkpoints.register(TrackedCheckpoint(index, dir_name, metrics))
         for old in evicted:
+            self._evicted.add(old.dir_name)
             self.spec.storage.delete_checkpoint(old.dir_name)
         self.state.checkpoints = self.checkpoints.kept
         self._persist_state()

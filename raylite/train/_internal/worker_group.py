@@ -108,9 +108,8 @@ class ActorWorkerGroup:
             self._issue_poll(rank)
 
     def _create_actors(self) -> list[Any]:
-        from raylite.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
         from raylite.util import placement_group
+        from raylite.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         self._pg = placement_group([dict(self._bundle) for _ in range(self._n)], strategy=self._strategy)
         self._wait_for_placement()
