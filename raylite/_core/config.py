@@ -30,7 +30,7 @@ class Config:
     memory_usage_threshold: float = 0.95
     memory_monitor_interval_s: float = 0.25
     # session
-    temp_dir: str = "/tmp/raylite"
+    temp_dir: str = "/tmp/raylite-sessions"
     shm_dir: str = "/dev/shm"
     # address of a running cluster (RAYLITE_ADDRESS) and its token
     address: str = ""

@@ -333,16 +333,11 @@ class MapOperator(_TaskRunner):
         est, consumed = self._peek_cost()
         source, blocks = self._queue.popleft()
         self._queue_bytes -= consumed
-        block_ref, meta_ref = self._submit(source, [r for r, _ in blocks])
-        self._track(block_ref, meta_ref, est, self.options.num_cpus)
-
-    def _submit(self, source: Any, refs: list[Any]) -> tuple[Any, Any]:
-        assert self.ctx is not None
         out = self.ctx.submitter.submit(
-            tasks.map_task, [self._chain_ref, source, *refs], num_returns=2, options=self.options,
-            name=self.name,
+            tasks.map_task, [self._chain_ref, source, self._next_index, *[r for r, _ in blocks]],
+            num_returns=2, options=self.options, name=self.name,
         )
-        return out[0], out[1]
+        self._track(out[0], out[1], est, self.options.num_cpus)
 
     def usage_bytes(self) -> int:
         return super().usage_bytes() + self._queue_bytes
@@ -394,7 +389,8 @@ class ActorPoolMapOperator(MapOperator):
         self._queue_bytes -= consumed
         actor = min(self._actors, key=lambda a: self._in_flight[id(a)])
         self._in_flight[id(actor)] += 1
-        out = self.ctx.submitter.call_actor(actor, "run", [source, *[r for r, _ in blocks]], num_returns=2)
+        args = [source, self._next_index, *[r for r, _ in blocks]]
+        out = self.ctx.submitter.call_actor(actor, "run", args, num_returns=2)
         self._track(out[0], out[1], est, 0.0, actor)
 
     def _task_finished(self, r: _Running) -> None:

@@ -27,9 +27,9 @@ def _files_of(source: Any) -> list[str]:
     return list(getattr(meta, "input_files", None) or [])
 
 
-def map_task(chain: TransformChain, source: Any, *blocks: Block) -> tuple[Block, BlockMetadata]:
+def map_task(chain: TransformChain, source: Any, task_index: int, *blocks: Block) -> tuple[Block, BlockMetadata]:
     """Run a fused chain over a read task (``source``) or over input blocks."""
-    out = run_chain(chain, _source(source, blocks))
+    out = run_chain(chain, _source(source, blocks), task_index)
     return out, BlockMetadata.of(out, _files_of(source))
 
 
@@ -52,8 +52,8 @@ class MapWorker:
     def ready(self) -> bool:
         return True
 
-    def run(self, source: Any, *blocks: Block) -> tuple[Block, BlockMetadata]:
-        out = run_chain(self.chain, _source(source, blocks))
+    def run(self, source: Any, task_index: int, *blocks: Block) -> tuple[Block, BlockMetadata]:
+        out = run_chain(self.chain, _source(source, blocks), task_index)
         return out, BlockMetadata.of(out, _files_of(source))
 
 

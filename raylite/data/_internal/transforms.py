@@ -13,6 +13,7 @@ works on the driver) and get a note naming the operator and the row or batch.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -31,6 +32,13 @@ from raylite.data.block import (
 )
 
 ROWS_PER_OUTPUT_TABLE = 4096
+
+_TASK_INDEX: contextvars.ContextVar[int] = contextvars.ContextVar("raylite_data_task_index", default=0)
+
+
+def current_task_index() -> int:
+    """Index of the running map task within its operator (names written files in order)."""
+    return _TASK_INDEX.get()
 
 
 def _note(exc: BaseException, text: str) -> None:
@@ -360,12 +368,12 @@ class TransformChain:
         return TransformChain(self.stages + other.stages)
 
 
-def run_chain(chain: TransformChain, source: Iterator[Block]) -> Block:
+def run_chain(chain: TransformChain, source: Iterator[Block], task_index: int = 0) -> Block:
     """Run the chain over ``source`` and return the output as one block."""
-    chain.setup()
-    out = list(chain.apply(source))
-    return concat_blocks(out) if out else _empty_like(out)
-
-
-def _empty_like(out: list[Block]) -> Block:
-    return pa.table({})
+    token = _TASK_INDEX.set(task_index)
+    try:
+        chain.setup()
+        out = list(chain.apply(source))
+    finally:
+        _TASK_INDEX.reset(token)
+    return concat_blocks(out) if out else pa.table({})

@@ -71,6 +71,7 @@ class ActorWorkerGroup:
         *,
         worker_poll_s: float = 1.0,
         placement_timeout_s: float = 600.0,
+        use_placement_group: bool = True,
     ) -> None:
         self._n = num_workers
         self._bundle = dict(bundle)
@@ -78,6 +79,7 @@ class ActorWorkerGroup:
         self._reporter = reporter
         self._worker_poll_s = worker_poll_s
         self._placement_timeout_s = placement_timeout_s
+        self._use_pg = use_placement_group
         self._pg: Any = None
         self._actors: list[Any] = []  # in rank order
         self._metas: list[WorkerMetadata] = []
@@ -111,8 +113,11 @@ class ActorWorkerGroup:
         from raylite.util import placement_group
         from raylite.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        self._pg = placement_group([dict(self._bundle) for _ in range(self._n)], strategy=self._strategy)
-        self._wait_for_placement()
+        if self._use_pg:
+            self._pg = placement_group(
+                [dict(self._bundle) for _ in range(self._n)], strategy=self._strategy
+            )
+            self._wait_for_placement()
         opts: dict[str, Any] = {
             "num_cpus": self._bundle.get("CPU", 0),
             "num_gpus": self._bundle.get("GPU", 0),
@@ -122,6 +127,8 @@ class ActorWorkerGroup:
         if extra:
             opts["resources"] = extra
         cls = _remote_worker()
+        if self._pg is None:
+            return [cls.options(**opts).remote() for _ in range(self._n)]
         return [
             cls.options(
                 **opts,

@@ -1,0 +1,155 @@
+"""Placement groups: reserve bundles of resources across nodes, then run tasks and actors in them."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from raylite import exceptions as E
+from raylite._core import protocol as P
+from raylite._core import resources as R
+from raylite._core.ids import PlacementGroupID
+
+VALID_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+class PlacementGroup:
+    """A handle to a placement group; `ready()` is an ObjectRef, `wait(timeout_seconds)` a bool."""
+
+    def __init__(self, pg_id: bytes, bundles: list[dict[str, float]], strategy: str = "PACK") -> None:
+        self.id = PlacementGroupID(pg_id)
+        self.bundle_specs = [dict(b) for b in bundles]
+        self.strategy = strategy
+
+    @property
+    def bundle_count(self) -> int:
+        return len(self.bundle_specs)
+
+    def _info(self, wait: bool, timeout_s: float) -> P.PlacementGroupInfo:
+        from raylite import api
+
+        client = api.ensure_initialized()
+        return client.head_request(P.GetPlacementGroup(bytes(self.id), wait, timeout_s))
+
+    def wait(self, timeout_seconds: float = 30) -> bool:
+        """True once every bundle is reserved; False on timeout. Raises if it can never be placed."""
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            left = deadline - time.monotonic()
+            info = self._info(True, max(0.0, min(left, 5.0)))
+            if info.state == "CREATED":
+                return True
+            if info.state == "INFEASIBLE":
+                raise E.PlacementGroupSchedulingError(
+                    f"Placement group {self.id.hex()} cannot be created: {info.error}. Ask for fewer "
+                    "resources per bundle, fewer bundles, or add nodes.")
+            if info.state == "REMOVED":
+                raise E.PlacementGroupSchedulingError(f"Placement group {self.id.hex()} was removed.")
+            if left <= 0:
+                return False
+
+    def ready(self) -> Any:
+        """An ObjectRef that resolves to this group once it is created."""
+        from raylite import api
+
+        pg = self
+
+        @_remote_once
+        def _ready() -> Any:
+            pg.wait(10**9)
+            return pg
+
+        api.ensure_initialized()
+        return _ready.options(num_cpus=0, max_retries=0).remote()
+
+    def __reduce__(self):
+        return (PlacementGroup, (bytes(self.id), self.bundle_specs, self.strategy))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PlacementGroup) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __repr__(self) -> str:
+        return f"PlacementGroup({self.id.hex()}, {self.bundle_specs}, {self.strategy})"
+
+
+def _remote_once(fn):
+    from raylite.remote_function import RemoteFunction
+
+    return RemoteFunction(fn, {})
+
+
+def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", name: str = "",
+                    lifetime: str | None = None, _soft_target_node_id: str | None = None,
+                    bundle_label_selector: Any = None) -> PlacementGroup:
+    from raylite import api
+
+    if strategy not in VALID_STRATEGIES:
+        raise ValueError(f"Invalid placement group strategy {strategy!r}; use one of {VALID_STRATEGIES}.")
+    if not isinstance(bundles, list) or not bundles:
+        raise ValueError("placement_group() needs a non-empty list of bundles, e.g. [{'CPU': 1}].")
+    for i, b in enumerate(bundles):
+        if not isinstance(b, dict) or not b or any(not isinstance(v, (int, float)) or v < 0 for v in b.values()):
+            raise ValueError(f"Bundle {i} ({b!r}) must be a non-empty dict of resource name to a "
+                             "non-negative amount, e.g. {'CPU': 1}.")
+        if all(v == 0 for v in b.values()):
+            raise ValueError(f"Bundle {i} ({b!r}) asks for no resources; give it at least one.")
+    if lifetime not in (None, "detached"):
+        raise ValueError("lifetime must be None or 'detached'.")
+    client = api.ensure_initialized()
+    pg_id = PlacementGroupID.from_random()
+    client.head_request(P.CreatePlacementGroup(
+        pg_id, [R.to_fixed(b) for b in bundles], strategy, name, client.namespace, lifetime == "detached"))
+    return PlacementGroup(pg_id, bundles, strategy)
+
+
+def remove_placement_group(placement_group: PlacementGroup) -> None:
+    from raylite import api
+
+    api.ensure_initialized().head_request(P.RemovePlacementGroup(bytes(placement_group.id)))
+
+
+def get_placement_group(placement_group_name: str) -> PlacementGroup:
+    from raylite import api
+
+    client = api.ensure_initialized()
+    info = client.head_request(P.GetPlacementGroup(b"", False, -1.0, placement_group_name, client.namespace))
+    if info.state == "REMOVED":
+        raise ValueError(f"Failed to look up placement group with name {placement_group_name!r}.")
+    return PlacementGroup(info.pg_id, [R.from_fixed(b) for b in info.bundles], info.strategy)
+
+
+def placement_group_table(placement_group: PlacementGroup | None = None) -> dict:
+    from raylite import api
+
+    client = api.ensure_initialized()
+    groups = client.head_request(P.ListPlacementGroups()).groups
+
+    def view(g: dict) -> dict:
+        return {
+            "placement_group_id": g["pg_id"].hex(), "name": g["name"], "strategy": g["strategy"],
+            "state": g["state"], "bundles": {i: R.from_fixed(b) for i, b in enumerate(g["bundles"])},
+            "bundles_to_node_id": {i: n.hex() for i, n in enumerate(g["bundle_nodes"])},
+        }
+
+    if placement_group is not None:
+        for g in groups:
+            if g["pg_id"] == bytes(placement_group.id):
+                return view(g)
+        return {}
+    return {g["pg_id"].hex(): view(g) for g in groups}
+
+
+def get_current_placement_group() -> PlacementGroup | None:
+    from raylite._core import runtime
+
+    w = runtime.worker()
+    if w is None:
+        return None
+    for k in w.ctx.assigned_resources or {}:
+        if "_group_" in k:
+            pg_hex = k.rsplit("_", 1)[-1]
+            return PlacementGroup(bytes.fromhex(pg_hex), [], "PACK")
+    return None
