@@ -44,7 +44,13 @@ from raylite.data._internal.transforms import (
     ProjectStage,
 )
 from raylite.data.aggregate import AggregateFn, Max, Mean, Min, Std, Sum, Unique
-from raylite.data.block import BATCH_FORMATS, Block, iter_table_rows, table_to_batch, table_to_pandas
+from raylite.data.block import (
+    BATCH_FORMATS,
+    Block,
+    iter_table_rows,
+    table_to_batch,
+    table_to_pandas,
+)
 from raylite.data.context import DEFAULT_BATCH_SIZE, DataContext
 from raylite.data.iterator import DataIterator, StreamSplitDataIterator, _DatasetIterator
 
@@ -416,8 +422,7 @@ class Dataset:
     def _iter_blocks(self) -> Iterator[Block]:
         sub = get_submitter()
         for bundle in self._iter_bundles():
-            for block in sub.get(bundle.refs()):
-                yield block
+            yield from sub.get(bundle.refs())
 
     def materialize(self) -> MaterializedDataset:
         """Run the plan once and keep its blocks in the object store."""

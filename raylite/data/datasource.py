@@ -23,7 +23,13 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from raylite.data._internal.filesystem import expand_paths, parse_hive_partitions
-from raylite.data.block import Block, BlockMetadata, SchemaMismatchError, to_arrow_array, unify_schemas
+from raylite.data.block import (
+    Block,
+    BlockMetadata,
+    SchemaMismatchError,
+    to_arrow_array,
+    unify_schemas,
+)
 
 
 class ReadTask:

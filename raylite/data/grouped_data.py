@@ -12,13 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from raylite.data._internal import logical as L
 from raylite.data._internal.shuffle import SortKey, aggregate_bulk, sort_bulk
 from raylite.data._internal.transforms import UDF, MapBatchesStage, Stage, _call_udf
 from raylite.data.aggregate import AggregateFn, Count, Max, Mean, Min, Std, Sum
-from raylite.data.block import Block, batch_to_block, concat_blocks, table_to_batch
+from raylite.data.block import Block, batch_to_block, table_to_batch
 
 
 class GroupedData:
@@ -125,4 +124,4 @@ def _split_groups(table: Block, keys: list[str]) -> Iterator[Block]:
         yield table.slice(int(a), int(b - a))
 
 
-__all__ = ["GroupedData", "concat_blocks", "pa"]
+__all__ = ["GroupedData"]

@@ -1,0 +1,76 @@
+"""raylite.data: streaming dataset pipelines on Arrow blocks (Ray Data's API).
+
+``import raylite as ray; ray.data.read_parquet(...).map_batches(...).iter_batches()``.
+This module is a facade: the implementation lives in ``dataset.py``,
+``read_api.py``, ``block.py``, ``iterator.py`` and ``_internal/``.
+"""
+
+from raylite.data._internal.logical import ActorPoolStrategy, TaskPoolStrategy
+from raylite.data.aggregate import AbsMax, AggregateFn, Count, Max, Mean, Min, Std, Sum, Unique
+from raylite.data.block import Block, BlockAccessor, BlockMetadata
+from raylite.data.context import DataContext, ExecutionOptions, ExecutionResources
+from raylite.data.dataset import Dataset, MaterializedDataset, Schema
+from raylite.data.datasource import Datasource, ReadTask
+from raylite.data.grouped_data import GroupedData
+from raylite.data.iterator import DataIterator
+from raylite.data.read_api import (
+    from_arrow,
+    from_arrow_refs,
+    from_items,
+    from_numpy,
+    from_pandas,
+    from_torch,
+    range,
+    range_tensor,
+    read_binary_files,
+    read_csv,
+    read_datasource,
+    read_images,
+    read_json,
+    read_numpy,
+    read_parquet,
+    read_text,
+)
+
+__all__ = [
+    "AbsMax",
+    "ActorPoolStrategy",
+    "AggregateFn",
+    "Block",
+    "BlockAccessor",
+    "BlockMetadata",
+    "Count",
+    "DataContext",
+    "DataIterator",
+    "Dataset",
+    "Datasource",
+    "ExecutionOptions",
+    "ExecutionResources",
+    "GroupedData",
+    "MaterializedDataset",
+    "Max",
+    "Mean",
+    "Min",
+    "ReadTask",
+    "Schema",
+    "Std",
+    "Sum",
+    "TaskPoolStrategy",
+    "Unique",
+    "from_arrow",
+    "from_arrow_refs",
+    "from_items",
+    "from_numpy",
+    "from_pandas",
+    "from_torch",
+    "range",
+    "range_tensor",
+    "read_binary_files",
+    "read_csv",
+    "read_datasource",
+    "read_images",
+    "read_json",
+    "read_numpy",
+    "read_parquet",
+    "read_text",
+]

@@ -1,0 +1,209 @@
+"""Creating datasets: from memory (``range``, ``from_items`` ...) and from files (``read_*``).
+
+File readers list their files immediately (a wrong path fails here, naming
+it) and read lazily in tasks. ``override_num_blocks`` (Ray's name; the older
+``parallelism`` also works) sets the number of read tasks; by default it is
+chosen from the data size and the cluster's CPUs.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from raylite.data._internal import logical as L
+from raylite.data.block import Block, batch_to_block, items_to_block, to_arrow_array
+from raylite.data.dataset import Dataset, MaterializedDataset
+from raylite.data.datasource import (
+    BinaryDatasource,
+    CSVDatasource,
+    Datasource,
+    ImageDatasource,
+    JSONDatasource,
+    NumpyDatasource,
+    ParquetDatasource,
+    RangeDatasource,
+    TextDatasource,
+)
+
+DEFAULT_FROM_ITEMS_BLOCKS = 8
+
+
+def _blocks_param(override_num_blocks: int | None, parallelism: int | None) -> int:
+    value = override_num_blocks if override_num_blocks is not None else parallelism
+    return -1 if value is None else int(value)
+
+
+def read_datasource(datasource: Datasource, *, override_num_blocks: int | None = None,
+                    parallelism: int | None = None, ray_remote_args: dict[str, Any] | None = None,
+                    **kwargs: Any) -> Dataset:
+    """A dataset read from any ``Datasource`` (including user subclasses)."""
+    op = L.Read(datasource.get_name(), [], datasource=datasource,
+                parallelism=_blocks_param(override_num_blocks, parallelism),
+                ray_remote_args=dict(ray_remote_args or {}))
+    return Dataset(op)
+
+
+def range(n: int, *, override_num_blocks: int | None = None, parallelism: int | None = None,  # noqa: A001
+          **kwargs: Any) -> Dataset:
+    """Rows ``{"id": 0} ... {"id": n-1}``."""
+    return read_datasource(RangeDatasource(n), override_num_blocks=override_num_blocks, parallelism=parallelism)
+
+
+def range_tensor(n: int, *, shape: tuple[int, ...] = (1,), override_num_blocks: int | None = None,
+                 parallelism: int | None = None, **kwargs: Any) -> Dataset:
+    """Rows ``{"data": full(shape, i)}`` for i in 0..n-1."""
+    return read_datasource(RangeDatasource(n, tuple(shape)), override_num_blocks=override_num_blocks,
+                           parallelism=parallelism)
+
+
+def _split_table(table: pa.Table, num_blocks: int) -> list[Block]:
+    num_blocks = max(1, min(num_blocks, table.num_rows))
+    bounds = np.linspace(0, table.num_rows, num_blocks + 1).astype(np.int64)
+    return [table.slice(int(a), int(b - a)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _from_blocks(blocks: list[Block]) -> MaterializedDataset:
+    return MaterializedDataset(L.InputData("FromBlocks", blocks=blocks))
+
+
+def from_items(items: list[Any], *, override_num_blocks: int | None = None, parallelism: int | None = None,
+               **kwargs: Any) -> MaterializedDataset:
+    """Dicts become rows; any other item becomes ``{"item": value}``."""
+    if not isinstance(items, (list, tuple)):
+        raise TypeError(f"from_items expects a list, got {type(items).__name__}")
+    n = _blocks_param(override_num_blocks, parallelism)
+    n = n if n > 0 else min(DEFAULT_FROM_ITEMS_BLOCKS, max(1, len(items)))
+    items = list(items)
+    per = max(1, math.ceil(len(items) / n))
+    blocks = [items_to_block(items[i:i + per]) for i in builtins.range(0, len(items), per)]
+    return _from_blocks(blocks or [pa.table({})])
+
+
+def from_pandas(dfs: Any, *, override_num_blocks: int | None = None) -> MaterializedDataset:
+    """One block per DataFrame (a single DataFrame may be split with ``override_num_blocks``)."""
+    dfs = dfs if isinstance(dfs, list) else [dfs]
+    blocks = [batch_to_block(df, where="from_pandas") for df in dfs]
+    if override_num_blocks and len(blocks) == 1:
+        blocks = _split_table(blocks[0], override_num_blocks)
+    return _from_blocks(blocks)
+
+
+def from_numpy(ndarrays: np.ndarray | list[np.ndarray]) -> MaterializedDataset:
+    """Column ``data``: one row per element of the first axis."""
+    arrays = ndarrays if isinstance(ndarrays, list) else [ndarrays]
+    return _from_blocks([pa.table({"data": to_arrow_array(np.asarray(a), "data")}) for a in arrays])
+
+
+def from_arrow(tables: Any) -> MaterializedDataset:
+    tables = tables if isinstance(tables, list) else [tables]
+    out = []
+    for t in tables:
+        if isinstance(t, pa.RecordBatch):
+            t = pa.Table.from_batches([t])
+        if not isinstance(t, pa.Table):
+            raise TypeError(f"from_arrow expects pyarrow Tables, got {type(t).__name__}")
+        out.append(t)
+    return _from_blocks(out)
+
+
+def from_torch(dataset: Any) -> MaterializedDataset:
+    """Items of a map-style torch Dataset as rows ``{"item": ...}``."""
+    return from_items([dataset[i] for i in builtins.range(len(dataset))])
+
+
+def from_arrow_refs(refs: list[Any]) -> MaterializedDataset:
+    from raylite.data._internal.operators import RefBundle
+    from raylite.data._internal.submitter import get_submitter
+    from raylite.data.block import BlockMetadata
+
+    tables = get_submitter().get(list(refs))
+    bundles = [RefBundle([(r, BlockMetadata.of(t))]) for r, t in zip(refs, tables)]
+    return MaterializedDataset(L.InputData("FromArrowRefs", bundles=bundles))
+
+
+def _file_read(cls: type, paths: Any, override_num_blocks: int | None, parallelism: int | None,
+               ray_remote_args: dict[str, Any] | None, **kwargs: Any) -> Dataset:
+    return read_datasource(cls(paths, **kwargs), override_num_blocks=override_num_blocks,
+                           parallelism=parallelism, ray_remote_args=ray_remote_args)
+
+
+def read_parquet(paths: str | Sequence[str], *, filesystem: Any = None, columns: list[str] | None = None,
+                 filter: Any = None, override_num_blocks: int | None = None, parallelism: int | None = None,
+                 ray_remote_args: dict[str, Any] | None = None, file_extensions: list[str] | None = None,
+                 include_paths: bool = False, partitioning: Any = "hive", schema: pa.Schema | None = None,
+                 **arrow_parquet_args: Any) -> Dataset:
+    """Parquet files/directories/globs/URIs; ``columns`` and ``filter`` (an Arrow expression) are pushed down."""
+    filter = filter if filter is not None else arrow_parquet_args.pop("filter", None)
+    return _file_read(ParquetDatasource, paths, override_num_blocks, parallelism, ray_remote_args,
+                      filesystem=filesystem, columns=columns, filter=filter, file_extensions=file_extensions,
+                      include_paths=include_paths, partitioning=partitioning, schema=schema)
+
+
+def read_csv(paths: str | Sequence[str], *, filesystem: Any = None, override_num_blocks: int | None = None,
+             parallelism: int | None = None, ray_remote_args: dict[str, Any] | None = None,
+             file_extensions: list[str] | None = None, include_paths: bool = False, partitioning: Any = None,
+             **arrow_csv_args: Any) -> Dataset:
+    """CSV files; ``parse_options``/``convert_options``/``read_options`` go to ``pyarrow.csv``."""
+    return _file_read(CSVDatasource, paths, override_num_blocks, parallelism, ray_remote_args,
+                      filesystem=filesystem, file_extensions=file_extensions, include_paths=include_paths,
+                      partitioning=partitioning, **arrow_csv_args)
+
+
+def read_json(paths: str | Sequence[str], *, filesystem: Any = None, override_num_blocks: int | None = None,
+              parallelism: int | None = None, ray_remote_args: dict[str, Any] | None = None,
+              file_extensions: list[str] | None = None, include_paths: bool = False,
+              partitioning: Any = None, lines: bool | None = None, **arrow_json_args: Any) -> Dataset:
+    """JSON lines files (a file holding one JSON array of objects also works)."""
+    return _file_read(JSONDatasource, paths, override_num_blocks, parallelism, ray_remote_args,
+                      filesystem=filesystem, file_extensions=file_extensions, include_paths=include_paths,
+                      partitioning=partitioning, **arrow_json_args)
+
+
+def read_text(paths: str | Sequence[str], *, encoding: str = "utf-8", drop_empty_lines: bool = True,
+              filesystem: Any = None, override_num_blocks: int | None = None, parallelism: int | None = None,
+              ray_remote_args: dict[str, Any] | None = None, file_extensions: list[str] | None = None,
+              include_paths: bool = False, partitioning: Any = None, **kwargs: Any) -> Dataset:
+    """One row ``{"text": line}`` per line."""
+    return _file_read(TextDatasource, paths, override_num_blocks, parallelism, ray_remote_args,
+                      filesystem=filesystem, file_extensions=file_extensions, include_paths=include_paths,
+                      partitioning=partitioning, encoding=encoding, drop_empty_lines=drop_empty_lines)
+
+
+def read_numpy(paths: str | Sequence[str], *, filesystem: Any = None, override_num_blocks: int | None = None,
+               parallelism: int | None = None, ray_remote_args: dict[str, Any] | None = None,
+               file_extensions: list[str] | None = None, include_paths: bool = False,
+               partitioning: Any = None, **numpy_load_args: Any) -> Dataset:
+    """``.npy`` files -> column ``data`` (one row per element of the first axis)."""
+    return _file_read(NumpyDatasource, paths, override_num_blocks, parallelism, ray_remote_args,
+                      filesystem=filesystem, file_extensions=file_extensions or ["npy", "npz"],
+                      include_paths=include_paths, partitioning=partitioning, **numpy_load_args)
+
+
+def read_binary_files(paths: str | Sequence[str], *, include_paths: bool = False, filesystem: Any = None,
+                      override_num_blocks: int | None = None, parallelism: int | None = None,
+                      ray_remote_args: dict[str, Any] | None = None, file_extensions: list[str] | None = None,
+                      partitioning: Any = None, **kwargs: Any) -> Dataset:
+    """One row ``{"bytes": ...}`` (plus ``path`` with ``include_paths``) per file."""
+    return _file_read(BinaryDatasource, paths, override_num_blocks, parallelism, ray_remote_args,
+                      filesystem=filesystem, file_extensions=file_extensions, include_paths=include_paths,
+                      partitioning=partitioning)
+
+
+def read_images(paths: str | Sequence[str], *, filesystem: Any = None, size: tuple[int, int] | None = None,
+                mode: str | None = None, include_paths: bool = False, override_num_blocks: int | None = None,
+                parallelism: int | None = None, ray_remote_args: dict[str, Any] | None = None,
+                file_extensions: list[str] | None = None, partitioning: Any = None, **kwargs: Any) -> Dataset:
+    """Images (needs Pillow) -> column ``image`` of HxWxC uint8 arrays; ``size=(h, w)`` resizes."""
+    try:
+        import PIL  # noqa: F401
+    except ImportError as e:
+        raise ImportError("read_images needs Pillow: pip install Pillow") from e
+    return _file_read(ImageDatasource, paths, override_num_blocks, parallelism, ray_remote_args,
+                      filesystem=filesystem, file_extensions=file_extensions or list(ImageDatasource._FILE_EXTENSIONS),
+                      include_paths=include_paths, partitioning=partitioning, size=size, mode=mode)
