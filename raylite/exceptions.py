@@ -116,7 +116,7 @@ def _dual_class(cause_cls: type) -> type | None:
     cls = _DUAL_CLASSES.get(cause_cls)
     if cls is not None:
         return cls
-    if issubclass(cause_cls, RayError) and not issubclass(cause_cls, RayTaskError):
+    if issubclass(cause_cls, RayTaskError):
         return None
     try:
         cls = type(

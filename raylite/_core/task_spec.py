@@ -76,11 +76,12 @@ class TaskSpec:
     def display_name(self) -> str:
         if self.name:
             return self.name
+        short = self.function.qualname.rsplit(".", 1)[-1]
         if self.kind == KIND_ACTOR_CALL:
-            return f"{self.function.qualname}.{self.method_name}"
+            return f"{short}.{self.method_name}"
         if self.kind == KIND_ACTOR_CREATE:
-            return f"{self.function.qualname}.__init__"
-        return self.function.qualname
+            return f"{short}.__init__"
+        return short
 
     def to_wire(self) -> list:
         out = []

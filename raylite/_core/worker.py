@@ -273,7 +273,7 @@ class Worker:
         self.ctx.namespace = spec.namespace
         self.ctx.assigned_resources = spec.resources
         self.actor_spec = spec
-        self.log_prefix = f"({spec.function.qualname} pid={os.getpid()}, ip={self.client.node_ip}) "
+        self.log_prefix = f"({spec.function.qualname.rsplit('.', 1)[-1]} pid={os.getpid()}, ip={self.client.node_ip}) "
         try:
             cls = self.client.load_function(spec.function.function_id)
             args, kwargs = self._resolve_args(spec)

@@ -1,0 +1,319 @@
+"""Tasks: results, options, errors, retries, nested calls, generators, cancellation."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import raylite as ray
+from raylite.exceptions import (
+    GetTimeoutError,
+    ObjectSerializationError,
+    RayTaskError,
+    TaskCancelledError,
+    TaskUnschedulableError,
+    WorkerCrashedError,
+)
+
+
+@ray.remote
+def double(x):
+    return x * 2
+
+
+def test_remote_returns_results(cluster):
+    assert ray.get(double.remote(21)) == 42
+    assert ray.get([double.remote(i) for i in range(20)]) == [i * 2 for i in range(20)]
+
+
+def test_options_and_multiple_returns(cluster):
+    @ray.remote(num_returns=3)
+    def three():
+        return 1, 2, 3
+
+    a, b, c = three.remote()
+    assert ray.get([a, b, c]) == [1, 2, 3]
+    r1, r2 = double.options(num_returns=2).remote((5, 6)) if False else (None, None)
+    assert r1 is None and r2 is None
+
+
+def test_top_level_refs_are_resolved_nested_refs_stay_refs(cluster):
+    ref = ray.put(10)
+
+    @ray.remote
+    def inspect(value, nested):
+        return value, isinstance(nested[0], ray.ObjectRef), ray.get(nested[0])
+
+    assert ray.get(inspect.remote(ref, [ref])) == (10, True, 10)
+
+
+def test_chained_tasks_wait_for_dependencies(cluster):
+    ref = double.remote(1)
+    for _ in range(5):
+        ref = double.remote(ref)
+    assert ray.get(ref) == 64
+
+
+def test_user_exception_keeps_type_and_traceback(cluster):
+    @ray.remote(max_retries=0)
+    def boom():
+        raise KeyError("missing-key")
+
+    with pytest.raises(KeyError) as info:
+        ray.get(boom.remote())
+    assert isinstance(info.value, RayTaskError)
+    assert "missing-key" in str(info.value)
+    assert "in boom" in str(info.value)
+
+
+def test_retry_exceptions_list(cluster, tmp_path):
+    marker = tmp_path / "count"
+
+    @ray.remote(max_retries=3, retry_exceptions=[ConnectionError])
+    def flaky(path):
+        n = int(open(path).read()) if os.path.exists(path) else 0
+        open(path, "w").write(str(n + 1))
+        if n < 2:
+            raise ConnectionError("transient")
+        return n
+
+    assert ray.get(flaky.remote(str(marker))) == 2
+
+    @ray.remote(max_retries=3, retry_exceptions=[ConnectionError])
+    def wrong_kind():
+        raise ValueError("not retried")
+
+    with pytest.raises(ValueError):
+        ray.get(wrong_kind.remote())
+
+
+def test_worker_crash_is_retried_then_reported(cluster, tmp_path):
+    marker = tmp_path / "crashed"
+
+    @ray.remote(max_retries=1)
+    def crash_once(path):
+        if not os.path.exists(path):
+            open(path, "w").write("x")
+            os._exit(1)
+        return "second attempt"
+
+    assert ray.get(crash_once.remote(str(marker))) == "second attempt"
+
+    @ray.remote(max_retries=0)
+    def always_crash():
+        os.kill(os.getpid(), 9)
+
+    with pytest.raises(WorkerCrashedError, match="died unexpectedly"):
+        ray.get(always_crash.remote(), timeout=30)
+
+
+def test_infeasible_request_fails_fast_naming_capacity(cluster):
+    @ray.remote(num_gpus=1)
+    def needs_gpu():
+        return 1
+
+    with pytest.raises(TaskUnschedulableError, match="GPU: 1"):
+        ray.get(needs_gpu.remote(), timeout=5)
+    with pytest.raises(TaskUnschedulableError, match="CPU: 64"):
+        ray.get(double.options(num_cpus=64).remote(1), timeout=5)
+
+
+def test_unserializable_argument_names_the_culprit(cluster):
+    class Holder:
+        def __init__(self):
+            self.lock = threading.Lock()
+
+    with pytest.raises(ObjectSerializationError, match=r"attribute \.lock of .*argument.*lock"):
+        double.remote(Holder())
+    with pytest.raises(TypeError):  # also a TypeError, as in Ray
+        double.remote(Holder())
+
+
+def test_unserializable_return_value(cluster):
+    @ray.remote(max_retries=0)
+    def returns_lock():
+        return threading.Lock()
+
+    with pytest.raises(ObjectSerializationError, match="lock"):
+        ray.get(returns_lock.remote())
+
+
+def test_bad_calls_give_ray_errors(cluster):
+    with pytest.raises(TypeError, match="cannot be called directly"):
+        double(1)
+    with pytest.raises(TypeError, match="bad arguments"):
+        double.remote(1, 2, 3)
+    with pytest.raises(TypeError, match="ObjectRef"):
+        ray.get(5)
+    with pytest.raises(ValueError, match="Invalid option"):
+        double.options(num_cpu=1)
+    with pytest.raises(ValueError, match="num_cpus"):
+        ray.remote(num_cpus=-1)(lambda: 1)
+
+
+def test_get_timeout(cluster):
+    @ray.remote
+    def slow(ev_path):
+        import time
+
+        deadline = time.time() + 20
+        while not os.path.exists(ev_path) and time.time() < deadline:
+            time.sleep(0.01)
+        return 1
+
+    import tempfile
+
+    path = os.path.join(tempfile.mkdtemp(), "go")
+    ref = slow.remote(path)
+    with pytest.raises(GetTimeoutError):
+        ray.get(ref, timeout=0.2)
+    open(path, "w").close()
+    assert ray.get(ref, timeout=20) == 1
+
+
+def test_wait_splits_ready_and_pending(cluster, tmp_path):
+    @ray.remote
+    def wait_file(path):
+        import time
+
+        while not os.path.exists(path):
+            time.sleep(0.01)
+        return path
+
+    gate = str(tmp_path / "gate")
+    fast = [double.remote(i) for i in range(3)]
+    slow = wait_file.remote(gate)
+    ready, pending = ray.wait(fast + [slow], num_returns=3, timeout=10)
+    assert set(ready) == set(fast) and pending == [slow]
+    ready, pending = ray.wait([slow], timeout=0.1)
+    assert ready == [] and pending == [slow]
+    open(gate, "w").close()
+    ready, _ = ray.wait([slow], timeout=10)
+    assert ready == [slow]
+
+
+def test_nested_tasks_beyond_cpu_count_do_not_deadlock(cluster):
+    @ray.remote
+    def tree(depth):
+        if depth == 0:
+            return 1
+        return sum(ray.get([tree.remote(depth - 1), tree.remote(depth - 1)]))
+
+    assert ray.get(tree.remote(3), timeout=60) == 8
+
+
+def test_streaming_and_dynamic_generators(cluster):
+    @ray.remote(num_returns="streaming")
+    def count(n):
+        for i in range(n):
+            yield np.full(4, i)
+
+    values = [ray.get(r)[0] for r in count.remote(5)]
+    assert values == [0, 1, 2, 3, 4]
+
+    @ray.remote(num_returns="dynamic")
+    def dyn(n):
+        yield from range(n)
+
+    gen = ray.get(dyn.remote(3))
+    assert [ray.get(r) for r in gen] == [0, 1, 2]
+
+    @ray.remote(num_returns="streaming", max_retries=0)
+    def fails_midway():
+        yield 1
+        raise RuntimeError("midway")
+
+    it = fails_midway.remote()
+    assert ray.get(next(it)) == 1
+    with pytest.raises(RuntimeError, match="midway"):
+        ray.get(next(it))
+
+
+def test_async_iteration_of_streaming_generator(cluster):
+    import asyncio
+
+    @ray.remote(num_returns="streaming")
+    def gen():
+        yield from range(3)
+
+    async def consume():
+        return [await ref async for ref in gen.remote()]
+
+    assert asyncio.run(consume()) == [0, 1, 2]
+
+
+def test_cancel_running_task(cluster):
+    @ray.remote(max_retries=0)
+    def spin():
+        import time
+
+        while True:
+            time.sleep(0.01)
+
+    ref = spin.remote()
+    import time
+
+    time.sleep(0.2)  # let it start; cancel works for queued tasks too
+    ray.cancel(ref)
+    with pytest.raises(TaskCancelledError):
+        ray.get(ref, timeout=10)
+    ref2 = spin.remote()
+    ray.cancel(ref2, force=True)
+    with pytest.raises((TaskCancelledError, WorkerCrashedError)):
+        ray.get(ref2, timeout=10)
+
+
+def test_object_ref_api(cluster):
+    import asyncio
+
+    ref = double.remote(4)
+    assert len(ref.hex()) == 40 and hash(ref) == hash(ref)
+    assert ref.future().result(timeout=10) == 8
+
+    async def awaited():
+        return await double.remote(5)
+
+    assert asyncio.run(awaited()) == 10
+
+
+def test_runtime_env_env_vars_and_working_dir(cluster, tmp_path):
+    (tmp_path / "helper_mod_xyz.py").write_text("VALUE = 'from working dir'\n")
+
+    @ray.remote
+    def read_env():
+        import helper_mod_xyz
+
+        return os.environ.get("RAYLITE_TEST_VAR"), helper_mod_xyz.VALUE, os.getcwd()
+
+    env = {"env_vars": {"RAYLITE_TEST_VAR": "hello"}, "working_dir": str(tmp_path)}
+    var, value, cwd = ray.get(read_env.options(runtime_env=env).remote())
+    assert (var, value, cwd) == ("hello", "from working dir", str(tmp_path))
+
+
+def test_runtime_context_in_task(cluster):
+    @ray.remote(num_cpus=1)
+    def ctx():
+        c = ray.get_runtime_context()
+        return c.get_task_id(), c.get_node_id(), c.get_assigned_resources(), c.get_job_id()
+
+    task_id, node_id, res, job_id = ray.get(ctx.remote())
+    assert task_id and node_id == ray.get_runtime_context().get_node_id()
+    assert res == {"CPU": 1}
+    assert job_id == ray.get_runtime_context().get_job_id()
+
+
+def test_worker_output_reaches_driver(cluster, capfd):
+    @ray.remote
+    def talk():
+        print("line from the worker")
+        return os.getpid()
+
+    pid = ray.get(talk.remote())
+    from tests.conftest import wait_for
+
+    out = wait_for(lambda: (lambda o: o if "line from the worker" in o else None)(capfd.readouterr().out),
+                   what="worker output")
+    assert f"pid={pid}" in out and "(talk " in out
