@@ -1,0 +1,101 @@
+"""init/shutdown: auto-init, re-init errors, resources, and no processes left behind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import psutil
+import pytest
+
+import raylite as ray
+from tests.conftest import wait_for
+
+
+def _children_of(pid):
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def test_init_twice_and_resources():
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=3, resources={"special": 2})
+    try:
+        with pytest.raises(RuntimeError, match="ignore_reinit_error"):
+            ray.init()
+        ray.init(ignore_reinit_error=True)
+        res = ray.cluster_resources()
+        assert res["CPU"] == 3 and res["special"] == 2
+        nodes = ray.nodes()
+        assert len(nodes) == 1 and nodes[0]["Alive"]
+        with pytest.warns(UserWarning, match="ignores"):
+            ray.shutdown()
+            ray.init(num_cpus=1, dashboard_port=8265)
+        with pytest.raises(TypeError, match="unexpected keyword"):
+            ray.shutdown()
+            ray.init(not_a_ray_option=1)
+    finally:
+        ray.shutdown()
+
+
+def test_shutdown_leaves_no_processes():
+    if ray.is_initialized():
+        ray.shutdown()
+    import os
+
+    ray.init(num_cpus=2)
+
+    @ray.remote
+    def f():
+        return os.getpid()
+
+    ray.get([f.remote() for _ in range(4)])
+    procs = _children_of(os.getpid())
+    assert procs, "the local cluster runs in child processes"
+    ray.shutdown()
+    wait_for(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in procs),
+             what="cluster processes to exit")
+
+
+def test_crashed_driver_leaves_no_processes(tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent("""
+        import os, sys
+        import raylite as ray
+        ray.init(num_cpus=2)
+        @ray.remote
+        def f():
+            return os.getpid()
+        @ray.remote
+        class A:
+            def pid(self):
+                return os.getpid()
+        a = A.remote()
+        pids = ray.get([f.remote() for _ in range(2)]) + [ray.get(a.pid.remote())]
+        print(" ".join(map(str, pids)), flush=True)
+        os._exit(3)
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 3, out.stderr
+    pids = [int(p) for p in out.stdout.split()]
+    wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                             for p in pids), timeout_s=15, what="workers of a crashed driver to exit")
+
+
+def test_auto_init_on_first_call():
+    if ray.is_initialized():
+        ray.shutdown()
+
+    @ray.remote
+    def one():
+        return 1
+
+    try:
+        assert ray.get(one.remote()) == 1
+        assert ray.is_initialized()
+    finally:
+        ray.shutdown()
