@@ -25,7 +25,7 @@ from raylite.remote_function import legacy_pg_options, merge_runtime_env, strate
 def method(*args: Any, **kwargs: Any) -> Any:
     """Annotate an actor method: `@raylite.method(num_returns=2)`."""
     def wrap(fn):
-        for k, v in kwargs.items():
+        for k in kwargs:
             if k not in O.METHOD_OPTIONS:
                 raise ValueError(f"Invalid option {k!r} for raylite.method; valid: {sorted(O.METHOD_OPTIONS)}")
         fn.__raylite_method_options__ = dict(kwargs)

@@ -13,7 +13,6 @@ from raylite import exceptions as E
 from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core import runtime
-from raylite._core.config import get_config
 from raylite._core.refs import ObjectRef, ObjectRefGenerator
 
 _RAY_INIT_KWARGS = {

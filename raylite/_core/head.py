@@ -141,6 +141,8 @@ class Head:
         rec = self.nodes.get(msg.node_id)
         if rec is not None:
             rec.available = dict(msg.available)
+            if msg.total is not None:
+                rec.total = dict(msg.total)
             rec.last_seen = self.clock.monotonic()
 
     def _on_node_shutdown(self, conn, msg: P.NodeShutdown, rid):
@@ -167,9 +169,6 @@ class Head:
         return [n.view() for n in self.nodes.values() if n.alive]
 
     def _retry_pending(self) -> None:
-        for actor_id, a in self.actors.items():
-            if a.state in ("PENDING", "RESTARTING") and not a.node_id and not a.spec.task_id.startswith(b"\x00"):
-                pass
         for pg in self.pgs.values():
             if pg.state in ("PENDING", "INFEASIBLE"):
                 self._spawn(self._place_pg(pg))

@@ -132,7 +132,7 @@ class NodeDaemon:
             await asyncio.sleep(self.config.heartbeat_interval_s)
             with contextlib.suppress(Exception):
                 self.head.send(P.Heartbeat(self.node_id, self.available,
-                                           [p.msg.resources for p in self.pending]))
+                                           [p.msg.resources for p in self.pending], self.total))
 
     # ------------------------------------------------------------ clients
     def _on_register_client(self, conn: rpc.Connection, msg: P.RegisterClient, rid: int):
@@ -386,6 +386,8 @@ class NodeDaemon:
                     self.total[name] = self.total.get(name, 0) + v
                     self.available[name] = self.available.get(name, 0) + v
         self._try_grant()
+        with contextlib.suppress(Exception):
+            self.head.send(P.Heartbeat(self.node_id, self.available, [], self.total))
         return P.ReserveBundlesReply(True)
 
     def _on_release_bundles(self, conn, msg: P.ReleaseBundles, rid):

@@ -481,6 +481,7 @@ class Heartbeat(Message):
     node_id: bytes
     available: dict
     pending: list  # resource demands waiting on this node
+    total: dict | None = None  # changes when placement-group bundles are reserved
 
 
 @message(93)

@@ -36,7 +36,8 @@ def capacity_summary(nodes: Sequence[NodeView]) -> str:
 
 
 def _public(res: Mapping[str, int]) -> dict[str, int]:
-    return {k: v for k, v in res.items() if "_group_" not in k}
+    public = {k: v for k, v in res.items() if "_group_" not in k}
+    return public if public or not res else dict(res)
 
 
 def feasible_nodes(request: Mapping[str, int], nodes: Sequence[NodeView]) -> list[NodeView]:

@@ -1,0 +1,64 @@
+"""Placement groups on one node: reservation, bundle scheduling, removal, infeasible groups."""
+
+from __future__ import annotations
+
+import pytest
+
+import raylite as ray
+from raylite.exceptions import PlacementGroupSchedulingError
+from raylite.util import placement_group, placement_group_table, remove_placement_group
+from raylite.util.scheduling_strategies import (
+    NodeAffinitySchedulingStrategy,
+    PlacementGroupSchedulingStrategy,
+)
+
+
+@ray.remote(num_cpus=1)
+def assigned():
+    return ray.get_runtime_context().get_assigned_resources()
+
+
+def test_reserve_run_and_remove(cluster):
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_PACK")
+    assert pg.wait(10)
+    assert ray.get(pg.ready(), timeout=10) == pg
+    assert ray.available_resources().get("CPU", 0) == 0
+    strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=1)
+    assert ray.get(assigned.options(scheduling_strategy=strategy).remote(), timeout=10) == {"CPU": 1}
+    table = placement_group_table(pg)
+    assert table["state"] == "CREATED" and len(table["bundles"]) == 2
+
+    @ray.remote(num_cpus=1)
+    class InGroup:
+        def ok(self):
+            return "ok"
+
+    actor = InGroup.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg)).remote()
+    assert ray.get(actor.ok.remote(), timeout=10) == "ok"
+    remove_placement_group(pg)
+    from tests.conftest import wait_for
+
+    wait_for(lambda: ray.available_resources().get("CPU", 0) == 2, what="bundle CPUs to return")
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(actor.ok.remote(), timeout=10)
+
+
+def test_infeasible_group_raises(cluster):
+    pg = placement_group([{"CPU": 1}] * 3, strategy="STRICT_SPREAD")
+    with pytest.raises(PlacementGroupSchedulingError, match="STRICT_SPREAD"):
+        pg.wait(5)
+    with pytest.raises(ValueError, match="strategy"):
+        placement_group([{"CPU": 1}], strategy="CLUMP")
+    with pytest.raises(ValueError, match="non-empty"):
+        placement_group([])
+
+
+def test_node_affinity(cluster):
+    node_id = ray.get_runtime_context().get_node_id()
+    strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
+    assert ray.get(assigned.options(scheduling_strategy=strategy).remote(), timeout=10) == {"CPU": 1}
+    bad = NodeAffinitySchedulingStrategy("ab" * 16, soft=False)
+    with pytest.raises(ray.exceptions.TaskUnschedulableError):
+        ray.get(assigned.options(scheduling_strategy=bad).remote(), timeout=10)
+    soft = NodeAffinitySchedulingStrategy("ab" * 16, soft=True)
+    assert ray.get(assigned.options(scheduling_strategy=soft).remote(), timeout=10) == {"CPU": 1}
