@@ -21,8 +21,6 @@ Who talks to whom:
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import msgpack
@@ -32,25 +30,70 @@ PROTOCOL_VERSION = 1
 MESSAGES: dict[int, type[Message]] = {}
 
 
+class FrozenInstanceError(AttributeError):
+    """Messages are immutable."""
+
+
 class Message:
+    """Base of every wire message: immutable, slotted, fields in declaration order.
+
+    Classes are built by `@message(tag)` without dataclasses' per-class code
+    generation, which would cost ~2 ms per class at import on a small machine.
+    """
+
     TAG: ClassVar[int] = 0
+    _FIELDS: ClassVar[tuple[str, ...]] = ()
+    _DEFAULTS: ClassVar[dict[str, Any]] = {}
+    _TYPES: ClassVar[dict[str, str]] = {}
     __slots__ = ()
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        fields = self._FIELDS
+        if len(args) > len(fields):
+            raise TypeError(f"{type(self).__name__} takes {len(fields)} fields, got {len(args)}")
+        for i, name in enumerate(fields):
+            if i < len(args):
+                value = args[i]
+            elif name in kwargs:
+                value = kwargs.pop(name)
+            elif name in self._DEFAULTS:
+                value = self._DEFAULTS[name]
+            else:
+                raise TypeError(f"{type(self).__name__} is missing field {name!r}")
+            object.__setattr__(self, name, value)
+        if kwargs:
+            raise TypeError(f"{type(self).__name__} has no fields {sorted(kwargs)}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and all(
+            getattr(self, f) == getattr(other, f) for f in self._FIELDS)
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, *(repr(getattr(self, f)) for f in self._FIELDS)))
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{f}={getattr(self, f)!r:.60}" for f in self._FIELDS)
+        return f"{type(self).__name__}({inner})"
 
 
 def message(tag: int):
-    """Register a dataclass under a wire tag."""
+    """Register a message class under a wire tag (fields from its annotations)."""
 
     def wrap(cls):
-        cls = dataclass(frozen=True, slots=True)(cls)
         if tag in MESSAGES:
             raise RuntimeError(f"duplicate message tag {tag}: {cls.__name__} and {MESSAGES[tag].__name__}")
-        cls.TAG = tag
-        cls._FIELDS = tuple(f.name for f in dataclasses.fields(cls))
-        MESSAGES[tag] = cls
-        return cls
+        annotations = cls.__dict__.get("__annotations__", {})
+        fields = tuple(annotations)
+        defaults = {f: cls.__dict__[f] for f in fields if f in cls.__dict__}
+        new = type(cls.__name__, (Message,), {
+            "__slots__": fields, "__doc__": cls.__doc__, "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__, "TAG": tag, "_FIELDS": fields,
+            "_DEFAULTS": defaults, "_TYPES": dict(annotations)})
+        MESSAGES[tag] = new
+        return new
 
     return wrap
 
@@ -64,7 +107,14 @@ def encode(msg: Message, request_id: int = 0) -> bytes:
 def decode(data: bytes | memoryview) -> tuple[Message, int]:
     items = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
     cls = MESSAGES[items[0]]
-    return cls(*items[2:]), items[1]
+    msg = object.__new__(cls)
+    values = items[2:]
+    fields = cls._FIELDS
+    if len(values) < len(fields):  # an older peer: fill defaults
+        values = values + [cls._DEFAULTS.get(f) for f in fields[len(values):]]
+    for name, value in zip(fields, values):
+        object.__setattr__(msg, name, value)
+    return msg, items[1]
 
 
 # ---------------------------------------------------------------- handshake

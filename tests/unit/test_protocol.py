@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
 import pytest
 
@@ -14,8 +13,8 @@ from raylite._core.transport.base import HandshakeError, parse_address
 
 def _sample(cls):
     values = []
-    for f in dataclasses.fields(cls):
-        t = str(f.type)
+    for name in cls._FIELDS:
+        t = cls._TYPES[name]
         if "bytes" in t:
             values.append(b"\x01\x02")
         elif "bool" in t:
