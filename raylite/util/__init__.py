@@ -8,10 +8,11 @@ from raylite.placement_group import (
     placement_group_table,
     remove_placement_group,
 )
-from raylite.util import scheduling_strategies
+from raylite.util import queue, scheduling_strategies
 from raylite.util.actor_pool import ActorPool
 
 __all__ = [
     "ActorPool", "PlacementGroup", "get_current_placement_group", "get_placement_group",
-    "placement_group", "placement_group_table", "remove_placement_group", "scheduling_strategies",
+    "placement_group", "placement_group_table", "remove_placement_group", "queue",
+    "scheduling_strategies",
 ]

@@ -1,0 +1,20 @@
+"""raylite.dag: the lazy DAG API (Ray's names and paths).
+
+`.bind()` on a remote function, an actor class or an actor method records a call instead of
+making it; `.execute(*inputs)` on the last node runs the whole graph and returns ObjectRefs.
+
+    with InputNode() as inp:
+        dag = add.bind(double.bind(inp), 1)
+    raylite.get(dag.execute(5))   # 11
+"""
+
+from raylite.dag.class_node import ClassMethodNode, ClassNode
+from raylite.dag.dag_node import DAGNode
+from raylite.dag.function_node import FunctionNode
+from raylite.dag.input_node import DAGInputData, InputAttributeNode, InputNode
+from raylite.dag.output_node import MultiOutputNode
+
+__all__ = [
+    "ClassMethodNode", "ClassNode", "DAGInputData", "DAGNode", "FunctionNode",
+    "InputAttributeNode", "InputNode", "MultiOutputNode",
+]
