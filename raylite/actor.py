@@ -201,9 +201,7 @@ class ActorHandle:
 
             client = runtime.client()
             if client is not None and not client._closed:
-                from raylite._core import protocol as P
-
-                client.call_soon(lambda: client.head.send(P.KillActor(self._actor_id, True)))
+                client.call_soon(client.actor_out_of_scope, self._actor_id)
         except Exception:  # noqa: BLE001  interpreter shutdown
             pass
 

@@ -106,6 +106,7 @@ class ActorState:
     in_flight: dict = field(default_factory=dict)
     dead_error: Any = None
     seq: int = 0
+    kill_when_idle: bool = False
 
 
 @dataclass
@@ -1073,8 +1074,25 @@ class CoreClient:
             st.connecting = True
             self.loop.create_task(self._connect_actor(st))
 
+    def actor_out_of_scope(self, actor_id: bytes) -> None:
+        """Loop thread: the last handle is gone; stop the actor once submitted calls finish."""
+        st = self._actors.get(actor_id)
+        if st is not None and (st.queue or st.in_flight):
+            st.kill_when_idle = True
+            return
+        self._kill_quietly(actor_id)
+
+    def _kill_quietly(self, actor_id: bytes) -> None:
+        try:
+            self.head.send(P.KillActor(actor_id, True))
+        except Exception:  # noqa: BLE001
+            pass
+
     def _on_actor_reply(self, st: ActorState, rec: TaskRecord, fut: asyncio.Future) -> None:
         st.in_flight.pop(rec.spec.task_id, None)
+        if st.kill_when_idle and not st.queue and not st.in_flight:
+            st.kill_when_idle = False
+            self.loop.call_soon(self._kill_quietly, st.actor_id)
         exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
         if exc is None:
             self._task_done(rec, fut.result())

@@ -213,3 +213,7 @@ def test_actor_runtime_context(cluster):
     w = Who.options(name="who-am-i").remote()
     actor_id, name = ray.get(w.ids.remote())
     assert actor_id == w._actor_id.hex() and name == "who-am-i"
+
+
+def test_calls_on_a_dropped_handle_still_finish(cluster):
+    assert ray.get(Counter.remote(41).inc.remote(), timeout=20) == 42
