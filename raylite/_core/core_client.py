@@ -1124,6 +1124,18 @@ class CoreClient:
 
     def kill_actor(self, actor_id: bytes, no_restart: bool) -> None:
         self.run_sync(self.head.request(P.KillActor(actor_id, no_restart)))
+        if no_restart:
+            self.run_sync(self._mark_killed(actor_id))
+
+    async def _mark_killed(self, actor_id: bytes) -> None:
+        """Calls made after kill() fail at once instead of racing the kill."""
+        st = self._actors.get(actor_id)
+        if st is None:
+            st = self._actors[actor_id] = ActorState(actor_id)
+        st.dead_error = E.ActorDiedError(
+            f"The actor ({actor_id.hex()[:12]}) was killed by raylite.kill(no_restart=True).", actor_id.hex())
+        while st.queue:
+            self._finish_with_error(st.queue.popleft(), st.dead_error)
 
     # ================================================================ cancel
     def cancel(self, ref: ObjectRef, force: bool, recursive: bool) -> None:
