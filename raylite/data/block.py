@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+import cloudpickle
 import numpy as np
 import pyarrow as pa
 
@@ -247,13 +248,23 @@ def to_arrow_array(values: Any, column: str = "?") -> pa.Array | pa.ChunkedArray
     if not isinstance(values, np.ndarray):
         values = _list_to_numpy(list(values))
     if values.ndim > 1:
-        return pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(values))
+        return _tensor_array(values)
     if values.dtype == object:
         return _object_array_to_arrow(values, column)
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         return _pickle_array(values)
+
+
+def _tensor_array(values: np.ndarray) -> pa.Array:
+    """n-d array -> fixed_shape_tensor column (one row per first-axis element)."""
+    if len(values) == 0:  # pyarrow cannot infer from an empty array; build the type by hand
+        value_type = pa.from_numpy_dtype(values.dtype)
+        ext = pa.fixed_shape_tensor(value_type, list(values.shape[1:]))
+        width = int(np.prod(values.shape[1:]))
+        return pa.ExtensionArray.from_storage(ext, pa.array([], pa.list_(value_type, width)))
+    return pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(values))
 
 
 def _list_to_numpy(values: list[Any]) -> np.ndarray:
@@ -277,7 +288,7 @@ def _object_array_to_arrow(values: np.ndarray, column: str) -> pa.Array:
     if non_null and all(isinstance(v, np.ndarray) for v in non_null):
         shapes = {v.shape for v in non_null}
         if len(shapes) == 1 and len(non_null) == len(items) and non_null[0].ndim >= 1:
-            return pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(np.stack(items)))
+            return _tensor_array(np.stack(items))
         if all(v.ndim == 1 for v in non_null):
             try:
                 return pa.array([None if v is None else v for v in items])
@@ -292,7 +303,7 @@ def _object_array_to_arrow(values: np.ndarray, column: str) -> pa.Array:
 
 def _pickle_array(values: Iterable[Any]) -> pa.Array:
     storage = pa.array(
-        [None if v is None else pickle.dumps(v, protocol=5) for v in values], type=pa.large_binary()
+        [None if v is None else cloudpickle.dumps(v, protocol=5) for v in values], type=pa.large_binary()
     )
     return pa.ExtensionArray.from_storage(PythonObjectType(), storage)
 

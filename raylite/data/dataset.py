@@ -408,7 +408,6 @@ class Dataset:
         ctx = DataContext.get_current().copy()
         ops = make_plan(self._logical, sub, ctx)
         executor = StreamingExecutor(ops, sub, ctx, name=self._logical.name)
-        self._executor = executor
         return executor.start()
 
     def _iter_bundles(self) -> Iterator[RefBundle]:

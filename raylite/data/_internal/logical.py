@@ -15,6 +15,25 @@ from raylite.data._internal.transforms import Stage
 from raylite.data.block import Block, BlockMetadata
 
 
+def _post_order(root: Any, children: Callable[[Any], list[Any]]) -> list[Any]:
+    seen: set[int] = set()
+    out: list[Any] = []
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            out.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        for child in reversed(children(node)):
+            if id(child) not in seen:
+                stack.append((child, False))
+    return out
+
+
 @dataclass(frozen=True)
 class ActorPoolStrategy:
     """Run a map with a pool of actors (Ray's ``ActorPoolStrategy``): ``size`` or ``min_size..max_size``."""
@@ -47,19 +66,8 @@ class LogicalOperator:
     inputs: list[LogicalOperator] = field(default_factory=list)
 
     def post_order(self) -> list[LogicalOperator]:
-        seen: set[int] = set()
-        out: list[LogicalOperator] = []
-
-        def visit(op: LogicalOperator) -> None:
-            if id(op) in seen:
-                return
-            seen.add(id(op))
-            for i in op.inputs:
-                visit(i)
-            out.append(op)
-
-        visit(self)
-        return out
+        """This node's DAG, inputs before consumers (iterative: no self-referencing closure)."""
+        return _post_order(self, lambda op: op.inputs)
 
     def known_num_rows(self) -> int | None:
         """Rows this node outputs if known without running anything."""

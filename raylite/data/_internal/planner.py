@@ -190,19 +190,7 @@ class Planner:
 
 
 def _topo_order(sink: PhysicalOperator) -> list[PhysicalOperator]:
-    seen: set[int] = set()
-    out: list[PhysicalOperator] = []
-
-    def visit(op: PhysicalOperator) -> None:
-        if id(op) in seen:
-            return
-        seen.add(id(op))
-        for d in op.deps:
-            visit(d)
-        out.append(op)
-
-    visit(sink)
-    return out
+    return L._post_order(sink, lambda op: op.deps)
 
 
 def plan(terminal: L.LogicalOperator, submitter: TaskSubmitter, context: DataContext) -> list[PhysicalOperator]:

@@ -1,0 +1,211 @@
+"""Transforms, fusion and consumers on the in-process submitter (no cluster)."""
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+import torch
+
+import raylite.data as rd
+from raylite.data._internal.planner import plan
+from raylite.data.block import BatchTypeError
+
+
+def _ops(ds, local):
+    return [op.name for op in plan(ds._logical, local, rd.DataContext.get_current())]
+
+
+def test_range_map_filter_preserve_order(local):
+    ds = rd.range(1000).map(lambda r: {"id": r["id"], "sq": r["id"] ** 2}).filter(lambda r: r["id"] % 7 == 0)
+    rows = ds.take_all()
+    assert [r["id"] for r in rows] == list(range(0, 1000, 7))
+    assert all(r["sq"] == r["id"] ** 2 for r in rows)
+    assert ds.count() == len(rows)
+
+
+def test_read_map_filter_fuse_into_one_operator(local):
+    ds = rd.range(100, override_num_blocks=4).map(lambda r: r).filter(lambda r: True)
+    assert _ops(ds, local) == ["ReadRange->Map(<lambda>)->Filter(<lambda>)"]
+    ds.take_all()
+    assert local.tasks_submitted == 4  # one task per read task, nothing between operators
+
+
+def test_different_resources_split_operators(local):
+    ds = rd.range(10).map_batches(lambda b: b, num_cpus=0.5).map(lambda r: r, num_cpus=0.25)
+    assert _ops(ds, local) == ["ReadRange->MapBatches(<lambda>)", "Map(<lambda>)"]
+    assert ds.count() == 10
+
+
+@pytest.mark.parametrize("fmt,check", [
+    ("numpy", lambda b: isinstance(b["id"], np.ndarray)),
+    ("default", lambda b: isinstance(b["id"], np.ndarray)),
+    ("pandas", lambda b: isinstance(b, pd.DataFrame)),
+    ("pyarrow", lambda b: isinstance(b, pa.Table)),
+])
+def test_map_batches_formats(local, fmt, check):
+    seen = []
+
+    def fn(batch):
+        assert check(batch)
+        seen.append(len(batch["id"]) if fmt != "pyarrow" else batch.num_rows)
+        if fmt == "pyarrow":
+            return batch.append_column("double", pa.compute.multiply(batch["id"], 2))
+        batch["double"] = batch["id"] * 2
+        return batch
+
+    rows = rd.range(100, override_num_blocks=2).map_batches(fn, batch_format=fmt, batch_size=10).take_all()
+    assert [r["double"] for r in rows] == [2 * i for i in range(100)]
+
+
+def test_batch_size_bundles_small_blocks(local):
+    sizes = []
+
+    def fn(batch):
+        sizes.append(len(batch["id"]))
+        return batch
+
+    rd.from_items([{"id": i} for i in range(64)], override_num_blocks=16).map_batches(fn, batch_size=32).count()
+    assert sorted(sizes) == [32, 32]
+
+
+def test_generator_udf_and_flat_map(local):
+    def split_batches(batch):
+        yield {"x": batch["id"]}
+        yield {"x": batch["id"] + 1000}
+
+    assert rd.range(4).map_batches(split_batches, batch_size=None).count() == 8
+    rows = rd.from_items([{"n": 2}, {"n": 3}]).flat_map(lambda r: [{"v": r["n"]}] * r["n"]).take_all()
+    assert [r["v"] for r in rows] == [2, 2, 3, 3, 3]
+
+
+def test_callable_class_needs_concurrency_and_runs_in_actor_pool(local):
+    class AddK:
+        def __init__(self, k):
+            self.k = k
+
+        def __call__(self, batch):
+            return {"id": batch["id"] + self.k}
+
+    with pytest.raises(ValueError, match="concurrency"):
+        rd.range(10).map_batches(AddK)
+    ds = rd.range(40, override_num_blocks=4).map_batches(AddK, fn_constructor_args=(100,), concurrency=2,
+                                                         batch_size=5)
+    assert _ops(ds, local) == ["ReadRange->MapBatches(AddK)"]  # the read runs inside the actors
+    assert [r["id"] for r in ds.take_all()] == list(range(100, 140))
+    assert local.actors_started == 2
+
+
+def test_columns_ops_and_expression_filter(local):
+    ds = rd.from_items([{"a": i, "b": i * 10, "c": str(i)} for i in range(10)])
+    assert ds.select_columns(["a", "c"]).columns() == ["a", "c"]
+    assert ds.drop_columns(["b"]).columns() == ["a", "c"]
+    assert ds.rename_columns({"a": "x"}).columns() == ["x", "b", "c"]
+    assert ds.rename_columns(["p", "q", "r"]).columns() == ["p", "q", "r"]
+    added = ds.add_column("d", lambda df: df["a"] + df["b"]).take(2)
+    assert [r["d"] for r in added] == [0, 11]
+    assert [r["a"] for r in ds.filter(expr="a >= 3 and b < 60").take_all()] == [3, 4, 5]
+    assert [r["a"] for r in ds.filter(expr="c in ['1', '2'] or a == 9").take_all()] == [1, 2, 9]
+    with pytest.raises(KeyError, match="'zzz'.*columns"):
+        ds.select_columns(["zzz"]).take_all()
+    with pytest.raises(ValueError, match="unsupported syntax"):
+        ds.filter(expr="len(c) > 1")
+
+
+def test_limit_stops_reading_early(local):
+    ds = rd.range(10_000, override_num_blocks=100)
+    assert [r["id"] for r in ds.limit(3).take_all()] == [0, 1, 2]
+    assert local.tasks_submitted < 20
+    assert ds.limit(0).take_all() == []
+    assert ds.limit(5).count() == 5
+
+
+def test_udf_errors_keep_type_and_name_operator_and_row(local):
+    def boom(row):
+        if row["id"] == 3:
+            raise ValueError("bad row")
+        return row
+
+    with pytest.raises(ValueError, match="bad row") as info:
+        rd.range(10).map(boom).take_all()
+    notes = "".join(getattr(info.value, "__notes__", []))
+    assert "Map(boom)" in notes and "'id': 3" in notes
+
+
+def test_udf_wrong_return_type_names_operator(local):
+    with pytest.raises(BatchTypeError, match="MapBatches\\(<lambda>\\)"):
+        rd.range(10).map_batches(lambda b: [1, 2, 3]).take_all()
+    with pytest.raises(BatchTypeError, match="Map\\(<lambda>\\).*must return a dict"):
+        rd.range(10).map(lambda r: 5).take_all()
+    with pytest.raises(BatchTypeError, match="filter\\(\\) functions must return a bool"):
+        rd.range(10).filter(lambda r: "yes").take_all()
+
+
+def test_iter_batches_sizes_drop_last_and_local_shuffle(local):
+    ds = rd.range(100, override_num_blocks=3)
+    sizes = [len(b["id"]) for b in ds.iter_batches(batch_size=30)]
+    assert sizes == [30, 30, 30, 10]
+    assert [len(b["id"]) for b in ds.iter_batches(batch_size=30, drop_last=True)] == [30, 30, 30]
+    shuffled = np.concatenate([b["id"] for b in ds.iter_batches(batch_size=10, local_shuffle_buffer_size=50,
+                                                                 local_shuffle_seed=0)])
+    assert sorted(shuffled.tolist()) == list(range(100)) and shuffled.tolist() != list(range(100))
+    blocks = list(ds.iter_batches(batch_size=None, batch_format="pyarrow"))
+    assert sum(b.num_rows for b in blocks) == 100
+
+
+def test_iter_torch_batches_keeps_strings_as_numpy(local):
+    ds = rd.from_items([{"text": f"row {i}", "label": i, "f": float(i)} for i in range(10)])
+    batches = list(ds.iter_torch_batches(batch_size=4, dtypes={"f": torch.float32}))
+    assert len(batches) == 3
+    first = batches[0]
+    assert isinstance(first["label"], torch.Tensor) and first["label"].tolist() == [0, 1, 2, 3]
+    assert first["f"].dtype == torch.float32
+    assert isinstance(first["text"], np.ndarray) and first["text"].tolist() == ["row 0", "row 1", "row 2", "row 3"]
+    collated = next(iter(ds.iter_torch_batches(batch_size=5, collate_fn=lambda b: len(b["label"]))))
+    assert collated == 5
+
+
+def test_tensor_columns_flow_to_torch(local):
+    ds = rd.range_tensor(8, shape=(2, 3))
+    batch = next(iter(ds.iter_torch_batches(batch_size=8)))
+    assert batch["data"].shape == (8, 2, 3) and batch["data"][5].sum().item() == 30
+    assert rd.from_numpy(np.ones((6, 4))).take(1)[0]["data"].shape == (4,)
+
+
+def test_consumers(local, capsys):
+    ds = rd.from_pandas(pd.DataFrame({"a": range(5), "b": list("vwxyz")}))
+    assert ds.take_batch(2)["b"].tolist() == ["v", "w"]
+    assert isinstance(ds.take_batch(2, batch_format="pandas"), pd.DataFrame)
+    pd.testing.assert_frame_equal(ds.to_pandas(), pd.DataFrame({"a": range(5), "b": list("vwxyz")}))
+    with pytest.raises(ValueError, match="limit of 3"):
+        ds.take_all(limit=3)
+    ds.show(2)
+    assert capsys.readouterr().out.splitlines() == ["{'a': 0, 'b': 'v'}", "{'a': 1, 'b': 'w'}"]
+    types = ds.schema().types
+    assert ds.schema().names == ["a", "b"] and types[0] == pa.int64()
+    assert pa.types.is_string(types[1]) or pa.types.is_large_string(types[1])  # pandas 3 strings are large
+    mat = ds.map(lambda r: r).materialize()
+    assert mat.count() == 5 and mat.num_blocks() == 1 and "Operator" in mat.stats()
+    assert rd.from_arrow(pa.table({"x": [1]})).take() == [{"x": 1}]
+    with pytest.raises(ValueError, match="empty"):
+        rd.range(3).filter(lambda r: False).take_batch()
+    with pytest.raises(TypeError, match="iter_rows"):
+        iter(ds)
+    assert "Map(<lambda>)" in repr(ds.map(lambda r: r))
+
+
+def test_union_zip(local):
+    a, b = rd.range(5), rd.range(3).map(lambda r: {"id": r["id"] + 100})
+    assert [r["id"] for r in a.union(b).take_all()] == [0, 1, 2, 3, 4, 100, 101, 102]
+    assert a.union(a).count() == 10
+    z = rd.range(6, override_num_blocks=2).zip(rd.range(6, override_num_blocks=3).map(lambda r: {"v": -r["id"]}))
+    assert z.take_all() == [{"id": i, "v": -i} for i in range(6)]
+    with pytest.raises(ValueError, match="same number of rows"):
+        rd.range(3).zip(rd.range(4)).take_all()
+
+
+def test_dataset_is_rerunnable_and_lazy(local):
+    calls = []
+    ds = rd.range(10).map(lambda r: calls.append(1) or r)
+    assert calls == []
+    assert ds.count() == 10 and ds.count() == 10
+    assert len(calls) == 20
