@@ -264,17 +264,19 @@ class Unique(_Builtin):
         return [(self.on, "distinct", None)]
 
     def partial(self, grouped, cols, block, keys, groups):
-        return {"u": grouped.column(cols[(self.on, "distinct")])}
+        # Arrow cannot list-aggregate lists, so each group's distinct values travel pickled
+        lists = grouped.column(cols[(self.on, "distinct")]).to_pylist()
+        return {"u": pa.array([pickle.dumps(v) for v in lists], type=pa.large_binary())}
 
     def combine_specs(self):
         return {"u": "list"}
 
     def finalize(self, reduced):
         out = []
-        for lists in reduced["u"].to_pylist():
+        for parts in reduced["u"].to_pylist():
             seen: dict[Any, None] = {}
-            for lst in lists:
-                for v in lst:
+            for part in parts:
+                for v in pickle.loads(part):
                     seen.setdefault(v, None)
             out.append(list(seen))
         return pa.array(out)
@@ -291,8 +293,19 @@ def _group_rows(block: pa.Table, keys: list[str]) -> list[tuple[tuple, np.ndarra
     return [(tuple(kl[i] for kl in key_lists), np.asarray(rows[i])) for i in range(g.num_rows)]
 
 
+_GLOBAL_KEY = "__raylite_all_rows"
+
+
+def _with_global_key(block: pa.Table) -> pa.Table:
+    # a whole-dataset aggregation is a groupby on a constant key: Arrow's hash
+    # aggregations (distinct, list) have no scalar form
+    return block.append_column(_GLOBAL_KEY, pa.array(np.zeros(block.num_rows, dtype=np.int8)))
+
+
 def partial_aggregate(block: pa.Table, keys: list[str], aggs: list[AggregateFn]) -> pa.Table:
     """Map phase: per-group partial states of every aggregation for one block."""
+    if not keys:
+        return partial_aggregate(_with_global_key(block), [_GLOBAL_KEY], aggs)
     for k in keys:
         if k not in block.column_names:
             raise KeyError(f"groupby key {k!r} not found; the dataset has columns {block.column_names}")
@@ -328,6 +341,10 @@ def partial_aggregate(block: pa.Table, keys: list[str], aggs: list[AggregateFn])
 
 def combine_and_finalize(partials: pa.Table, keys: list[str], aggs: list[AggregateFn]) -> pa.Table:
     """Reduce phase: combine partial states per group, finalize, sort by the keys."""
+    if not keys:
+        if _GLOBAL_KEY not in partials.column_names:
+            return pa.table({})
+        return combine_and_finalize(partials, [_GLOBAL_KEY], aggs).drop_columns([_GLOBAL_KEY])
     aggregations = []
     for i, agg in enumerate(aggs):
         for name, func in agg.combine_specs().items():

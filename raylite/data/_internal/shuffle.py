@@ -132,11 +132,8 @@ def agg_map_task(keys: list[str], aggs: list[AggregateFn], boundaries: list[tupl
 
 
 def agg_reduce_task(keys: list[str], aggs: list[AggregateFn], *parts: Block) -> tuple[Block, BlockMetadata]:
-    partials = concat_blocks([p for p in parts if p.num_columns])
-    if partials.num_rows == 0 and keys:
-        out = pa.table({})
-    else:
-        out = combine_and_finalize(partials, keys, aggs)
+    partials = concat_blocks([p for p in parts if p.num_rows])
+    out = combine_and_finalize(partials, keys, aggs) if partials.num_rows else pa.table({})
     return out, BlockMetadata.of(out)
 
 
