@@ -69,9 +69,16 @@ class WorkerError:
     pid: int = 0
 
     def describe(self) -> str:
+        """One headline (who, what, the error's last line), then the full traceback."""
         where = f" (pid={self.pid}, ip={self.node_ip})" if self.pid else ""
         what = "died" if self.died else "raised"
-        return f"worker rank {self.rank}{where} {what}:\n{self.traceback_str}".rstrip()
+        who = f"worker rank {self.rank}" if self.rank >= 0 else "starting the worker group"
+        lines = [line for line in self.traceback_str.strip().splitlines() if line.strip()]
+        last = lines[-1].strip() if lines else "no details"
+        head = f"{who}{where} {what}: {last}"
+        if len(lines) <= 1:
+            return head
+        return f"{head}\n{self.traceback_str.rstrip()}"
 
 
 @dataclass(frozen=True)
