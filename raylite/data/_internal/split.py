@@ -89,6 +89,9 @@ class SplitCoordinator:
         self._splitter = OutputSplitter(n, equal)
         self._pulling = False
         self._last_stats = ""
+        # pieces handed to each shard stay referenced here until the shard's second next call,
+        # by which time it holds (borrows) them itself; the epoch's pieces until the next epoch
+        self._recent: list[deque[list[Piece]]] = [deque(maxlen=2) for _ in range(n)]
 
     def start_epoch(self, index: int) -> int:
         with self._cond:
@@ -106,6 +109,7 @@ class SplitCoordinator:
             self._last_stats = self._executor.stats_summary()
             self._executor.shutdown()
         self._epoch = epoch
+        self._recent = [deque(maxlen=2) for _ in range(self._n)]
         self._splitter = OutputSplitter(self._n, self._equal)
         self._executor = self._dataset._start_execution()
 
@@ -118,6 +122,8 @@ class SplitCoordinator:
                         "runs: every shard must iterate each epoch (all n consumers in step)."
                     )
                 pieces = self._splitter.take(index)
+                if pieces:
+                    self._recent[index].append(pieces)
                 if pieces is None or pieces:
                     return pieces
                 if self._pulling:
