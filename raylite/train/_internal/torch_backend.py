@@ -21,17 +21,18 @@ if TYPE_CHECKING:
     from raylite.train._internal.session import WorkerSpec
 
 
-def resolve_backend(requested: str | None, use_gpu: bool) -> str:
+def resolve_backend(requested: str | None, use_gpu: bool, *, warn: bool = True) -> str:
     """gloo|nccl for this run; decided on the driver so every rank agrees."""
     if requested is None:
         return "nccl" if use_gpu else "gloo"
     backend = requested.lower()
     if backend == "nccl" and not use_gpu:
-        warnings.warn(
-            "TorchConfig(backend='nccl') with ScalingConfig(use_gpu=False): NCCL needs GPUs, "
-            "so raylite uses gloo. Set use_gpu=True to train with NCCL.",
-            stacklevel=3,
-        )
+        if warn:
+            warnings.warn(
+                "TorchConfig(backend='nccl') with ScalingConfig(use_gpu=False): NCCL needs GPUs, "
+                "so raylite uses gloo. Set use_gpu=True to train with NCCL.",
+                stacklevel=3,
+            )
         return "gloo"
     return backend
 

@@ -50,6 +50,8 @@ class TorchTrainer(DataParallelTrainer):
             resume_from_checkpoint=resume_from_checkpoint,
             metadata=metadata,
         )
+        # Decide gloo/NCCL now, so a mismatch is reported at the line that built the trainer.
+        resolve_backend(self.torch_config.backend, self.scaling_config.use_gpu)
 
     @property
     def torch_config(self) -> TorchConfig:
@@ -59,7 +61,7 @@ class TorchTrainer(DataParallelTrainer):
 
     def _backend_factory(self) -> Callable[[WorkerMetadata], Any]:
         config = self.torch_config
-        backend = resolve_backend(config.backend, self.scaling_config.use_gpu)
+        backend = resolve_backend(config.backend, self.scaling_config.use_gpu, warn=False)
 
         def make(rank0: WorkerMetadata) -> TorchBackend:
             return TorchBackend(

@@ -50,7 +50,24 @@ class _ShardIterable(torch.utils.data.IterableDataset):  # type: ignore[type-arg
         kwargs: dict[str, Any] = {"batch_size": self._batch_size}
         if self._collate_fn is not None:
             kwargs["collate_fn"] = self._collate_fn
-        yield from self._shard.iter_torch_batches(**kwargs)
+        for batch in self._shard.iter_torch_batches(**kwargs):
+            yield _tensors(batch) if isinstance(batch, dict) else batch
+
+
+def _tensors(batch: dict[str, Any]) -> dict[str, Any]:
+    """Columns of equal-length sequences can arrive as numpy object arrays (one array
+    per row); the model wants one tensor, so stack them."""
+    import numpy
+
+    out = {}
+    for key, value in batch.items():
+        if isinstance(value, numpy.ndarray) and value.dtype == object:
+            try:
+                value = torch.as_tensor(numpy.stack([numpy.asarray(v) for v in value]))
+            except (ValueError, TypeError):
+                pass  # ragged or not numeric: leave it to the model's collator
+        out[key] = value
+    return out
 
 
 def _is_shard(dataset: Any) -> bool:
