@@ -89,6 +89,10 @@ class TorchBackend:
         import torch.distributed as dist
 
         os.environ.update(rendezvous_env(spec, self.master_addr, self.master_port))
+        if "OMP_NUM_THREADS" not in os.environ:
+            # One intra-op thread per reserved CPU, as Ray and torchrun do: two workers
+            # with a thread per core each would fight over the same cores.
+            torch.set_num_threads(max(1, int(spec.trial_resources.get("CPU", 1))))
         if self.backend == "nccl":
             torch.cuda.set_device(device_for(True))
         if dist.is_initialized():
