@@ -26,7 +26,7 @@ from raylite.data._internal.operators import RefBundle
 from raylite.data._internal.planner import plan as make_plan
 from raylite.data._internal.shuffle import (
     SortKey,
-    aggregate_bulk,
+    aggregate_logical,
     random_shuffle_bulk,
     randomize_blocks_bulk,
     repartition_bulk,
@@ -292,8 +292,7 @@ class Dataset:
 
     def aggregate(self, *aggs: AggregateFn) -> dict[str, Any] | None:
         """Whole-dataset aggregation; returns ``{agg.name: value}`` (None when empty)."""
-        op = L.AllToAll("Aggregate", [self._logical], bulk_fn=aggregate_bulk([], list(aggs)), preserves_rows=False)
-        rows = Dataset(op).take_all()
+        rows = Dataset(aggregate_logical("Aggregate", self._logical, [], list(aggs))).take_all()
         return rows[0] if rows else None
 
     def _agg_scalar(self, cls: type, on: str | list[str] | None, ignore_nulls: bool, **kw: Any) -> Any:

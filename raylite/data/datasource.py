@@ -336,6 +336,7 @@ class ParquetDatasource(FileBasedDatasource):
         self.columns = columns
         self.filter = filter
         self._fragments = self._read_footers()
+        self._schemas = {p: s for p, _, s in self._fragments}
         schemas = [frag[2] for frag in self._fragments]
         labels = [frag[0] for frag in self._fragments]
         self._file_schema = schema or (unify_schemas(schemas, labels) if schemas else pa.schema([]))
@@ -365,9 +366,22 @@ class ParquetDatasource(FileBasedDatasource):
                     f"read_parquet: {path!r} is not a readable Parquet file ({e}). Pass only Parquet "
                     "files, or filter with file_extensions=['parquet']."
                 ) from e
-            groups = [(md.row_group(i).num_rows, md.row_group(i).total_byte_size) for i in range(md.num_row_groups)]
+            groups = [(md.row_group(i).num_rows, self._selected_bytes(md.row_group(i)))
+                      for i in range(md.num_row_groups)]
             out.append((path, groups, schema))
         return out
+
+    def _selected_bytes(self, row_group: Any) -> int:
+        """In-memory size of the row group's projected columns (sizes the read tasks)."""
+        if self.columns is None:
+            return row_group.total_byte_size
+        wanted = {c.split(".")[0] for c in self.columns}
+        total = 0
+        for j in range(row_group.num_columns):
+            col = row_group.column(j)
+            if col.path_in_schema.split(".")[0] in wanted:
+                total += col.total_uncompressed_size
+        return total
 
     def schema(self) -> pa.Schema:
         s = self._file_schema
@@ -408,6 +422,17 @@ class ParquetDatasource(FileBasedDatasource):
             tasks.append(ReadTask(_ParquetRead(self, [(u[0], u[1]) for u in group]), meta))
         return tasks
 
+    def _batches(self, frag: Any, path: str, row_groups: list[int], columns: list[str] | None) -> Any:
+        """Record batches of one file: the plain Parquet reader when nothing needs the
+        dataset scanner (no filter, the file already has the unified schema), else the scanner."""
+        import pyarrow.parquet as pq
+
+        file_schema = self._schemas[path]
+        if self.filter is None and file_schema.equals(self._file_schema):
+            pf = pq.ParquetFile(self.fs.open_input_file(path))
+            return pf.iter_batches(row_groups=row_groups, columns=columns, use_threads=False)
+        return frag.to_batches(schema=self._file_schema, columns=columns, filter=self.filter, use_threads=False)
+
     def read_fragment(self, path: str, row_groups: list[int]) -> Iterator[Block]:
         import pyarrow.dataset as pads
 
@@ -417,9 +442,7 @@ class ParquetDatasource(FileBasedDatasource):
         cols = self.columns
         file_cols = [c for c in cols if c not in hive] if cols is not None else None
         try:
-            batches = frag.to_batches(
-                schema=self._file_schema, columns=file_cols, filter=self.filter, use_threads=False,
-            )
+            batches = self._batches(frag, path, row_groups, file_cols)
             for batch in batches:
                 table = pa.Table.from_batches([batch])
                 for key, value in hive.items():

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from raylite.data._internal import logical as L
-from raylite.data._internal.shuffle import SortKey, aggregate_bulk, sort_bulk
+from raylite.data._internal.shuffle import SortKey, aggregate_logical, sort_bulk
 from raylite.data._internal.transforms import UDF, MapBatchesStage, Stage, _call_udf
 from raylite.data.aggregate import AggregateFn, Count, Max, Mean, Min, Std, Sum
 from raylite.data.block import Block, batch_to_block, table_to_batch
@@ -32,9 +32,8 @@ class GroupedData:
         """One row per group: the keys and each aggregation's result."""
         from raylite.data.dataset import Dataset
 
-        op = L.AllToAll(f"Aggregate({self._keys})", [self._dataset._logical],
-                        bulk_fn=aggregate_bulk(self._keys, list(aggs)), preserves_rows=False)
-        return Dataset(op)
+        return Dataset(aggregate_logical(f"Aggregate({self._keys})", self._dataset._logical, self._keys,
+                                         list(aggs)))
 
     def _on(self, on: str | list[str] | None) -> list[str]:
         if on is None:

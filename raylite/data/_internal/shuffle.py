@@ -17,6 +17,7 @@ order gives a globally sorted dataset, and every group lies in one block
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -122,13 +123,10 @@ def sort_reduce_task(key: SortKey, *parts: Block) -> tuple[Block, BlockMetadata]
     return out, BlockMetadata.of(out)
 
 
-def agg_map_task(keys: list[str], aggs: list[AggregateFn], boundaries: list[tuple], block: Block) -> tuple:
-    partial = partial_aggregate(block, keys, aggs)
-    if not keys:
-        return _with_metas([partial])
-    key = SortKey.of(keys)
-    partial = partial.sort_by(key.arrow()) if partial.num_rows else partial
-    return _with_metas(_range_partition(partial, key, boundaries))
+def partition_task(key: SortKey, boundaries: list[tuple], block: Block) -> tuple:
+    """Sort one (partial-aggregate) block by key and cut it at the boundaries."""
+    block = block.sort_by(key.arrow()) if block.num_rows else block
+    return _with_metas(_range_partition(block, key, boundaries))
 
 
 def agg_reduce_task(keys: list[str], aggs: list[AggregateFn], *parts: Block) -> tuple[Block, BlockMetadata]:
@@ -210,19 +208,35 @@ def sort_bulk(key: SortKey, num_parts: int | None = None) -> Any:
     return run
 
 
-def aggregate_bulk(keys: list[str], aggs: list[AggregateFn], num_parts: int | None = None) -> Any:
+def aggregate_logical(name: str, upstream: Any, keys: list[str], aggs: list[AggregateFn]) -> Any:
+    """Logical nodes for a groupby-aggregate: a partial aggregation fused into the upstream
+    tasks (each task ships a few rows per group, not its whole input), then a combine barrier."""
+    from raylite.data._internal import logical as L
+    from raylite.data._internal.transforms import BlockFnStage
+
+    def partial(tables: Any) -> Any:
+        yield partial_aggregate(concat_blocks(list(tables)), keys, aggs)
+
+    part = L.MapLike("PartialAggregate", [upstream], stage=BlockFnStage(partial, name="PartialAggregate"))
+    return L.AllToAll(name, [part], bulk_fn=combine_bulk(keys, aggs), preserves_rows=False)
+
+
+def combine_bulk(keys: list[str], aggs: list[AggregateFn]) -> Any:
+    """Combine partial aggregates: one task when they are small, else a key-range shuffle."""
+
     def run(bundles: list[RefBundle], ctx: ExecCtx) -> list[RefBundle]:
-        blocks = _blocks(bundles)
+        blocks = [b for b in _blocks(bundles) if (b[1].num_rows or 0) > 0]
         if not blocks:
             return []
-        if not keys:
-            r = 1
-            bounds: list[tuple] = []
-        else:
-            r = num_parts or len(blocks)
-            bounds = _boundaries(ctx, SortKey.of(keys), blocks, r)
-            r = len(bounds) + 1
-        return _map_reduce(ctx, blocks, r, agg_map_task, lambda i: [keys, aggs, bounds],
+        total = sum(m.size_bytes for _, m in blocks)
+        r = 1 if not keys else max(1, math.ceil(total / ctx.context.target_shuffle_max_block_size))
+        if r == 1:
+            out = ctx.submitter.submit(agg_reduce_task, [keys, aggs, *[ref for ref, _ in blocks]],
+                                       num_returns=2, options=_OPTS, name="agg_reduce_task")
+            return [RefBundle([(out[0], ctx.submitter.get([out[1]])[0])])]
+        key = SortKey.of(keys)
+        bounds = _boundaries(ctx, key, blocks, r)
+        return _map_reduce(ctx, blocks, len(bounds) + 1, partition_task, lambda i: [key, bounds],
                            agg_reduce_task, lambda j: [keys, aggs])
 
     return run

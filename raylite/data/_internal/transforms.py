@@ -224,7 +224,7 @@ class FlatMapStage(Stage):
 @dataclass
 class FilterStage(Stage):
     udf: UDF | None = None
-    expr: Any = None  # a pyarrow.compute.Expression
+    expr: Any = None  # an expressions.Expression (parsed filter string)
     name: str = "Filter"
 
     def setup(self) -> None:
@@ -235,8 +235,8 @@ class FilterStage(Stage):
         if self.expr is not None:
             for table in tables:
                 try:
-                    yield table.filter(self.expr)
-                except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError) as e:
+                    yield table.filter(self.expr.mask(table))
+                except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
                     raise ValueError(
                         f"Filter expression {self.expr} of operator {self.name} failed on a block with "
                         f"columns {table.column_names}: {e}"

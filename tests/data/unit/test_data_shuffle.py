@@ -56,6 +56,14 @@ def test_groupby_aggregations_match_pandas(local, frame):
     assert ds.groupby("s").min("y").to_pandas()["min(y)"].tolist() == frame.groupby("s").y.min().tolist()
 
 
+def test_groupby_with_many_partitions_matches_pandas(local, frame, data_context):
+    data_context.target_shuffle_max_block_size = 2000  # force a key-range shuffle of the partials
+    got = _ds(frame).groupby("k").aggregate(Count(), Mean("x")).to_pandas()
+    assert got["k"].tolist() == sorted(frame.k.unique())
+    assert got["count()"].tolist() == frame.groupby("k").size().tolist()
+    np.testing.assert_allclose(got["mean(x)"], frame.groupby("k").x.mean())
+
+
 def test_dataset_level_aggregates(local, frame):
     ds = _ds(frame)
     assert ds.sum("y") == frame.y.sum()

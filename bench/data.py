@@ -1,0 +1,282 @@
+"""Data benchmark: a streaming pipeline and a groupby; raylite, plain pyarrow/pandas, and Ray.
+
+    python bench/data.py                       # ~1 GB of Parquet; raylite, pyarrow, and Ray if found
+    python bench/data.py --ray-python PATH     # Ray from another interpreter (needs ray[data])
+    python bench/data.py --gb 0.2 --no-ray     # smaller, raylite and pyarrow only
+
+Pipeline (issue 6): ``read_parquet -> map_batches(numpy transform) -> filter -> iter_batches``
+over generated Parquet (16 float32 features, an int64 id and an int32 key per row). The same
+function runs on raylite and on Ray (only the module differs); the baseline does the same
+steps with plain pyarrow in one process. Groupby: ``read_parquet(columns=[key, f0])
+.groupby("key").mean("f0")`` against ``pandas.read_parquet(...).groupby("key").f0.mean()``.
+
+Each framework runs in its own fresh interpreter (``--worker NAME``), so peak memory is that
+run's process tree alone: the sum of PSS over the driver and every process below it, plus
+raylite's shared-memory object files that no process maps at that moment (pages in a
+``/dev/shm`` store directory created by the run, minus those already counted in some
+process's PSS). Ray's object store is mapped by its processes, so PSS covers it.
+Clusters get ``init(num_cpus=2)``; everything else is each framework's default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import MIB, Metric, descendants, emit, render_table, tree_memory  # noqa: E402
+
+DEFAULT_RAY_PYTHON = "/opt/rayvenv/bin/python"
+NUM_FEATURES = 16
+ROW_BYTES = 8 + 4 + 4 * NUM_FEATURES
+BATCH = 8192
+SHM = "/dev/shm"
+
+METRICS = [
+    Metric("stream_s", "stream: read -> map_batches -> filter -> iter_batches", "s", True),
+    Metric("stream_rows_per_s", "stream throughput (input rows)", "rows/s", False),
+    Metric("stream_vs_pyarrow", "stream time / plain pyarrow's", "x", True, 2.0),
+    Metric("stream_peak_mib", "stream peak memory, process tree", "MiB", True, 1536),
+    Metric("groupby_s", "groupby(key).mean(f0)", "s", True),
+    Metric("groupby_vs_pandas", "groupby time / pandas'", "x", True, 2.0),
+    Metric("groupby_peak_mib", "groupby peak memory, process tree", "MiB", True),
+    Metric("init_s", "init(num_cpus=2)", "s", True),
+]
+
+
+# ------------------------------------------------------------------------------ the data
+
+
+def generate(path: str, gb: float, files: int = 16) -> int:
+    """Write ~``gb`` GB of Parquet into ``path`` once; returns the row count."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows_total = int(gb * 1e9 / ROW_BYTES)
+    per_file = rows_total // files
+    marker = os.path.join(path, "_DONE")
+    if os.path.exists(marker):
+        return int(open(marker).read())
+    os.makedirs(path, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for i in range(files):
+        cols = {"id": np.arange(i * per_file, (i + 1) * per_file, dtype=np.int64),
+                "key": rng.integers(0, 1000, per_file, dtype=np.int32)}
+        for f in range(NUM_FEATURES):
+            cols[f"f{f}"] = rng.standard_normal(per_file, dtype=np.float32)
+        pq.write_table(pa.table(cols), os.path.join(path, f"part-{i:03d}.parquet"), row_group_size=128 * 1024)
+    with open(marker, "w") as f:
+        f.write(str(per_file * files))
+    return per_file * files
+
+
+def add_score(batch):
+    """The pipeline's numpy transform: a weighted sum of the features."""
+    import numpy as np
+
+    x = np.stack([batch[f"f{i}"] for i in range(NUM_FEATURES)], axis=1)
+    weights = np.linspace(-1.0, 1.0, NUM_FEATURES, dtype=np.float32)
+    batch["score"] = x @ weights
+    return batch
+
+
+# ------------------------------------------------------------------------------ memory
+
+
+class PeakMemory:
+    """Samples the process tree every ``interval_s``; ``peak_bytes`` is the largest total seen."""
+
+    def __init__(self, interval_s: float = 0.1) -> None:
+        self.interval_s = interval_s
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._shm_before = set(os.listdir(SHM)) if os.path.isdir(SHM) else set()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak_bytes = max(self.peak_bytes, self.sample())
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.peak_bytes = max(self.peak_bytes, self.sample())
+
+    def _store_dirs(self) -> list[str]:
+        if not os.path.isdir(SHM):
+            return []
+        return [os.path.join(SHM, d) for d in os.listdir(SHM) if d not in self._shm_before]
+
+    def sample(self) -> int:
+        pids = descendants(os.getpid())
+        mem = tree_memory(os.getpid())
+        total = mem.pss_bytes if mem.pss_bytes is not None else mem.rss_bytes
+        dirs = self._store_dirs()
+        if dirs:
+            total += _file_bytes(dirs) - _mapped_pss(pids, dirs)
+        return total
+
+
+def _file_bytes(dirs: list[str]) -> int:
+    size = 0
+    for d in dirs:
+        for root, _, files in os.walk(d):
+            for name in files:
+                try:
+                    size += os.stat(os.path.join(root, name)).st_blocks * 512
+                except OSError:
+                    pass
+    return size
+
+
+def _mapped_pss(pids: list[int], dirs: list[str]) -> int:
+    """PSS of mappings of files under ``dirs`` (already inside the tree's PSS)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps") as f:
+                inside = False
+                for line in f:
+                    parts = line.split()
+                    if parts and not parts[0].endswith(":"):  # a mapping's header line
+                        inside = len(parts) >= 6 and any(parts[5].startswith(d) for d in dirs)
+                    elif inside and line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return total
+
+
+# ------------------------------------------------------------------------------ workers
+
+
+def run_pyarrow(path: str) -> dict:
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".parquet"))
+    with PeakMemory() as mem:
+        start = time.perf_counter()
+        rows_in = rows_out = 0
+        for file in files:
+            for rb in pq.ParquetFile(file).iter_batches(batch_size=BATCH):
+                rows_in += rb.num_rows
+                batch = {name: rb.column(i).to_numpy() for i, name in enumerate(rb.schema.names)}
+                table = pa.table(add_score(batch))
+                table = table.filter(pc.greater(table["score"], 0))
+                for offset in range(0, table.num_rows, BATCH):
+                    out = {n: c.to_numpy() for n, c in zip(table.column_names, table.slice(offset, BATCH).columns)}
+                    rows_out += len(out["id"])
+        stream_s = time.perf_counter() - start
+    with PeakMemory() as gmem:
+        start = time.perf_counter()
+        result = pd.read_parquet(path, columns=["key", "f0"]).groupby("key")["f0"].mean()
+        groupby_s = time.perf_counter() - start
+    return {"stream_s": stream_s, "stream_rows_per_s": rows_in / stream_s, "stream_peak_mib": mem.peak_bytes / MIB,
+            "rows_out": rows_out, "groupby_s": groupby_s, "groupby_peak_mib": gmem.peak_bytes / MIB,
+            "groups": len(result)}
+
+
+def run_cluster(name: str, path: str) -> dict:
+    start = time.perf_counter()
+    ray = __import__(name)
+    ray.init(num_cpus=2)
+    init_s = time.perf_counter() - start
+    rd = __import__(f"{name}.data", fromlist=["data"])
+    rd.DataContext.get_current().enable_progress_bars = False
+    rd.range(10).map_batches(lambda b: b).take_all()  # warm the workers (imports) outside the timing
+    with PeakMemory() as mem:
+        start = time.perf_counter()
+        ds = rd.read_parquet(path)
+        ds = ds.map_batches(add_score, batch_size=BATCH)
+        ds = ds.filter(expr="score > 0")
+        rows_out = 0
+        for batch in ds.iter_batches(batch_size=BATCH):
+            rows_out += len(batch["id"])
+        stream_s = time.perf_counter() - start
+    rows_in = int(open(os.path.join(path, "_DONE")).read())
+    with PeakMemory() as gmem:
+        start = time.perf_counter()
+        result = rd.read_parquet(path, columns=["key", "f0"]).groupby("key").mean("f0").to_pandas()
+        groupby_s = time.perf_counter() - start
+    ray.shutdown()
+    return {"stream_s": stream_s, "stream_rows_per_s": rows_in / stream_s, "stream_peak_mib": mem.peak_bytes / MIB,
+            "rows_out": rows_out, "groupby_s": groupby_s, "groupby_peak_mib": gmem.peak_bytes / MIB,
+            "groups": len(result), "init_s": init_s}
+
+
+def worker(name: str, path: str, repeat: int = 1) -> None:
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    runs = [run_pyarrow(path) if name == "pyarrow" else run_cluster(name, path) for _ in range(max(1, repeat))]
+    result = sorted(runs, key=lambda r: r["stream_s"])[len(runs) // 2]  # the median run
+    result["stream_s_all"] = [round(r["stream_s"], 3) for r in runs]
+    emit({"framework": name, **result})
+
+
+# ------------------------------------------------------------------------------ parent
+
+
+def _spawn(python: str, name: str, path: str, timeout_s: float, repeat: int) -> dict | None:
+    env = dict(os.environ)
+    if name != "raylite":
+        env.pop("PYTHONPATH", None)
+    proc = subprocess.run([python, os.path.abspath(__file__), "--worker", name, "--data-dir", path,
+                           "--repeat", str(repeat)],
+                          capture_output=True, text=True, timeout=timeout_s, env=env)
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            return json.loads(line)
+    sys.stderr.write(f"[{name}] failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}\n")
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gb", type=float, default=1.0, help="size of the generated Parquet data")
+    parser.add_argument("--data-dir", default=None, help="where the Parquet files live (generated once)")
+    parser.add_argument("--ray-python", default=DEFAULT_RAY_PYTHON if os.path.exists(DEFAULT_RAY_PYTHON) else None)
+    parser.add_argument("--no-ray", action="store_true")
+    parser.add_argument("--worker", choices=["raylite", "ray", "pyarrow"], help=argparse.SUPPRESS)
+    parser.add_argument("--repeat", type=int, default=1, help="stream runs per framework (median reported)")
+    parser.add_argument("--timeout-s", type=float, default=1800)
+    args = parser.parse_args(argv)
+    path = args.data_dir or os.path.join("/tmp", f"raylite-bench-data-{args.gb:g}gb")
+    if args.worker:
+        worker(args.worker, path, args.repeat)
+        return 0
+    rows = generate(path, args.gb)
+    sys.stderr.write(f"data: {rows:,} rows in {path}\n")
+    results: dict[str, dict] = {}
+    runs = [("raylite", sys.executable), ("pyarrow", sys.executable)]
+    if args.ray_python and not args.no_ray:
+        runs.append(("ray", args.ray_python))
+    for name, python in runs:
+        record = _spawn(python, name, path, args.timeout_s, args.repeat)
+        if record is not None:
+            results[name] = record
+            emit(record)
+    base = results.get("pyarrow")
+    if base:
+        for name, rec in results.items():
+            if name != "pyarrow":
+                rec["stream_vs_pyarrow"] = rec["stream_s"] / base["stream_s"]
+                rec["groupby_vs_pandas"] = rec["groupby_s"] / base["groupby_s"]
+    frameworks = [n for n in ("raylite", "ray", "pyarrow") if n in results]
+    sys.stderr.write(render_table(METRICS, results, frameworks) + "\n")
+    return 0 if "raylite" in results else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
