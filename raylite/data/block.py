@@ -264,7 +264,11 @@ def _tensor_array(values: np.ndarray) -> pa.Array:
         ext = pa.fixed_shape_tensor(value_type, list(values.shape[1:]))
         width = int(np.prod(values.shape[1:]))
         return pa.ExtensionArray.from_storage(ext, pa.array([], pa.list_(value_type, width)))
-    return pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(values))
+    arr = np.ascontiguousarray(values)
+    row_bytes = arr.itemsize * int(np.prod(arr.shape[1:]))
+    if arr.strides[0] != row_bytes:  # size-1 axes may carry odd strides; Arrow wants plain C order
+        arr = np.frombuffer(arr.tobytes(), dtype=arr.dtype).reshape(arr.shape)
+    return pa.FixedShapeTensorArray.from_numpy_ndarray(arr)
 
 
 def _list_to_numpy(values: list[Any]) -> np.ndarray:

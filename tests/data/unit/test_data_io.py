@@ -136,3 +136,18 @@ def test_from_torch(local):
     tds = torch.utils.data.TensorDataset(torch.arange(3))
     rows = rd.from_torch(tds).take_all()
     assert len(rows) == 3
+
+
+def test_read_images(local, tmp_path):
+    Image = pytest.importorskip("PIL.Image")
+    for i in range(3):
+        arr = np.full((4, 6, 3), i * 40, dtype=np.uint8)
+        Image.fromarray(arr).save(tmp_path / f"img{i}.png")
+    (tmp_path / "notes.txt").write_text("not an image")
+    ds = rd.read_images(str(tmp_path), include_paths=True)
+    batch = ds.take_batch(3)
+    assert batch["image"].shape == (3, 4, 6, 3) and batch["image"].dtype == np.uint8
+    assert [int(img[0, 0, 0]) for img in batch["image"]] == [0, 40, 80]
+    assert all(p.endswith(".png") for p in batch["path"])
+    small = rd.read_images(str(tmp_path), size=(2, 3), mode="L").take_batch(1)["image"]
+    assert small.shape == (1, 2, 3)
