@@ -66,12 +66,8 @@ class DataContext:
     execution_options: ExecutionOptions = field(default_factory=ExecutionOptions)
     # fraction of the object store used as the default memory budget
     object_store_memory_fraction: float = 0.25
-    # retries for a failed read/map task (Ray retries tasks on worker death by default)
-    max_errored_blocks: int = 0
-    actor_task_retry_on_errors: bool = False
+    # accepted for Ray compatibility; raylite always stores n-d arrays as tensor columns
     enable_tensor_extension_casting: bool = True
-    # bytes kept in flight ahead of the consumer by iter_batches(prefetch_batches=...)
-    wait_for_min_actors_s: float = 600.0
 
     _current: ClassVar[DataContext | None] = None
     _lock: ClassVar[threading.Lock] = threading.Lock()

@@ -47,7 +47,6 @@ from raylite.data.aggregate import AggregateFn, Max, Mean, Min, Std, Sum, Unique
 from raylite.data.block import (
     BATCH_FORMATS,
     Block,
-    iter_table_rows,
     table_to_batch,
     table_to_pandas,
 )
@@ -629,7 +628,3 @@ class MaterializedDataset(Dataset):
         ctx = ExecCtx(get_submitter(), DataContext.get_current())
         bundles = slice_ranges(ctx, blocks, ranges)
         return [MaterializedDataset(L.InputData("Materialized", bundles=[b])) for b in bundles]
-
-
-def _rows_of(block: Block) -> Iterator[dict[str, Any]]:
-    return iter_table_rows(block)

@@ -23,7 +23,6 @@ import pyarrow as pa
 
 from raylite.data._internal.submitter import get_submitter
 from raylite.data.block import Block, concat_blocks, iter_table_rows, table_to_batch
-from raylite.data.context import DataContext
 
 _END = object()
 
@@ -298,7 +297,3 @@ class StreamSplitDataIterator(DataIterator):
 
     def __repr__(self) -> str:
         return f"StreamSplitDataIterator(index={self._index}, n={self._n})"
-
-
-def current_context() -> DataContext:
-    return DataContext.get_current()

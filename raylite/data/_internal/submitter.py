@@ -296,17 +296,13 @@ class RayliteSubmitter(TaskSubmitter):
         return isinstance(value, raylite.ObjectRef)
 
 
-_override = threading.local()
-_default_override: list[TaskSubmitter] = []
+_overrides: list[TaskSubmitter] = []
 
 
 def get_submitter() -> TaskSubmitter:
-    """The submitter executions in this thread use (a test override, else the cluster)."""
-    sub = getattr(_override, "submitter", None)
-    if sub is not None:
-        return sub
-    if _default_override:
-        return _default_override[-1]
+    """The submitter executions use: the innermost ``use_submitter`` override, else the cluster."""
+    if _overrides:
+        return _overrides[-1]
     return _RAYLITE
 
 
@@ -316,8 +312,8 @@ _RAYLITE = RayliteSubmitter()
 @contextlib.contextmanager
 def use_submitter(submitter: TaskSubmitter) -> Iterator[TaskSubmitter]:
     """Run Data executions started inside this block (any thread) on ``submitter``."""
-    _default_override.append(submitter)
+    _overrides.append(submitter)
     try:
         yield submitter
     finally:
-        _default_override.remove(submitter)
+        _overrides.remove(submitter)
