@@ -37,12 +37,12 @@ class Checkpoint:
     def __init__(
         self, path: str | os.PathLike[str], filesystem: fsspec.AbstractFileSystem | None = None
     ) -> None:
-        path = os.fspath(path)
+        where = os.fspath(path)
         if filesystem is None:
-            filesystem, path = fsspec.core.url_to_fs(path)
+            filesystem, where = fsspec.core.url_to_fs(where)
             if _is_local(filesystem):
-                path = os.path.abspath(path)
-        self.path: str = path
+                where = os.path.abspath(where)
+        self.path: str = where
         self.filesystem: fsspec.AbstractFileSystem = filesystem
         # Set by from_dict: the directory is ours, so report() may delete it once copied.
         self._owned_tempdir = False

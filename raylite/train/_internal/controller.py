@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -34,6 +35,8 @@ from raylite.train.checkpoint import Checkpoint
 from raylite.train.config import CheckpointConfig, DataConfig, FailureConfig
 from raylite.train.error import TrainingFailedError, TrainingResourcesError
 from raylite.train.result import Result
+
+SHIP_WARN_BYTES = 256 * 2**20
 
 # Builds one rank's spec once the group knows where every worker runs.
 SpecFactory = Callable[[RankInfo, WorkerMetadata, WorkerMetadata], WorkerSpec]
@@ -106,6 +109,8 @@ class TrainController:
         self._reporter = reporter or ProgressReporter(spec.trainer_name, spec.verbose)
         self.state = prior or RunState(spec.storage.experiment_name)
         self.state.status, self.state.error, self.state.failures = "RUNNING", None, 0
+        self.state.score_attribute = spec.checkpoint_config.checkpoint_score_attribute
+        self.state.score_order = spec.checkpoint_config.checkpoint_score_order
         self.checkpoints = CheckpointManager(spec.checkpoint_config, self.state.checkpoints)
         self._policy = FailurePolicy(spec.failure_config)
         self.phase = Phase.SCHEDULING
@@ -117,6 +122,7 @@ class TrainController:
         self._attempt_metrics: dict[int, dict[str, Any]] = {}
         self._evicted: set[str] = set()
         self._first_index: int | None = None
+        self._warned_shipping = False
         self._started_at = clock()
 
     # -- the loop -----------------------------------------------------------------
@@ -237,6 +243,7 @@ class TrainController:
         for poll in polls:
             for report in poll.reports:
                 if report.packed is not None and report.checkpoint_dir:
+                    self._warn_if_shipping_is_slow(len(report.packed))
                     self.spec.storage.persist_packed(report.packed, report.checkpoint_dir)
                 if report.checkpoint_dir in self._evicted:
                     # A slower rank wrote into a folder already evicted; its report says
@@ -251,6 +258,19 @@ class TrainController:
             elif poll.state is WorkerState.FAILED and failure is None:
                 failure = poll.error or WorkerError(poll.rank, "worker failed", died=True)
         return failure
+
+    def _warn_if_shipping_is_slow(self, size_bytes: int) -> None:
+        if size_bytes < SHIP_WARN_BYTES or self._warned_shipping:
+            return
+        self._warned_shipping = True
+        warnings.warn(
+            f"A {size_bytes / 2**20:.0f} MiB checkpoint reached storage_path="
+            f"{self.spec.storage.storage_path!r} through the driver, because that path is local "
+            "to the driver's machine and the worker runs on another node. That works, but every "
+            "checkpoint crosses the network twice; for large ones set RunConfig(storage_path=...) "
+            "to shared storage (NFS, or an fsspec URI such as s3://bucket/path).",
+            stacklevel=2,
+        )
 
     def _sweep_unkept(self) -> None:
         """Remove folders this run wrote but does not keep (evicted, or written by a
@@ -362,11 +382,13 @@ def build_result(
     )
 
 
-def result_from_storage(
-    storage: StorageContext, checkpoint_config: CheckpointConfig | None = None
-) -> Result:
+def result_from_storage(storage: StorageContext) -> Result:
     """Result of a run on storage (Result.from_path)."""
     state = RunState.from_json(storage.read_bytes(STATE_FILE))
-    manager = CheckpointManager(checkpoint_config or CheckpointConfig(), state.checkpoints)
+    order = "min" if state.score_order == "min" else "max"
+    config = CheckpointConfig(
+        checkpoint_score_attribute=state.score_attribute, checkpoint_score_order=order
+    )
+    manager = CheckpointManager(config, state.checkpoints)
     error = RuntimeError(state.error) if state.error else None
     return build_result(storage, state, manager, error)

@@ -15,6 +15,7 @@ metric-only -> emit #0 with rank 0's metrics and the checkpoint.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from raylite.train._internal.messages import WorkerReport
 
@@ -25,7 +26,7 @@ class RunReport:
 
     index: int
     rank: int
-    metrics: dict
+    metrics: dict[str, Any]
     checkpoint_dir: str | None
 
 

@@ -48,6 +48,9 @@ class RunState:
     checkpoints: list[TrackedCheckpoint] = field(default_factory=list)
     failures: int = 0
     error: str | None = None
+    # How checkpoints are ranked, so Result.from_path orders best_checkpoints the same way.
+    score_attribute: str | None = None
+    score_order: str = "max"
 
     def to_json(self) -> bytes:
         data = {
@@ -56,6 +59,8 @@ class RunState:
             "status": self.status,
             "failures": self.failures,
             "error": self.error,
+            "score_attribute": self.score_attribute,
+            "score_order": self.score_order,
             "checkpoints": [_jsonable(c.to_json()) for c in self.checkpoints],
             "history": [_jsonable(h) for h in self.history],
         }
@@ -71,4 +76,6 @@ class RunState:
             checkpoints=[TrackedCheckpoint.from_json(_unjson(c)) for c in data.get("checkpoints", [])],
             failures=int(data.get("failures", 0)),
             error=data.get("error"),
+            score_attribute=data.get("score_attribute"),
+            score_order=data.get("score_order", "max"),
         )

@@ -70,7 +70,7 @@ def _node_ip(node_id: str) -> str:
 
 
 def local_metadata() -> WorkerMetadata:
-    node_id, gpu_ids = "local", ()
+    node_id, gpu_ids = "local", tuple[Any, ...]()
     try:
         import raylite
 

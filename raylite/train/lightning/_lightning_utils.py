@@ -24,9 +24,9 @@ try:  # the unified package first, the standalone one as a fallback (Ray does th
     from lightning.pytorch.plugins.environments import LightningEnvironment
     from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, FSDPStrategy
 except ImportError:  # pragma: no cover - depends on what is installed
-    import pytorch_lightning as pl  # type: ignore[no-redef]
-    from pytorch_lightning.plugins.environments import LightningEnvironment  # type: ignore[no-redef]
-    from pytorch_lightning.strategies import (  # type: ignore[no-redef]
+    import pytorch_lightning as pl  # type: ignore[no-redef,assignment]
+    from pytorch_lightning.plugins.environments import LightningEnvironment  # type: ignore[no-redef,assignment]
+    from pytorch_lightning.strategies import (  # type: ignore[no-redef,assignment]
         DDPStrategy,
         DeepSpeedStrategy,
         FSDPStrategy,

@@ -107,7 +107,7 @@ def _with_distributed_sampler(loader: DataLoader, world_size: int, rank: int) ->
         )
         return loader
     shuffle = isinstance(loader.sampler, RandomSampler)
-    sampler = DistributedSampler(
+    sampler: DistributedSampler[Any] = DistributedSampler(
         loader.dataset, num_replicas=world_size, rank=rank, shuffle=shuffle
     )
     kwargs: dict[str, Any] = {
@@ -147,7 +147,7 @@ class _DeviceDataLoader(DataLoader):
         self.__dict__.update(base.__dict__)  # share the base's state; no re-validation
         self._raylite_device = device
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         for batch in super().__iter__():
             yield _to_device(batch, self._raylite_device)
 

@@ -209,3 +209,36 @@ def test_session_functions_outside_a_run():
     with pytest.raises(RuntimeError, match="inside a training loop"):
         train.report({"x": 1})
     assert train.get_checkpoint() is None
+
+
+def test_result_from_path_and_large_shipped_checkpoint_warning(tmp_path, monkeypatch):
+    from raylite.train import Result
+    from raylite.train._internal import controller as controller_mod
+
+    def loop():
+        for loss in (0.5, 0.1, 0.3):
+            train.report({"loss": loss}, checkpoint=save({"loss": loss}))
+
+    monkeypatch.setattr(controller_mod, "SHIP_WARN_BYTES", 1)
+    with pytest.warns(UserWarning, match="through the driver"):
+        _, result = run(loop, tmp_path, n=1, ship=True, ckpt=CheckpointConfig(2, "loss", "min"))
+    again = Result.from_path(str(tmp_path / "run"))
+    assert again.metrics == result.metrics
+    assert [m["loss"] for _, m in again.best_checkpoints] == [0.1, 0.3]
+    assert load(again.checkpoint) == {"loss": 0.3}
+    assert list(again.metrics_dataframe["loss"]) == [0.5, 0.1, 0.3]
+
+
+def test_facades_are_lazy_and_honest():
+    import subprocess
+    import sys
+
+    code = "import sys, raylite.train; assert 'torch' not in sys.modules, 'train imported torch'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    import raylite.train as t
+    import raylite.train.torch as tt
+
+    for mod in (t, tt):
+        assert sorted(mod.__all__) == sorted(set(mod.__all__))
+        for name in mod.__all__:
+            assert getattr(mod, name) is not None
