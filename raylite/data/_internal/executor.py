@@ -218,10 +218,13 @@ class StreamingExecutor:
         usage = self.usage_bytes()
         cpus = sum(op.cpus_in_use() for op in self.ops)
         nothing_running = all(op.num_running() == 0 for op in self.ops)
+        cpu_blocked: list[tuple[PhysicalOperator, float]] = []
         for op in reversed(self.ops):  # downstream first: drain before producing more
             while op.can_launch():
                 need_cpus, est_bytes, consumed = op.next_launch()
                 fits_cpu = cpus + need_cpus <= self.cpu_limit + 1e-9 or cpus == 0
+                if not fits_cpu:
+                    cpu_blocked.append((op, need_cpus))
                 new_bytes = est_bytes - consumed
                 fits_mem = usage + new_bytes <= self.budget_bytes or (not op.is_source and new_bytes <= 0)
                 if not fits_mem and not op.is_source and op.num_running() == 0:
@@ -234,6 +237,19 @@ class StreamingExecutor:
                 usage += new_bytes
                 cpus += need_cpus
                 nothing_running = False
+        if cpu_blocked and nothing_running and not any(op.has_next() for op in self.ops):
+            self._raise_cpu_deadlock(cpu_blocked[0], cpus)
+
+    def _raise_cpu_deadlock(self, blocked: tuple[PhysicalOperator, float], cpus_held: float) -> None:
+        """Nothing runs and the next task can never get CPUs: actor pools hold them all."""
+        op, need = blocked
+        holders = [f"{o.name} ({o.cpus_in_use():g} CPUs)" for o in self.ops if o.cpus_in_use() > 0]
+        raise RuntimeError(
+            f"Data execution cannot make progress: operator {op.name} needs {need:g} CPU per task, but "
+            f"{cpus_held:g} of the {self.cpu_limit:g} CPUs available to Data are held by "
+            f"{', '.join(holders)}. Lower the actor pool's concurrency or num_cpus, or give the "
+            "cluster more CPUs."
+        )
 
     def _wait_for_progress(self) -> None:
         refs: list[Any] = []

@@ -113,3 +113,13 @@ def test_autodetect_parallelism():
     assert autodetect_parallelism(50 * MB, 2, ctx) == 50  # one block per MiB
     assert autodetect_parallelism(10_000 * MB, 2, ctx) == 200
     assert autodetect_parallelism(100_000 * MB, 2, ctx) == 782  # no block above 128 MiB
+
+
+def test_actor_pools_holding_every_cpu_is_an_error_not_a_hang(local):
+    class Ident:
+        def __call__(self, batch):
+            return batch
+
+    ds = rd.range(10).map(lambda r: r, num_cpus=1).map_batches(Ident, concurrency=2, num_cpus=1)
+    with pytest.raises(RuntimeError, match="cannot make progress.*Map\\(<lambda>\\).*MapBatches\\(Ident\\)"):
+        ds.take_all()
