@@ -385,6 +385,15 @@ class ParquetDatasource(FileBasedDatasource):
 
     def schema(self) -> pa.Schema:
         s = self._file_schema
+        if self.partitioning == "hive":
+            keys: dict[str, None] = {}
+            for p, _ in self.files:
+                keys.update(dict.fromkeys(parse_hive_partitions(p, [])))
+            for k in keys:
+                if k not in s.names:
+                    s = s.append(pa.field(k, pa.string()))
+        if self.include_paths:
+            s = s.append(pa.field("path", pa.string()))
         if self.columns is not None:
             s = pa.schema([s.field(c) for c in self.columns if c in s.names])
         return s

@@ -54,8 +54,10 @@ def test_hive_partitions_become_columns(local, tmp_path):
         p = tmp_path / "t" / f"year={year}"
         p.mkdir(parents=True)
         pq.write_table(pa.table({"v": [year * 10]}), p / "a.parquet")
-    rows = rd.read_parquet(str(tmp_path / "t")).take_all()
-    assert rows == [{"v": 20230, "year": "2023"}, {"v": 20240, "year": "2024"}]
+    ds = rd.read_parquet(str(tmp_path / "t"))
+    assert ds.take_all() == [{"v": 20230, "year": "2023"}, {"v": 20240, "year": "2024"}]
+    assert ds.columns() == ["v", "year"]
+    assert rd.read_parquet(str(tmp_path / "t"), columns=["year"]).take_all() == [{"year": "2023"}, {"year": "2024"}]
 
 
 def test_read_errors_name_the_path_file_and_column(local, tmp_path, pq_dir):
