@@ -105,6 +105,13 @@ def test_columns_ops_and_expression_filter(local):
     assert [r["d"] for r in added] == [0, 11]
     assert [r["a"] for r in ds.filter(expr="a >= 3 and b < 60").take_all()] == [3, 4, 5]
     assert [r["a"] for r in ds.filter(expr="c in ['1', '2'] or a == 9").take_all()] == [1, 2, 9]
+    assert [r["a"] for r in ds.filter(expr="not (a < 8) and c not in ['9']").take_all()] == [8]
+    assert [r["a"] for r in ds.filter(expr="-a * 2 + b / 10 > -3").take_all()] == [0, 1, 2]
+    nulls = rd.from_items([{"v": 1}, {"v": None}, {"v": 3}])
+    assert nulls.filter(expr="v is None").count() == 1 and nulls.filter(expr="v is not None").count() == 2
+    assert nulls.filter(expr="1 < v <= 3").take_all() == [{"v": 3}]
+    with pytest.raises(KeyError, match="'nope'"):
+        nulls.filter(expr="nope > 1").take_all()
     with pytest.raises(KeyError, match="'zzz'.*columns"):
         ds.select_columns(["zzz"]).take_all()
     with pytest.raises(ValueError, match="unsupported syntax"):
