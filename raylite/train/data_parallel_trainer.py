@@ -198,7 +198,14 @@ class DataParallelTrainer:
         except Exception:  # noqa: BLE001 - datasets that cannot be pickled are re-passed
             clone.datasets = {}
             clone._missing_datasets = sorted(self.datasets)
-        return cloudpickle.dumps(clone)
+        try:
+            return cloudpickle.dumps(clone)
+        except Exception as e:  # noqa: BLE001 - name the culprit before any worker starts
+            raise TypeError(
+                f"{type(self).__name__} cannot send train_loop_per_worker or train_loop_config "
+                f"to its workers: {type(e).__name__}: {e}. Everything the loop refers to must be "
+                "picklable; create locks, clients and open files inside the loop instead."
+            ) from e
 
     @classmethod
     def can_restore(cls, path: str | os.PathLike[str]) -> bool:

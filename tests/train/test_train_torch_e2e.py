@@ -247,3 +247,21 @@ def test_unwritable_storage_fails_before_workers_start(tmp_path):
     )
     with pytest.raises(OSError, match="not writable"):
         trainer.fit()
+
+
+def test_unpicklable_loop_is_a_clear_error_before_workers_start(tmp_path):
+    import threading
+
+    lock = threading.Lock()
+
+    def loop():
+        with lock:
+            pass
+
+    trainer = TorchTrainer(
+        loop,
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=str(tmp_path), name="pickle", verbose=0),
+    )
+    with pytest.raises(TypeError, match="must be picklable"):
+        trainer.fit()
