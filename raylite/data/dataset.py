@@ -433,16 +433,30 @@ class Dataset:
     def iterator(self) -> DataIterator:
         return _DatasetIterator(self)
 
-    def iter_rows(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
+    def iter_rows(self, *, prefetch_batches: int = 1) -> Iterator[dict[str, Any]]:
+        """Every row as a dict (runs the plan; tensor columns give numpy arrays)."""
         return self.iterator().iter_rows()
 
-    def iter_batches(self, **kwargs: Any) -> Iterator[Any]:
-        """Batches (default 256 rows, dicts of numpy arrays); see DataIterator.iter_batches."""
-        return self.iterator().iter_batches(**kwargs)
+    def iter_batches(self, *, prefetch_batches: int = 1, batch_size: int | None = 256,
+                     batch_format: str | None = "default", drop_last: bool = False,
+                     local_shuffle_buffer_size: int | None = None,
+                     local_shuffle_seed: int | None = None) -> Iterator[Any]:
+        """Batches of ``batch_size`` rows (dicts of numpy arrays by default) while the plan streams."""
+        return self.iterator().iter_batches(
+            prefetch_batches=prefetch_batches, batch_size=batch_size, batch_format=batch_format,
+            drop_last=drop_last, local_shuffle_buffer_size=local_shuffle_buffer_size,
+            local_shuffle_seed=local_shuffle_seed)
 
-    def iter_torch_batches(self, **kwargs: Any) -> Iterator[Any]:
-        """Batches as dicts of torch tensors (strings stay numpy arrays)."""
-        return self.iterator().iter_torch_batches(**kwargs)
+    def iter_torch_batches(self, *, prefetch_batches: int = 1, batch_size: int | None = 256,
+                           dtypes: Any = None, device: str = "auto",
+                           collate_fn: Callable[[dict[str, Any]], Any] | None = None, drop_last: bool = False,
+                           local_shuffle_buffer_size: int | None = None,
+                           local_shuffle_seed: int | None = None) -> Iterator[Any]:
+        """Batches as dicts of torch tensors; string/object columns stay numpy arrays."""
+        return self.iterator().iter_torch_batches(
+            prefetch_batches=prefetch_batches, batch_size=batch_size, dtypes=dtypes, device=device,
+            collate_fn=collate_fn, drop_last=drop_last, local_shuffle_buffer_size=local_shuffle_buffer_size,
+            local_shuffle_seed=local_shuffle_seed)
 
     def take(self, limit: int = 20) -> list[dict[str, Any]]:
         """Up to ``limit`` rows as dicts."""
