@@ -265,3 +265,30 @@ def test_unpicklable_loop_is_a_clear_error_before_workers_start(tmp_path):
     )
     with pytest.raises(TypeError, match="must be picklable"):
         trainer.fit()
+
+
+@pytest.mark.slow
+def test_fsdp_shards_parameters_on_cpu(tmp_path):
+    def loop():
+        import raylite.train.torch as rt
+
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 1))
+        full = sum(p.numel() for p in model.parameters())
+        model = rt.prepare_model(model, parallel_strategy="fsdp")
+        local = sum(p.to_local().numel() for p in model.parameters())
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            loss = model(torch.ones(4, 8)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            train.report({"loss": loss.item(), "full": full, "local": local})
+
+    result = TorchTrainer(
+        loop,
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=str(tmp_path), name="fsdp", verbose=0),
+    ).fit()
+    df = result.metrics_dataframe
+    assert df["local"].iloc[0] < df["full"].iloc[0]
+    assert df["loss"].iloc[-1] < df["loss"].iloc[0]

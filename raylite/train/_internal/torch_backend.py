@@ -136,10 +136,15 @@ def wrap_model(
             kwargs.setdefault("output_device", device.index)
         return DistributedDataParallel(model, **kwargs)
     if parallel_strategy == "fsdp":
+        if device.type == "cpu":
+            # FSDP1 (FullyShardedDataParallel, what Ray uses) refuses to run without an
+            # accelerator; FSDP2's fully_shard shards the same way over gloo on CPU.
+            from torch.distributed.fsdp import fully_shard
+
+            return fully_shard(model, **kwargs)
         from torch.distributed.fsdp import FullyShardedDataParallel
 
-        if device.type == "cuda":
-            kwargs.setdefault("device_id", device)
+        kwargs.setdefault("device_id", device)
         return FullyShardedDataParallel(model, **kwargs)
     raise ValueError(
         f"prepare_model(parallel_strategy={parallel_strategy!r}): use 'ddp', 'fsdp' or None."
