@@ -72,3 +72,41 @@ def test_transformers_trainer_reports_checkpoints(tmp_path):
     with result.checkpoint.as_directory() as d:
         files = os.listdir(d)
     assert "model.safetensors" in files and "trainer_state.json" in files
+
+
+def deepspeed_loop():
+    import deepspeed
+    import torch
+
+    from raylite import train
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    config = {
+        "train_micro_batch_size_per_gpu": 4,
+        "optimizer": {"type": "Adam", "params": {"lr": 0.01, "torch_adam": True}},
+        "zero_optimization": {"stage": 1},
+    }
+    # No init_distributed / launcher: the process group and RANK/WORLD_SIZE are raylite's.
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    x = torch.randn(64, 8)
+    y = x.sum(1, keepdim=True)
+    for _ in range(3):
+        for i in range(0, 64, 4):
+            loss = torch.nn.functional.mse_loss(engine(x[i : i + 4]), y[i : i + 4])
+            engine.backward(loss)
+            engine.step()
+        train.report({"loss": loss.item(), "dp_world_size": engine.dp_world_size})
+
+
+@pytest.mark.slow
+def test_deepspeed_initialize_finds_the_process_group(tmp_path):
+    pytest.importorskip("deepspeed")
+    result = TorchTrainer(
+        deepspeed_loop,
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=str(tmp_path), name="ds", verbose=0),
+    ).fit()
+    df = result.metrics_dataframe
+    assert list(df["dp_world_size"]) == [2, 2, 2]
+    assert df["loss"].iloc[-1] < df["loss"].iloc[0]
