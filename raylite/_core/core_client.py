@@ -741,8 +741,8 @@ class CoreClient:
                 if rec.cancelled:
                     continue
                 self._push(rec, lease)
-        want = len(q.tasks) - q.requesting
-        for _ in range(max(0, min(want, 16))):
+        want = min(len(q.tasks), 16) - q.requesting
+        for _ in range(max(0, want)):
             q.requesting += 1
             self.loop.create_task(self._request_lease(q))
         if not q.tasks:

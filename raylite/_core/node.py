@@ -243,22 +243,25 @@ class NodeDaemon:
         still: list[PendingLease] = []
         starting: dict[str, int] = {}
         waiting_for_resources = False
+        tentative = dict(self.available)  # leases waiting for a starting worker reserve room here
         for p in self.pending:
             if p.conn.is_closed():
                 continue
             req = p.msg.resources
-            if not R.fits(req, self.available):
+            if not R.fits(req, tentative):
                 still.append(p)
                 waiting_for_resources = True
                 continue
             rec = self.pool.idle(p.key)
             if rec is None:
+                R.subtract(tentative, req)
                 starting[p.key] = starting.get(p.key, 0) + 1
                 if self.pool.count(p.key, ("STARTING",)) < starting[p.key]:
                     self._start_worker(p.key, p.msg.runtime_env)
                 still.append(p)
                 continue
             R.subtract(self.available, req)
+            R.subtract(tentative, req)
             rec.held = dict(req)
             if p.actor is not None:
                 self._launch_actor(rec, p)
