@@ -18,6 +18,14 @@ class TorchTrainer(DataParallelTrainer):
 
     Inside the loop use ``prepare_model``, ``prepare_data_loader``, ``train.report`` and
     ``train.get_checkpoint``; no ``init_process_group`` or rank handling is needed.
+
+    Before the loop starts, every worker has joined the process group and exported the
+    torchrun variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK,
+    LOCAL_WORLD_SIZE, NODE_RANK), so libraries that bring their own engine work unchanged:
+    call ``deepspeed.initialize(model=..., config=...)`` (or build a ``transformers`` or
+    Lightning trainer) inside the loop, with no launcher. On CPU-only machines pick a
+    plain torch optimizer in the DeepSpeed config (e.g. ``{"type": "Adam", "params":
+    {"torch_adam": True}}``), since DeepSpeed's fused ones need CUDA.
     """
 
     _trainer_name = "TorchTrainer"

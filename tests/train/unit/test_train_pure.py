@@ -147,3 +147,23 @@ def test_scaling_config_resources():
         ScalingConfig(num_workers=0)
     with pytest.raises(ValueError, match="placement_strategy"):
         ScalingConfig(num_workers=1, placement_strategy="TIGHT")
+
+
+def test_progress_lines_are_throttled_but_the_last_one_shows():
+    import io
+
+    from raylite.train._internal.progress import ProgressReporter
+
+    now = [0.0]
+    out = io.StringIO()
+    rep = ProgressReporter("TorchTrainer", 1, out, clock=lambda: now[0])
+    for i in range(1, 21):
+        rep.reported({"training_iteration": i, "loss": 1.0 / i}, None)
+    rep.finished("finished", 20, 1.0, "/tmp/x")
+    lines = out.getvalue().splitlines()
+    assert [line.split()[2] for line in lines[:5]] == ["1", "2", "3", "4", "5"]
+    assert "iter 20" in lines[5] and "+14 report(s) not shown" in lines[5]
+    assert lines[6].startswith("(TorchTrainer) finished after 20 report(s)")
+    quiet = io.StringIO()
+    ProgressReporter("T", 0, quiet).reported({"x": 1}, None)
+    assert quiet.getvalue() == ""
