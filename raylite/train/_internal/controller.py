@@ -132,6 +132,8 @@ class TrainController:
                 self.step()
         finally:
             self._stop_group()
+        if self.phase is Phase.ERRORED:
+            self._sweep_unkept()  # the workers are gone: nothing writes any more
         elapsed = self._clock() - self._started_at
         self._reporter.finished(
             self.phase.value.lower(), len(self.state.history), elapsed, self.spec.storage.experiment_path
