@@ -13,7 +13,7 @@ run: install
 	$(PYTHON) examples/demo.py
 
 test: install-test
-	$(PYTHON) -m pytest -q -x --timeout=300 tests
+	$(PYTHON) -m pytest -q --timeout=300 -m "not slow" tests
 
 lint:
 	$(PYTHON) -m ruff check raylite tests bench examples
