@@ -133,6 +133,7 @@ class CoreClient:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._deleted: collections.deque = collections.deque()  # decrements queued by __del__
         self.entries: dict[bytes, ObjectEntry] = {}
         self.refs = ReferenceCounter(self.address)
         self.node: rpc.Connection | None = None
@@ -312,10 +313,36 @@ class CoreClient:
         await conn.request(P.AddBorrower([object_id], self.address))
 
     def ref_deleted(self, object_id: bytes) -> None:
+        """Called from ObjectRef.__del__, which the GC may run while this thread holds _lock:
+        never block on the lock here; queue the decrement and drain it when the lock is free."""
         if self._closed:
             return
+        self._deleted.append(object_id)
+        if self._lock.acquire(blocking=False):
+            try:
+                free, unborrow = self._drain_deleted_locked()
+            finally:
+                self._lock.release()
+            if free or unborrow:
+                self._release(free, unborrow)
+        else:
+            try:
+                self.loop.call_soon_threadsafe(self._drain_deleted)
+            except RuntimeError:  # loop closed
+                pass
+
+    def _drain_deleted_locked(self) -> tuple[list, list]:
+        free: list = []
+        unborrow: list = []
+        while self._deleted:
+            f, u = self.refs.remove_local(self._deleted.popleft())
+            free += f
+            unborrow += u
+        return free, unborrow
+
+    def _drain_deleted(self) -> None:
         with self._lock:
-            free, unborrow = self.refs.remove_local(object_id)
+            free, unborrow = self._drain_deleted_locked()
         if free or unborrow:
             self._release(free, unborrow)
 
