@@ -9,7 +9,6 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from raylite import exceptions as E
 from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core import runtime
@@ -78,8 +77,6 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
         from raylite.remote_function import merge_runtime_env
 
         _job_runtime_env = merge_runtime_env(None, runtime_env) if runtime_env else {}
-        if runtime_env and runtime_env.get("env_vars"):
-            pass
         if address and address not in ("local",):
             info = driver.init_remote(address, namespace=namespace or _anon_namespace(),
                                       log_to_driver=log_to_driver)
@@ -275,4 +272,4 @@ def timeline(filename: str | None = None) -> list:
 
 
 __all__ = ["init", "shutdown", "is_initialized", "get", "put", "wait", "kill", "cancel", "get_actor",
-           "nodes", "cluster_resources", "available_resources", "get_gpu_ids", "E"]
+           "nodes", "cluster_resources", "available_resources", "get_gpu_ids"]

@@ -683,15 +683,11 @@ class CoreClient:
             ref = self.put(_PackedArgs(so.meta, [memoryview(b) for b in so.buffers]))
             pinned.append(ref._id)
             payload = ["ref", ref._id, self.address]
-            self._keepalive_args(ref)
         else:
             payload = ["inline", *so.to_inline()]
         with self._lock:
             self.refs.add_submitted(pinned)
         return payload, arg_refs, pinned
-
-    def _keepalive_args(self, ref: ObjectRef) -> None:
-        pass  # the submitted count taken on ref._id keeps it alive until the task finishes
 
     def submit_task(self, spec: TaskSpec, pinned: list, retry_exceptions: Any) -> Any:
         return_ids = spec.return_ids()

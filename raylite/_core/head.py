@@ -209,15 +209,9 @@ class Head:
                                  f"{choice.reason}. Lower its resource request or add nodes with "
                                  "those resources.", unschedulable=True)
                 return
-            if choice is None:  # wait for room anywhere, then retry
-                views_nodes = [self.nodes[v.node_id] for v in views]
-                choice = views_nodes[0].view() if views_nodes else None
+            if choice is None:  # no room right now: queue it on a node that can ever fit it
                 feasible = S.feasible_nodes(need, views)
-                if feasible:
-                    choice = feasible[self._spread % len(feasible)]
-                if choice is None:
-                    await asyncio.sleep(0.1)
-                    continue
+                choice = feasible[self._spread % len(feasible)]
             self._spread += 1
             node = self.nodes[choice.node_id]
             try:
