@@ -21,6 +21,9 @@ class Config:
     worker_start_timeout_s: float = 30.0
     max_tasks_in_flight_per_worker: int = 4
     prestart_workers: bool = True
+    # modules imported into the worker template (zygote) before it forks workers, comma-separated;
+    # unset = numpy plus whichever of torch/pyarrow/pandas the starting driver has imported
+    preload_modules: str = ""
     # liveness
     heartbeat_interval_s: float = 0.5
     node_dead_timeout_s: float = 10.0

@@ -81,6 +81,7 @@ def start_local(config: Config, *, num_cpus, num_gpus, resources, namespace: str
     total = detect_resources(num_cpus, num_gpus, resources)
     env = dict(os.environ)
     env["RAYLITE_TOKEN"] = token
+    env["RAYLITE_PRELOAD_MODULES"] = config.preload_modules or ",".join(_heavy_modules_in_use())
     if object_store_memory:
         env["RAYLITE_OBJECT_STORE_BYTES"] = str(int(object_store_memory))
     env.setdefault("PYTHONPATH", "")
@@ -103,6 +104,14 @@ def start_local(config: Config, *, num_cpus, num_gpus, resources, namespace: str
     proc.stdout.close()
     return DriverInfo(session, proc, info["node_address"], info["head_address"], info["node_id"],
                       token, namespace, JobID.from_random(), True, log_to_driver)
+
+
+# Libraries slow to import that workers almost surely need when the driver already uses them.
+_PRELOADABLE = ("torch", "pyarrow", "pandas")
+
+
+def _heavy_modules_in_use() -> list[str]:
+    return [name for name in _PRELOADABLE if name in sys.modules]
 
 
 def connect_client(config: Config, info: DriverInfo) -> CoreClient:
