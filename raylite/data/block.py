@@ -122,14 +122,14 @@ def column_to_numpy(col: pa.ChunkedArray | pa.Array, writable: bool = False) -> 
         arr = np.empty(len(col), dtype=object)
         arr[:] = [None if v is None else pickle.loads(v) for v in col.storage.to_pylist()]
         return arr
-    elif pa.types.is_fixed_size_list(t) and col.null_count == 0 and _is_primitive(t.value_type):
-        width = t.list_size
-        values = col.flatten().to_numpy(zero_copy_only=False)
-        arr = values.reshape(len(col), width)
-    elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        arr = np.empty(len(col), dtype=object)
-        arr[:] = [None if v is None else np.asarray(v) for v in col.to_pylist()]
-        return arr
+    elif _is_list_type(t):
+        stacked = _stack_uniform_lists(col)
+        if stacked is not None:
+            arr = stacked
+        else:  # ragged or with nulls: one array per row, as an object array
+            arr = np.empty(len(col), dtype=object)
+            arr[:] = [None if v is None else np.asarray(v) for v in col.to_pylist()]
+            return arr
     elif pa.types.is_struct(t) or pa.types.is_map(t):
         arr = np.empty(len(col), dtype=object)
         arr[:] = col.to_pylist()
@@ -145,6 +145,40 @@ def column_to_numpy(col: pa.ChunkedArray | pa.Array, writable: bool = False) -> 
 
 def _is_primitive(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+
+
+def _is_list_type(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+
+def _stack_uniform_lists(col: pa.Array) -> np.ndarray | None:
+    """A list column whose rows all have one shape -> one n-d array (rows on axis 0).
+
+    Why: token ids or embeddings stored as Arrow lists (Parquet files, rows built
+    from Python lists) should batch as one ``(rows, width)`` array, and so as one
+    tensor, as Ray does. Nested lists stack level by level. Returns None for ragged
+    rows, nulls, or non-numeric values (the caller keeps those as an object array).
+    """
+    shape = [len(col)]
+    values: pa.Array = col
+    while _is_list_type(values.type):
+        if values.null_count:
+            return None
+        if pa.types.is_fixed_size_list(values.type):
+            width = values.type.list_size
+        else:
+            if len(values) == 0:
+                return None
+            offsets = values.offsets.to_numpy()
+            lengths = np.diff(offsets)
+            width = int(lengths[0])
+            if not (lengths == width).all():
+                return None
+        shape.append(width)
+        values = values.flatten()  # honours slicing offsets
+    if not _is_primitive(values.type) or values.null_count:
+        return None
+    return values.to_numpy(zero_copy_only=False).reshape(shape)
 
 
 def table_to_numpy(table: pa.Table, writable: bool = False) -> dict[str, np.ndarray]:

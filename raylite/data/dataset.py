@@ -51,7 +51,12 @@ from raylite.data.block import (
     table_to_pandas,
 )
 from raylite.data.context import DEFAULT_BATCH_SIZE, DataContext
-from raylite.data.iterator import DataIterator, StreamSplitDataIterator, _DatasetIterator
+from raylite.data.iterator import (
+    DataIterator,
+    EpochIterable,
+    StreamSplitDataIterator,
+    _DatasetIterator,
+)
 
 
 class Schema:
@@ -433,15 +438,18 @@ class Dataset:
     def iterator(self) -> DataIterator:
         return _DatasetIterator(self)
 
-    def iter_rows(self, *, prefetch_batches: int = 1) -> Iterator[dict[str, Any]]:
-        """Every row as a dict (runs the plan; tensor columns give numpy arrays)."""
+    def iter_rows(self, *, prefetch_batches: int = 1) -> EpochIterable[dict[str, Any]]:
+        """Every row as a dict; each ``for`` over the result runs the plan again."""
         return self.iterator().iter_rows()
 
     def iter_batches(self, *, prefetch_batches: int = 1, batch_size: int | None = 256,
                      batch_format: str | None = "default", drop_last: bool = False,
                      local_shuffle_buffer_size: int | None = None,
-                     local_shuffle_seed: int | None = None) -> Iterator[Any]:
-        """Batches of ``batch_size`` rows (dicts of numpy arrays by default) while the plan streams."""
+                     local_shuffle_seed: int | None = None) -> EpochIterable[Any]:
+        """Batches of ``batch_size`` rows (dicts of numpy arrays by default) while the plan streams.
+
+        The result is re-iterable: each ``for`` over it is one epoch (the plan runs again).
+        """
         return self.iterator().iter_batches(
             prefetch_batches=prefetch_batches, batch_size=batch_size, batch_format=batch_format,
             drop_last=drop_last, local_shuffle_buffer_size=local_shuffle_buffer_size,
@@ -451,8 +459,8 @@ class Dataset:
                            dtypes: Any = None, device: str = "auto",
                            collate_fn: Callable[[dict[str, Any]], Any] | None = None, drop_last: bool = False,
                            local_shuffle_buffer_size: int | None = None,
-                           local_shuffle_seed: int | None = None) -> Iterator[Any]:
-        """Batches as dicts of torch tensors; string/object columns stay numpy arrays."""
+                           local_shuffle_seed: int | None = None) -> EpochIterable[Any]:
+        """Batches as dicts of torch tensors (re-iterable per epoch); string/object columns stay numpy."""
         return self.iterator().iter_torch_batches(
             prefetch_batches=prefetch_batches, batch_size=batch_size, dtypes=dtypes, device=device,
             collate_fn=collate_fn, drop_last=drop_last, local_shuffle_buffer_size=local_shuffle_buffer_size,

@@ -6,17 +6,23 @@ worker actor and iterated there once per epoch.
 
 Batches: ``iter_batches`` yields dicts of numpy arrays by default;
 ``iter_torch_batches`` yields dicts of ``torch.Tensor``. Columns that cannot
-become tensors (strings, Python objects) stay numpy arrays in the torch batch
-(raylite's documented difference from Ray, which raises there), so
+become tensors (strings, Python objects, ragged lists) stay numpy arrays in the
+torch batch (raylite's documented difference from Ray, which raises there), so
 ``batch["text"]`` works next to ``batch["label"]``.
+
+Epochs: ``iter_rows``/``iter_batches``/``iter_torch_batches`` return an
+*iterable* (as Ray does), not a one-shot generator: every ``for`` over it runs a
+new epoch. Code that builds the loader once and loops over it per epoch
+(``loader = shard.iter_torch_batches(...)``, then ``for epoch ...: for batch in
+loader``) therefore trains on the full data every epoch.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +31,32 @@ from raylite.data._internal.submitter import get_submitter
 from raylite.data.block import Block, concat_blocks, iter_table_rows, table_to_batch
 
 _END = object()
+T = TypeVar("T")
+
+
+class EpochIterable(Iterable[T], Generic[T]):
+    """What the ``iter_*`` methods return: each ``iter()`` starts a fresh pass (epoch).
+
+    Why not a generator: a generator is spent after one pass, so a loader built once
+    and looped over per epoch would silently train on epoch 0 only. ``next()`` on the
+    object itself also works (it walks one pass kept inside), for code that pulls a
+    single batch with ``next(ds.iter_batches())``.
+    """
+
+    def __init__(self, make: Callable[[], Iterator[T]]) -> None:
+        self._make = make
+        self._current: Iterator[T] | None = None
+
+    def __iter__(self) -> Iterator[T]:
+        return self._make()
+
+    def __next__(self) -> T:
+        if self._current is None:
+            self._current = self._make()
+        return next(self._current)
+
+    def __repr__(self) -> str:
+        return "<raylite.data iterable: each `for` over it is one pass over the data>"
 
 
 class DataIterator:
@@ -41,10 +73,14 @@ class DataIterator:
 
     # -------------------------------------------------------------- rows / batches
 
-    def iter_rows(self) -> Iterator[dict[str, Any]]:
-        """Every row as a dict (tensor columns give numpy arrays)."""
-        for block in self._iter_blocks():
-            yield from iter_table_rows(block)
+    def iter_rows(self) -> EpochIterable[dict[str, Any]]:
+        """Every row as a dict (tensor columns give numpy arrays); re-iterable per epoch."""
+
+        def rows() -> Iterator[dict[str, Any]]:
+            for block in self._iter_blocks():
+                yield from iter_table_rows(block)
+
+        return EpochIterable(rows)
 
     def iter_batches(
         self,
@@ -56,15 +92,26 @@ class DataIterator:
         local_shuffle_buffer_size: int | None = None,
         local_shuffle_seed: int | None = None,
         _collate_fn: Callable[[Any], Any] | None = None,
-    ) -> Iterator[Any]:
-        """Batches of ``batch_size`` rows (None: one per block) in ``batch_format``."""
+    ) -> EpochIterable[Any]:
+        """Batches of ``batch_size`` rows (None: one per block) in ``batch_format``.
+
+        Returns an iterable: each ``for`` over it is one epoch over the data.
+        """
         if batch_size is not None and batch_size <= 0:
             raise ValueError(f"batch_size must be a positive integer or None, got {batch_size}")
-        blocks = _prefetch(self._iter_blocks(), prefetch_batches)
-        tables = rebatch_tables(blocks, batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed)
-        for table in tables:
-            batch = table_to_batch(table, batch_format)
-            yield _collate_fn(batch) if _collate_fn is not None else batch
+        if batch_format not in ("default", "numpy", "pandas", "pyarrow", "arrow", None):
+            raise ValueError(
+                f"batch_format must be one of 'default', 'numpy', 'pandas', 'pyarrow', got {batch_format!r}"
+            )
+
+        def batches() -> Iterator[Any]:
+            blocks = _prefetch(self._iter_blocks(), prefetch_batches)
+            tables = rebatch_tables(blocks, batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed)
+            for table in tables:
+                batch = table_to_batch(table, batch_format)
+                yield _collate_fn(batch) if _collate_fn is not None else batch
+
+        return EpochIterable(batches)
 
     def iter_torch_batches(
         self,
@@ -77,8 +124,13 @@ class DataIterator:
         drop_last: bool = False,
         local_shuffle_buffer_size: int | None = None,
         local_shuffle_seed: int | None = None,
-    ) -> Iterator[Any]:
-        """Batches as dicts of torch tensors; non-numeric columns stay numpy arrays."""
+    ) -> EpochIterable[Any]:
+        """Batches as dicts of torch tensors; re-iterable, one epoch per ``for``.
+
+        Numeric and bool columns (including fixed-shape tensor and equal-length list
+        columns, stacked to n-d) become tensors; strings, Python objects and ragged
+        lists stay numpy arrays.
+        """
         if collate_fn is not None:
             conv: Callable[[Any], Any] = collate_fn
         else:
@@ -87,7 +139,7 @@ class DataIterator:
             def conv(batch: dict[str, np.ndarray]) -> dict[str, Any]:
                 return numpy_batch_to_torch(batch, dtypes, dev)
 
-        yield from self.iter_batches(
+        return self.iter_batches(
             prefetch_batches=prefetch_batches, batch_size=batch_size, batch_format="numpy",
             drop_last=drop_last, local_shuffle_buffer_size=local_shuffle_buffer_size,
             local_shuffle_seed=local_shuffle_seed, _collate_fn=conv,

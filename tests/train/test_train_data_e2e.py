@@ -24,10 +24,12 @@ def shard_loop(config):
     shard = train.get_dataset_shard("train")
     val = train.get_dataset_shard("val")
     epochs = []
+    loader = shard.iter_torch_batches(batch_size=16)  # built once, looped per epoch (seed T.5.2)
     for _ in range(config["epochs"]):
         ids = []
-        for batch in shard.iter_torch_batches(batch_size=16):
+        for batch in loader:
             assert batch["x"].dtype.is_floating_point
+            assert batch["pair"].shape == (len(batch["id"]), 2)  # list column -> 2-d tensor
             ids += batch["id"].tolist()
         epochs.append(ids)
     val_ids = [row["id"] for row in val.iter_rows()]
@@ -38,11 +40,13 @@ def shard_loop(config):
 
 
 def test_streaming_split_gives_disjoint_shards_every_epoch(tmp_path):
-    ds = rdata.range(200).map_batches(lambda b: {"id": b["id"], "x": b["id"] * 0.5})
+    ds = rdata.range(200).map_batches(
+        lambda b: {"id": b["id"], "x": b["id"] * 0.5, "pair": [[i, -i] for i in b["id"]]}
+    )
     val = rdata.range(10)
     result = TorchTrainer(
         shard_loop,
-        train_loop_config={"epochs": 2},
+        train_loop_config={"epochs": 3},
         scaling_config=ScalingConfig(num_workers=2),
         datasets={"train": ds, "val": val},
         dataset_config=DataConfig(datasets_to_split=["train"]),
@@ -51,7 +55,8 @@ def test_streaming_split_gives_disjoint_shards_every_epoch(tmp_path):
     with result.checkpoint.as_directory() as d:
         r0 = json.load(open(os.path.join(d, "rank_0.json")))
         r1 = json.load(open(os.path.join(d, "rank_1.json")))
-    for epoch in range(2):
+    assert len(r0["epochs"]) == len(r1["epochs"]) == 3
+    for epoch in range(3):
         a, b = r0["epochs"][epoch], r1["epochs"][epoch]
         assert not set(a) & set(b)
         assert sorted(a + b) == list(range(200))

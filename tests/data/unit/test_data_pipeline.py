@@ -216,3 +216,51 @@ def test_dataset_is_rerunnable_and_lazy(local):
     assert calls == []
     assert ds.count() == 10 and ds.count() == 10
     assert len(calls) == 20
+
+
+def test_iter_methods_return_reiterables_one_epoch_per_for(local):
+    """A loader built once and looped over per epoch sees every row each epoch (as in Ray)."""
+    ds = rd.range(20, override_num_blocks=3)
+    loader = ds.iter_torch_batches(batch_size=6)
+    epochs = [[int(x) for b in loader for x in b["id"]] for _ in range(3)]
+    assert epochs == [list(range(20))] * 3
+    batches = ds.iter_batches(batch_size=7)
+    assert [len(b["id"]) for b in batches] == [7, 7, 6] and [len(b["id"]) for b in batches] == [7, 7, 6]
+    rows = ds.iter_rows()
+    assert len(list(rows)) == 20 and len(list(rows)) == 20
+    assert next(ds.iter_batches(batch_size=4))["id"].tolist() == [0, 1, 2, 3]  # next() on it still works
+    it = ds.iterator().iter_batches(batch_size=10)
+    assert [b["id"][0] for b in it] == [0, 10] and [b["id"][0] for b in it] == [0, 10]
+
+
+def test_uniform_list_columns_stack_ragged_stay_objects(local):
+    """Equal-length list columns batch as n-d arrays and tensors; ragged ones stay object arrays."""
+    rows = [{"ids": [i, i + 1, i + 2], "emb": [[float(i)] * 2] * 2, "ragged": list(range(i % 3 + 1)),
+             "text": f"t{i}"} for i in range(6)]
+    ds = rd.from_items(rows)
+    batch = ds.take_batch(6)
+    assert batch["ids"].shape == (6, 3) and batch["ids"].dtype == np.int64
+    assert batch["emb"].shape == (6, 2, 2)
+    assert batch["ragged"].dtype == object and batch["ragged"][2].tolist() == [0, 1, 2]
+    tb = next(iter(ds.iter_torch_batches(batch_size=4)))
+    assert isinstance(tb["ids"], torch.Tensor) and tb["ids"].shape == (4, 3) and tb["ids"][1].tolist() == [1, 2, 3]
+    assert isinstance(tb["emb"], torch.Tensor) and tb["emb"].shape == (4, 2, 2)
+    assert isinstance(tb["ragged"], np.ndarray) and tb["ragged"].dtype == object
+    assert isinstance(tb["text"], np.ndarray) and tb["text"].tolist() == ["t0", "t1", "t2", "t3"]
+    # a batch sliced from the middle of a block stacks the right rows
+    tail = list(ds.iter_batches(batch_size=4))[1]
+    assert tail["ids"].tolist() == [[4, 5, 6], [5, 6, 7]]
+
+
+def test_tokenizer_style_pandas_udf_gives_2d_tensors(local):
+    """The seeds' tokenize pattern: a pandas UDF stores (rows, 8) arrays -> (batch, 8) tensors."""
+    def tokenize(batch):
+        n = len(batch)
+        batch["input_ids"] = np.arange(n * 8).reshape(n, 8)
+        batch["attention_mask"] = np.ones((n, 8), dtype=np.int64)
+        return batch
+
+    ds = rd.from_items([{"instruction": f"do {i}"} for i in range(10)])
+    out = ds.map_batches(tokenize, batch_format="pandas", batch_size=4)
+    batch = next(iter(out.iter_torch_batches(batch_size=8)))
+    assert batch["input_ids"].shape == (8, 8) and batch["attention_mask"].dtype == torch.int64
