@@ -889,8 +889,10 @@ class CoreClient:
         if spec.num_returns in (STREAMING, DYNAMIC):
             self._generator_finished(rec, reply)
         else:
-            for oid, kind, payload in reply.returns:
-                self._set_entry(oid, kind, payload)
+            for item in reply.returns:
+                if len(item) > 3:
+                    self._adopt_contained(item[0], item[3])
+                self._set_entry(item[0], item[1], item[2])
         self._task_finished(rec, reply.borrowed)
 
     def _retryable(self, rec: TaskRecord, reply: P.PushTaskReply) -> bool:
@@ -931,7 +933,7 @@ class CoreClient:
     # ================================================================ generators
     def _on_generator_item(self, conn, msg: P.GeneratorItem, rid):
         gen = self._generators.get(msg.task_id)
-        oid, kind, payload = msg.item
+        oid, kind, payload = msg.item[:3]
         with self._lock:
             self.refs.own(oid)
             self.entries[oid] = ObjectEntry(kind, payload)
@@ -1034,6 +1036,20 @@ class CoreClient:
             if not st.connecting:
                 st.connecting = True
                 self.loop.create_task(self._connect_actor(st))
+    def _adopt_contained(self, outer: bytes, inner: list) -> None:
+        """A returned object holds refs: keep them alive (counted, borrowed) until it is freed.
+
+        The worker registered us as their borrower before replying; if we no longer
+        track the outer object, give those borrows back at once."""
+        pairs = [(i[0], i[1]) for i in inner]
+        with self._lock:
+            if self.refs.count(outer) is not None:
+                self.refs.add_contained(outer, pairs)
+                return
+        unborrow = [(owner, oid) for oid, owner in pairs if owner != self.address]
+        if unborrow:
+            self._release([], unborrow)
+
             return
         while st.queue:
             rec = st.queue.popleft()
@@ -1076,6 +1092,8 @@ class CoreClient:
                 init_err = ser.from_inline(info.creation_error)
                 cause = f"{cause}\n{init_err}"
             except Exception:  # noqa: BLE001
+        if len(msg.item) > 3:
+            self._adopt_contained(oid, msg.item[3])
                 pass
         name = info.class_name if info else ""
         msg = (f"The actor {name + ' ' if name else ''}({st.actor_id.hex()[:12]}) is dead: {cause}")

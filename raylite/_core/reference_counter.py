@@ -98,7 +98,8 @@ class ReferenceCounter:
             irc = self.refs.get(oid)
             if irc is None:
                 irc = self.refs[oid] = RefCount(owner == self.my_address, owner)
-                irc.registered = not irc.owned  # registered on our behalf by the sender
+            if not irc.owned:
+                irc.registered = True  # registered on our behalf by the sender (or by us earlier)
             irc.contained += 1
 
     def add_borrower(self, object_id: bytes, borrower: str) -> bool:

@@ -255,6 +255,8 @@ class Worker:
     def _stream(self, conn, spec: TaskSpec, result: Any) -> P.PushTaskReply:
         if not inspect.isgenerator(result) and not hasattr(result, "__iter__"):
             raise TypeError(f"{spec.display_name()} has num_returns='streaming' but returned "
+        if so.contained_refs:  # the caller keeps them alive while the returned object lives
+            return [object_id, kind, payload, [[r._id, r._owner] for r in so.contained_refs]]
                             f"{type(result).__name__}, not a generator; use `yield`.")
         index = 0
         for value in result:
