@@ -18,6 +18,7 @@ from typing import Any
 import cloudpickle
 
 from raylite.train._internal.controller import RunSpec, TrainController
+from raylite.train._internal.env import checkpoint_upload_mode
 from raylite.train._internal.messages import WorkerMetadata
 from raylite.train._internal.policies import infeasible_message
 from raylite.train._internal.progress import ProgressReporter
@@ -106,6 +107,7 @@ class DataParallelTrainer:
                 f"To continue the old one use {type(self).__name__}.restore(path).",
                 stacklevel=2,
             )
+        ship_checkpoints = checkpoint_upload_mode()  # a bad value fails before any worker starts
         driver_node = self._ensure_cluster(scaling)
         self._check_feasible(scaling)
         storage.write_bytes(TRAINER_FILE, self._pickle_for_restore(storage))
@@ -127,6 +129,7 @@ class DataParallelTrainer:
             resume_from_checkpoint=self.resume_from_checkpoint,
             trial_resources=scaling._resources_per_worker_not_none,
             driver_node_id=driver_node,
+            ship_checkpoints=ship_checkpoints,
         )
         controller = TrainController(
             spec, lambda: self._make_group(reporter), prior=self._restored_state, reporter=reporter

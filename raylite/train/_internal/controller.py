@@ -123,6 +123,7 @@ class TrainController:
         self._evicted: set[str] = set()
         self._first_index: int | None = None
         self._warned_shipping = False
+        self._noted_shipping = False
         self._started_at = clock()
 
     # -- the loop -----------------------------------------------------------------
@@ -176,6 +177,14 @@ class TrainController:
             ship = spec.ship_checkpoints
             if ship == "auto":
                 ship = spec.storage.is_local and me.node_id != spec.driver_node_id
+            if ship and not self._noted_shipping:
+                self._noted_shipping = True
+                self._reporter.note(
+                    1,
+                    f"checkpoints of rank {rank.world_rank} (node {me.node_ip}) reach "
+                    f"{spec.storage.storage_path} through the driver: that path is local to "
+                    "the driver's node",
+                )
             packed = None
             ckpt = resume
             if ship and resume is not None:

@@ -51,6 +51,10 @@ class ProgressReporter:
         what = f"resuming from {resume}" if resume else "from scratch"
         self._print(1, f"attempt {attempt}: starting {num_workers} worker(s), {what}")
 
+    def note(self, level: int, line: str) -> None:
+        """A one-off remark about the run, shown at ``verbose >= level``."""
+        self._print(level, line)
+
     def placed(self, placement: list[str]) -> None:
         self._print(2, "workers: " + ", ".join(placement))
 
