@@ -13,12 +13,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import contextlib
 import logging
 import os
-import socket
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,9 +82,6 @@ class Lease:
     in_flight: int = 0
     idle_handle: Any = None
     dead: bool = False
-    node_conn: Any = None  # the node that granted it (another node after spillback)
-    node_id: bytes = b""
-    blocked: bool = False  # its worker bounced queued tasks while blocked in get()
 
 
 @dataclass
@@ -100,9 +94,6 @@ class SchedulingQueue:
     tasks: collections.deque = field(default_factory=collections.deque)
     leases: list = field(default_factory=list)
     requesting: int = 0
-    # moving average of push-to-reply seconds; queued tasks are pipelined to a worker
-    # only while tasks are short, so long tasks still spread over every worker
-    avg_task_s: float = 1.0
 
 
 @dataclass
@@ -116,7 +107,6 @@ class ActorState:
     dead_error: Any = None
     seq: int = 0
     kill_when_idle: bool = False
-    node_id: bytes = b""
 
 
 @dataclass
@@ -140,15 +130,6 @@ class CoreClient:
         self.session_dir = session_dir
         self.namespace = namespace
         self.address = f"unix://{os.path.join(session_dir, 'sockets', worker_id.hex()[:16])}"
-        self._listen_sock: socket.socket | None = None
-        if config.node_ip_address:  # multi-node: peers on other machines must reach us over TCP
-            self._listen_sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            self._listen_sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            self._listen_sock.bind((config.node_ip_address, 0))
-            self.address = f"tcp://{config.node_ip_address}:{self._listen_sock.getsockname()[1]}"
-        self.node_public_address = ""  # how other nodes reach our node (its TCP address)
-        self._dead_nodes: set[bytes] = set()
-        self._data_conns: dict[str, rpc.Connection] = {}  # bulk object pulls, apart from control
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -183,7 +164,6 @@ class CoreClient:
             P.GeneratorItem: self._on_generator_item,
             P.ReleaseIdleLeases: self._on_release_idle_leases,
             P.LogLines: self._on_log_lines,
-            P.NodeDied: self._on_node_died,
         }
 
     # ================================================================ life cycle
@@ -219,7 +199,7 @@ class CoreClient:
         self.handlers.update(self.extra_handlers)
         os.makedirs(os.path.join(self.session_dir, "sockets"), exist_ok=True)
         self._server = await rpc.listen(self.address, self.handlers, token=self.token,
-                                        on_connect=self._on_incoming, sock=self._listen_sock)
+                                        on_connect=self._on_incoming)
         self.node = await rpc.connect(self.node_address, self.handlers, token=self.token, role=self.kind)
         self.node.on_close.append(self._on_node_lost)
         reply: P.RegisterClientReply = await self.node.request(P.RegisterClient(
@@ -228,43 +208,7 @@ class CoreClient:
         self.node_ip = reply.node_ip
         self.store_dir = reply.store_dir
         self.head_address = reply.head_address
-        self.node_public_address = reply.node_tcp_address or self.node_address
         self.head = await rpc.connect(reply.head_address, self.handlers, token=self.token, role=self.kind)
-        self.head.on_close.append(self._on_head_lost)
-
-    def _on_head_lost(self, conn: rpc.Connection) -> None:
-        if not self._closed and self.head_address.startswith("tcp://"):
-            self.loop.create_task(self._reconnect_head())
-
-    async def _reconnect_head(self) -> None:
-        """A restarted head (with --persist) comes back at the same address: reconnect to it."""
-        deadline = self.loop.time() + self.config.head_reconnect_timeout_s
-        while not self._closed and self.loop.time() < deadline:
-            try:
-                head = await rpc.connect(self.head_address, self.handlers, token=self.token, role=self.kind)
-            except Exception:  # noqa: BLE001
-                await asyncio.sleep(0.2)
-                continue
-            self.head = head
-            head.on_close.append(self._on_head_lost)
-            return
-        log.error("could not reconnect to the head at %s", self.head_address)
-
-    def _on_node_died(self, conn, msg: P.NodeDied, rid):
-        """The head declared a node dead: links to it may hang (cut cable), so drop them now;
-        the usual paths then retry tasks, reconnect actors and report lost objects."""
-        self._dead_nodes.add(msg.node_id)
-        for lease in list(self._leases.values()):
-            if lease.node_id == msg.node_id:
-                lease.conn.abort()
-        for st in self._actors.values():
-            if st.node_id == msg.node_id and st.conn is not None:
-                st.conn.abort()
-        for address in (msg.address,):
-            for cache in (self._conns, self._data_conns):
-                c = cache.pop(address, None)
-                if c is not None:
-                    c.abort()
 
     def _on_incoming(self, conn: rpc.Connection) -> None:
         conn.on_close.append(self._on_incoming_closed)
@@ -290,7 +234,7 @@ class CoreClient:
         async def close() -> None:
             for lease in list(self._leases.values()):
                 try:
-                    (lease.node_conn or self.node).send(P.ReturnLease(lease.lease_id))
+                    self.node.send(P.ReturnLease(lease.lease_id))
                 except Exception:  # noqa: BLE001
                     pass
             for c in list(self._conns.values()):
@@ -481,27 +425,13 @@ class CoreClient:
         if so.total_bytes() <= self.config.inline_threshold_bytes:
             return kind, so.to_inline()
         path = os.path.join(self.store_dir, object_id.hex())
-        size = self._write_to_store(object_id, so, path)
+        size = ser.write_file(so, path)
         msg = P.ObjectSealed(object_id, size, self.address)
         if threading.current_thread() is self._thread:
             self.node.send(msg)
         else:
             self.loop.call_soon_threadsafe(self._send_node, msg)
-        return "s", [self.node_id, self.node_public_address or self.node_address, size]
-
-    def _write_to_store(self, object_id: bytes, so: ser.SerializedObject, path: str) -> int:
-        """Ask the node for room first (it spills LRU objects when full and hands over a
-        recycled, already-faulted segment), then write the object once, in place."""
-        if threading.current_thread() is self._thread:
-            return ser.write_file(so, path)  # the loop cannot wait on the node; counted when sealed
-        reply = self.run_sync(self.node.request(P.CreateObject(object_id, ser.stored_size(so), self.address)))
-        if not reply.ok:
-            raise E.ObjectStoreFullError(reply.error)
-        try:
-            return ser.write_into(so, path)
-        except BaseException:
-            self.loop.call_soon_threadsafe(self._send_node, P.FreeObjects([object_id]))
-            raise
+        return "s", [self.node_id, self.node_address, size]
 
     def _send_node(self, msg: P.Message) -> None:
         try:
@@ -634,62 +564,30 @@ class CoreClient:
         try:
             return ser.read_file(path)
         except FileNotFoundError:
-            pass
-        # spilled to disk? the node brings it back into shared memory
-        reply: P.RestoreObjectReply = self.run_sync(self.node.request(P.RestoreObject(oid)))
-        if reply.found:
-            try:
-                return ser.read_file(path)
-            except FileNotFoundError:
-                pass
-        if reply.error.startswith("Cannot restore"):
-            raise E.ObjectStoreFullError(reply.error)
-        raise E.ObjectLostError(oid.hex(), "its shared-memory file is gone (it was freed, or its "
-                                f"node's store was cleared){': ' + reply.error if reply.error else ''}")
+            raise E.ObjectLostError(oid.hex(), "its shared-memory file is gone (it was freed, or its "
+                                    "node's store was cleared)") from None
 
     async def _pull_object(self, oid: bytes, location: list) -> None:
-        """Copy an object from another node's store into ours (cached there for others)."""
-        if location[0] in self._dead_nodes:
-            raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} died holding its only copy")
-        try:
-            await self._pull_chunks(oid, location)
-        except E.ObjectLostError:
-            raise
-        except Exception as e:  # noqa: BLE001
-            raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} is unreachable ({e}); it "
-                                    "held the only copy") from None
-
-    async def _pull_chunks(self, oid: bytes, location: list) -> None:
-        """Chunks travel on a connection of their own (so control messages to that node never
-        queue behind them), several requests in flight to keep the link busy."""
+        """Copy an object from another node's store into ours, in chunks."""
         node_address = location[1]
-        conn = self._data_conns.get(node_address)
-        if conn is None or conn.is_closed():
-            conn = await rpc.connect(node_address, {}, token=self.token, role=self.kind)
-            self._data_conns[node_address] = conn
-        chunk = 4 << 20
+        conn = await self.connection(node_address)
+        chunk = 8 << 20
         path = os.path.join(self.store_dir, oid.hex())
-        tmp = path + f".part{os.getpid()}_{id(conn) & 0xffff}"
-        first: P.PullObjectReply = await conn.request(P.PullObject(oid, 0, chunk))
-        if not first.found:
-            raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} no longer has it")
-        total = first.total_size
-        fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
-        try:
-            os.pwrite(fd, first.data, 0)
-            offsets = list(range(len(first.data), total, chunk))
-            window = 4
-            for i in range(0, len(offsets), window):
-                futs = [conn.request_future(P.PullObject(oid, off, chunk)) for off in offsets[i:i + window]]
-                for off, fut in zip(offsets[i:i + window], futs):
-                    reply: P.PullObjectReply = await fut
-                    if not reply.found:
-                        raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} no longer has it")
-                    os.pwrite(fd, reply.data, off)
-        finally:
-            os.close(fd)
+        tmp = path + f".part{os.getpid()}"
+        offset = 0
+        total = None
+        with open(tmp, "wb") as f:
+            while total is None or offset < total:
+                reply: P.PullObjectReply = await conn.request(P.PullObject(oid, offset, chunk))
+                if not reply.found:
+                    raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} no longer has it")
+                total = reply.total_size
+                f.write(reply.data)
+                offset += len(reply.data)
+                if not reply.data:
+                    break
         os.replace(tmp, path)
-        self.node.send(P.ObjectSealed(oid, total, ""))
+        self.node.send(P.ObjectSealed(oid, total or 0, ""))
 
     def wait(self, refs: list[ObjectRef], num_returns: int, timeout: float | None,
              fetch_local: bool = True) -> tuple[list[ObjectRef], list[ObjectRef]]:
@@ -858,24 +756,9 @@ class CoreClient:
                 out.append(r)
         rec.spec = rec.spec.replace(arg_refs=out)
 
-    def _pipeline_depth(self, q: SchedulingQueue) -> int:
-        """How many tasks one worker may hold at once for this queue.
-
-        Short tasks (well under a millisecond) are pipelined so the worker never idles
-        waiting for the next push; anything longer goes one at a time, so a queue of
-        slow tasks spreads over all the workers the node grants.
-        """
-        if q.avg_task_s < PIPELINE_BELOW_S and len(q.tasks) > len(q.leases):
-            return self.config.max_tasks_in_flight_per_worker
-        return 1
-
     def _pump(self, q: SchedulingQueue) -> None:
-        limit = self._pipeline_depth(q)
+        limit = 1
         for lease in q.leases:
-            if lease.blocked:
-                if lease.in_flight:
-                    continue
-                lease.blocked = False
             while q.tasks and lease.in_flight < limit and not lease.dead:
                 rec = q.tasks.popleft()
                 if rec.cancelled:
@@ -895,19 +778,9 @@ class CoreClient:
         from raylite._core.ids import WorkerID
 
         lease_id = WorkerID.from_random()
-        node_conn = self.node
         try:
             reply: P.RequestLeaseReply = await self.node.request(
                 P.RequestLease(lease_id, q.resources, q.strategy, q.runtime_env, q.description))
-            if reply.spillback_address:  # another node has room: lease from it directly
-                try:
-                    node_conn = await self.connection(reply.spillback_address)
-                    reply = await node_conn.request(P.RequestLease(
-                        lease_id, q.resources, q.strategy, q.runtime_env, q.description, False))
-                except ConnectionBrokenError:  # it died meanwhile: ask again
-                    q.requesting -= 1
-                    self.loop.call_later(0.1, self._pump, q)
-                    return
         except Exception as e:  # noqa: BLE001
             q.requesting -= 1
             self._fail_queue(q, E.RaySystemError(f"lost the local node while asking for a worker: {e}"))
@@ -922,11 +795,10 @@ class CoreClient:
         try:
             conn = await self.connection(reply.worker_address)
         except Exception:  # noqa: BLE001
-            with contextlib.suppress(Exception):
-                node_conn.send(P.ReturnLease(lease_id, True))
+            self.node.send(P.ReturnLease(lease_id, True))
             self._pump(q)
             return
-        lease = Lease(lease_id, reply.worker_id, conn, q, node_conn=node_conn, node_id=reply.node_id)
+        lease = Lease(lease_id, reply.worker_id, conn, q)
         self._leases[lease_id] = lease
         q.leases.append(lease)
         conn.on_close.append(lambda c, lease=lease: self._lease_conn_lost(lease))
@@ -950,7 +822,7 @@ class CoreClient:
         self._leases.pop(lease.lease_id, None)
         lease.dead = True
         try:
-            (lease.node_conn or self.node).send(P.ReturnLease(lease.lease_id))
+            self.node.send(P.ReturnLease(lease.lease_id))
         except Exception:  # noqa: BLE001
             pass
 
@@ -974,11 +846,9 @@ class CoreClient:
         rec.lease = lease
         rec.worker_conn = lease.conn
         fut = lease.conn.request_future(P.PushTask(rec.spec.to_wire()))
-        pushed_at = time.monotonic()
-        fut.add_done_callback(lambda f: self._on_task_reply(rec, lease, f, pushed_at))
+        fut.add_done_callback(lambda f: self._on_task_reply(rec, lease, f))
 
-    def _on_task_reply(self, rec: TaskRecord, lease: Lease | None, fut: asyncio.Future,
-                       pushed_at: float = 0.0) -> None:
+    def _on_task_reply(self, rec: TaskRecord, lease: Lease | None, fut: asyncio.Future) -> None:
         if lease is not None:
             lease.in_flight -= 1
         exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
@@ -986,18 +856,7 @@ class CoreClient:
             if lease is not None:
                 self._lease_conn_lost(lease)
             self._task_worker_died(rec, exc)
-        elif fut.result().error_kind == "bounced":
-            # the worker is blocked in get(): run this task elsewhere, and push nothing
-            # more to that worker until its blocked task is done
-            if lease is not None:
-                lease.blocked = True
-                lease.queue.tasks.appendleft(rec)
-            else:
-                self._requeue(rec)
         else:
-            if lease is not None and pushed_at:
-                q = lease.queue
-                q.avg_task_s = 0.8 * q.avg_task_s + 0.2 * (time.monotonic() - pushed_at)
             self._task_done(rec, fut.result())
         if lease is not None and not lease.dead:
             self._pump(lease.queue)
@@ -1198,7 +1057,8 @@ class CoreClient:
             rec = st.queue.popleft()
             if rec.cancelled:
                 continue
-            st.seq += 1  # one connection per caller keeps calls in order; no per-call copy needed
+            st.seq += 1
+            rec.spec = rec.spec.replace(seq_no=st.seq, caller_id=self.worker_id)
             st.in_flight[rec.spec.task_id] = rec
             rec.worker_conn = st.conn
             fut = st.conn.request_future(P.PushTask(rec.spec.to_wire()))
@@ -1212,7 +1072,6 @@ class CoreClient:
                     self._actor_is_dead(st, info)
                     return
                 st.restarts_seen = info.num_restarts
-                st.node_id = info.node_id
                 try:
                     conn = await self.connection(info.address)
                 except ConnectionBrokenError:
@@ -1342,7 +1201,7 @@ class CoreClient:
         if rec.spec.kind == KIND_ACTOR_CALL and force:
             raise ValueError("force=True is not supported for actor tasks; use raylite.kill(actor)")
         if force and rec.lease is not None:
-            (rec.lease.node_conn or self.node).send(P.KillWorker(rec.lease.worker_id, "cancelled with force=True"))
+            self.node.send(P.KillWorker(rec.lease.worker_id, "cancelled with force=True"))
             return
         try:
             rec.worker_conn.send(P.CancelTask(task_id, force, recursive))
@@ -1362,10 +1221,6 @@ class CoreClient:
 
     def new_task_id(self) -> bytes:
         return TaskID.from_random()
-
-
-# tasks whose push-to-reply time averages below this are pipelined (see _pipeline_depth)
-PIPELINE_BELOW_S = 0.002
 
 
 def _set_if_pending(fut: asyncio.Future) -> None:
