@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from raylite.train._internal.callbacks import TrainRunContext, UserCallback
 from raylite.train._internal.session import (
     TrainContext,
     get_checkpoint,
@@ -46,7 +47,9 @@ __all__ = [
     "ScalingConfig",
     "SyncConfig",
     "TrainContext",
+    "TrainRunContext",
     "TrainingFailedError",
+    "UserCallback",
     "get_checkpoint",
     "get_context",
     "get_dataset_shard",

@@ -101,6 +101,11 @@ class CheckpointConfig:
     With ``num_to_keep`` set, exactly that many stay: the best by
     ``checkpoint_score_attribute`` (in ``checkpoint_score_order``), or the most recent
     when no attribute is given. ``None`` keeps every checkpoint.
+
+    ``checkpoint_frequency`` and ``checkpoint_at_end`` are accepted so Ray code runs,
+    but, as in Ray, they only drive trainers without a user loop; with a loop function
+    (TorchTrainer) the loop checkpoints when it passes ``checkpoint=`` to ``report``,
+    and ``fit()`` warns that these two options have no effect.
     """
 
     num_to_keep: int | None = None
@@ -150,7 +155,10 @@ class RunConfig:
 
     ``storage_path`` is a local path or any fsspec URI (``s3://``, ``gs://``,
     ``file://``); results land in ``storage_path/name``. ``verbose``: 0 silent,
-    1 a line per report (default), 2 also worker-group events.
+    1 a line per report (default), 2 also worker-group events. ``callbacks``: objects
+    called on the driver, either Ray Train ``UserCallback``s (``after_report``,
+    ``after_exception``) or Tune-style ones (``on_trial_result`` ...); see
+    ``raylite.train._internal.callbacks``.
     """
 
     name: str | None = None

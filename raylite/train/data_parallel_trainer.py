@@ -17,6 +17,12 @@ from typing import Any
 
 import cloudpickle
 
+from raylite.train._internal.callbacks import (
+    CallbackDispatcher,
+    TrainRunContext,
+    TrialView,
+    validate_callbacks,
+)
 from raylite.train._internal.controller import RunSpec, TrainController
 from raylite.train._internal.env import checkpoint_upload_mode
 from raylite.train._internal.messages import WorkerMetadata
@@ -108,6 +114,8 @@ class DataParallelTrainer:
                 stacklevel=2,
             )
         ship_checkpoints = checkpoint_upload_mode()  # a bad value fails before any worker starts
+        callbacks = validate_callbacks(run_config.callbacks)
+        self._warn_ignored_checkpoint_options(run_config)
         driver_node = self._ensure_cluster(scaling)
         self._check_feasible(scaling)
         storage.write_bytes(TRAINER_FILE, self._pickle_for_restore(storage))
@@ -130,6 +138,7 @@ class DataParallelTrainer:
             trial_resources=scaling._resources_per_worker_not_none,
             driver_node_id=driver_node,
             ship_checkpoints=ship_checkpoints,
+            callbacks=self._bind_callbacks(callbacks, storage) if callbacks else None,
         )
         controller = TrainController(
             spec, lambda: self._make_group(reporter), prior=self._restored_state, reporter=reporter
@@ -138,6 +147,36 @@ class DataParallelTrainer:
         if controller.error is not None:
             raise controller.error
         return result
+
+    def _bind_callbacks(self, callbacks: list[Any], storage: StorageContext) -> CallbackDispatcher:
+        context = TrainRunContext(
+            run_config=self.run_config,
+            train_loop_config=self.train_loop_config,
+            scaling_config=self.scaling_config,
+            datasets=dict(self.datasets),
+        )
+        trial = TrialView(storage.experiment_name, self.train_loop_config, storage.experiment_path)
+        return CallbackDispatcher(callbacks, context, trial)
+
+    def _warn_ignored_checkpoint_options(self, run_config: RunConfig) -> None:
+        """checkpoint_frequency / checkpoint_at_end drive class trainers in Ray; with a loop
+        function the loop decides when to checkpoint, so raylite (like Ray) does not use them."""
+        cc = run_config.checkpoint_config
+        if cc is None:
+            return
+        set_options = [
+            f"{name}={value!r}"
+            for name, value in (("checkpoint_frequency", cc.checkpoint_frequency),
+                                ("checkpoint_at_end", cc.checkpoint_at_end))
+            if value
+        ]
+        if set_options:
+            warnings.warn(
+                f"CheckpointConfig({', '.join(set_options)}) has no effect on {self._trainer_name}: "
+                "the training loop decides when to checkpoint, by passing checkpoint= to "
+                "train.report() (e.g. every N epochs). num_to_keep and the score options apply.",
+                stacklevel=3,
+            )
 
     def _make_group(self, reporter: ProgressReporter) -> Any:
         from raylite.train._internal.worker_group import ActorWorkerGroup

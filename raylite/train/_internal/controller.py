@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from raylite.train._internal.callbacks import CallbackDispatcher, CallbackFailed
 from raylite.train._internal.checkpoints import CheckpointManager, TrackedCheckpoint
 from raylite.train._internal.messages import (
     RankInfo,
@@ -89,6 +90,8 @@ class RunSpec:
     driver_node_id: str = "local"
     poll_timeout_s: float = 1.0
     failure_drain_s: float = 0.5
+    # RunConfig(callbacks=...), already bound to the run (None: no callbacks).
+    callbacks: CallbackDispatcher | None = None
 
 
 class TrainController:
@@ -129,8 +132,11 @@ class TrainController:
     # -- the loop -----------------------------------------------------------------
     def run(self) -> Result:
         try:
-            while self.phase not in (Phase.FINISHED, Phase.ERRORED):
-                self.step()
+            try:
+                while self.phase not in (Phase.FINISHED, Phase.ERRORED):
+                    self.step()
+            except CallbackFailed as e:  # a user callback ends the run with its own error
+                self._fail_run(e.__cause__ or e, str(e))
         finally:
             self._stop_group()
         if self.phase is Phase.ERRORED:
@@ -139,6 +145,12 @@ class TrainController:
         self._reporter.finished(
             self.phase.value.lower(), len(self.state.history), elapsed, self.spec.storage.experiment_path
         )
+        if self.spec.callbacks is not None:
+            try:
+                self.spec.callbacks.ended(errored=self.phase is Phase.ERRORED)
+            except CallbackFailed as e:
+                if self.error is None:
+                    self._fail_run(e.__cause__ or e, str(e))
         return self.result()
 
     def step(self) -> Phase:
@@ -171,6 +183,8 @@ class TrainController:
         resume = self._resume_checkpoint()
         self._persist_state()
         self._reporter.started(self.attempt, spec.num_workers, resume.path if resume else None)
+        if spec.callbacks is not None:
+            spec.callbacks.started(self.attempt)
         shards = self._split_datasets()
 
         def make_spec(rank: RankInfo, me: WorkerMetadata, rank0: WorkerMetadata) -> WorkerSpec:
@@ -317,6 +331,13 @@ class TrainController:
         if emission.checkpoint_dir:
             self._commit_checkpoint(emission.checkpoint_dir, metrics)
         self._reporter.reported(metrics, emission.checkpoint_dir)
+        if self.spec.callbacks is not None:
+            storage = self.spec.storage
+            ckpt = None
+            if emission.checkpoint_dir:
+                ckpt = Checkpoint(storage.checkpoint_fs_path(emission.checkpoint_dir), storage.fs)
+            by_rank = [dict(emission.rank_metrics.get(r, {})) for r in range(self.spec.num_workers)]
+            self.spec.callbacks.reported(by_rank, metrics, ckpt)
 
     def _commit_checkpoint(self, dir_name: str, metrics: dict[str, Any]) -> None:
         index = int(dir_name.rsplit("_", 1)[-1])
@@ -330,6 +351,8 @@ class TrainController:
     # -- failures -----------------------------------------------------------------
     def _on_failure(self, error: WorkerError) -> None:
         self.state.failures += 1
+        if self.spec.callbacks is not None:
+            self.spec.callbacks.worker_failed(error.rank, error.exception, error.describe())
         decision = self._policy.decide(self.state.failures)
         if decision.action is FailureAction.RESTART:
             self._reporter.failed(error.describe(), decision.reason)

@@ -14,7 +14,7 @@ metric-only -> emit #0 with rank 0's metrics and the checkpoint.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from raylite.train._internal.messages import WorkerReport
@@ -28,6 +28,7 @@ class RunReport:
     rank: int
     metrics: dict[str, Any]
     checkpoint_dir: str | None
+    rank_metrics: dict[int, dict[str, Any]] = field(default_factory=dict)  # every rank's, as held
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class ReportAggregator:
             done = self._emitted[report.index]
             if report.checkpoint_dir and not done.checkpoint_dir:
                 self._emitted[report.index] = RunReport(
-                    done.index, done.rank, done.metrics, report.checkpoint_dir
+                    done.index, done.rank, done.metrics, report.checkpoint_dir, done.rank_metrics
                 )
                 return [LateCheckpoint(report.index, report.checkpoint_dir)]
             return []
@@ -98,7 +99,8 @@ class ReportAggregator:
             ckpt = chosen.checkpoint_dir or next(
                 (r.checkpoint_dir for _, r in sorted(held.items()) if r.checkpoint_dir), None
             )
-            emitted = RunReport(self._next, chosen.rank, chosen.metrics, ckpt)
+            by_rank = {rank: r.metrics for rank, r in held.items()}
+            emitted = RunReport(self._next, chosen.rank, chosen.metrics, ckpt, by_rank)
             self._emitted[self._next] = emitted
             del self._pending[self._next]
             self._next += 1
