@@ -467,6 +467,27 @@ def concat_blocks(blocks: list[Block]) -> Block:
         raise SchemaMismatchError(describe_schema_mismatch([b.schema for b in blocks]) + f" ({e})") from e
 
 
+def compact_block(table: Block) -> Block:
+    """The table itself, or a compact copy when it views much more memory than it holds.
+
+    Why: a slice of an Arrow table (a batch of a bigger block, one partition of a
+    shuffle, one shard of a split) keeps pointing into its parent's buffers, and
+    serializing it ships those whole buffers, once per chunk. So every block that
+    leaves a task (or is put by the driver) goes through here; an IPC round trip
+    copies just the referenced rows (a memcpy, about 5 ms per 100 MB).
+    """
+    referenced = 0
+    for col in table.columns:
+        for chunk in col.chunks:
+            referenced += sum(buf.size for buf in chunk.buffers() if buf is not None)
+    if referenced <= table.nbytes + table.nbytes // 4 + (64 << 10):
+        return table
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return pa.ipc.open_stream(sink.getvalue()).read_all()
+
+
 class SchemaMismatchError(ValueError):
     """Blocks (or files) of one dataset have columns of incompatible types."""
 

@@ -23,7 +23,7 @@ from typing import Any
 from raylite.data._internal import tasks
 from raylite.data._internal.submitter import TaskOptions, TaskSubmitter
 from raylite.data._internal.transforms import TransformChain
-from raylite.data.block import BlockMetadata
+from raylite.data.block import BlockMetadata, compact_block
 from raylite.data.context import DataContext
 
 
@@ -241,6 +241,7 @@ class InputDataBuffer(PhysicalOperator):
         super().start(ctx)
         if self._blocks is not None:
             for b in self._blocks:
+                b = compact_block(b)  # a user's slice must not ship its parent's buffers
                 self._emit(RefBundle([(ctx.submitter.put(b), BlockMetadata.of(b))]))
         for bundle in self._bundles or []:
             self._emit(bundle)

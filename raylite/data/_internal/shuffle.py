@@ -29,7 +29,7 @@ from raylite.data._internal.operators import ExecCtx, RefBundle, _offsets, _slic
 from raylite.data._internal.submitter import TaskOptions
 from raylite.data._internal.tasks import slice_task
 from raylite.data.aggregate import AggregateFn, combine_and_finalize, partial_aggregate
-from raylite.data.block import Block, BlockMetadata, concat_blocks
+from raylite.data.block import Block, BlockMetadata, compact_block, concat_blocks
 
 SAMPLES_PER_BLOCK = 64
 _OPTS = TaskOptions(num_cpus=1.0)
@@ -107,6 +107,7 @@ def _range_partition(block: Block, key: SortKey, boundaries: list[tuple]) -> lis
 
 
 def _with_metas(parts: list[Block]) -> tuple:
+    parts = [compact_block(p) for p in parts]  # each part is a slice of one sorted/shuffled block
     return (*parts, [BlockMetadata.of(p) for p in parts])
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from raylite.data._internal.transforms import TransformChain, run_chain
-from raylite.data.block import Block, BlockMetadata, concat_blocks
+from raylite.data.block import Block, BlockMetadata, compact_block, concat_blocks
 
 
 def _source(source: Any, blocks: tuple[Block, ...]) -> Iterator[Block]:
@@ -29,7 +29,7 @@ def _files_of(source: Any) -> list[str]:
 
 def map_task(chain: TransformChain, source: Any, task_index: int, *blocks: Block) -> tuple[Block, BlockMetadata]:
     """Run a fused chain over a read task (``source``) or over input blocks."""
-    out = run_chain(chain, _source(source, blocks), task_index)
+    out = compact_block(run_chain(chain, _source(source, blocks), task_index))
     return out, BlockMetadata.of(out, _files_of(source))
 
 
@@ -39,6 +39,7 @@ def slice_task(spec: list[tuple[int, int, int]], *blocks: Block) -> tuple[Block,
     out = concat_blocks(parts) if parts else pa.table({})
     if not parts and blocks:
         out = blocks[0].schema.empty_table()
+    out = compact_block(out)
     return out, BlockMetadata.of(out)
 
 
@@ -53,7 +54,7 @@ class MapWorker:
         return True
 
     def run(self, source: Any, task_index: int, *blocks: Block) -> tuple[Block, BlockMetadata]:
-        out = run_chain(self.chain, _source(source, blocks), task_index)
+        out = compact_block(run_chain(self.chain, _source(source, blocks), task_index))
         return out, BlockMetadata.of(out, _files_of(source))
 
 
@@ -69,4 +70,5 @@ def zip_task(spec: list[tuple[int, int, int]], left: Block, *right_blocks: Block
             k += 1
         names.add(new)
         out = out.append_column(new, col.combine_chunks() if col.num_chunks > 1 else col)
+    out = compact_block(out)
     return out, BlockMetadata.of(out)

@@ -97,3 +97,23 @@ def test_batch_formats():
     assert table_to_batch(block, "pyarrow") is block
     with pytest.raises(ValueError, match="batch_format"):
         table_to_batch(block, "torch")
+
+
+def test_compact_block_copies_only_slices_that_view_much_more():
+    """A slice serializes its parent's whole buffers; compact_block makes it its own size."""
+    import pickle
+
+    from raylite.data.block import compact_block
+
+    big = pa.table({"x": np.arange(1_000_000), "s": pa.array([str(i) for i in range(1_000_000)])})
+    part = big.slice(500_000, 1000)
+    small = compact_block(part)
+    assert small.equals(part) and len(pickle.dumps(small, protocol=5)) < 100_000
+    assert len(pickle.dumps(part, protocol=5)) > 1_000_000  # why it is needed
+    assert compact_block(big) is big  # a whole table is left alone
+    chunks = pa.concat_tables([big.slice(i * 250_000, 250_000) for i in range(4)])
+    assert len(pickle.dumps(compact_block(chunks), protocol=5)) < 1.5 * big.nbytes  # not 4x
+    from raylite.data.block import to_arrow_array
+
+    tensor = pa.table({"d": to_arrow_array(np.ones((100_000, 2, 2)))}).slice(5, 3)
+    assert compact_block(tensor).equals(tensor) and compact_block(tensor).nbytes == tensor.nbytes
