@@ -13,9 +13,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import logging
 import os
+import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +85,9 @@ class Lease:
     in_flight: int = 0
     idle_handle: Any = None
     dead: bool = False
+    node_conn: Any = None  # the node that granted it (another node after spillback)
+    node_id: bytes = b""
+    blocked: bool = False  # its worker bounced queued tasks while blocked in get()
 
 
 @dataclass
@@ -94,6 +100,9 @@ class SchedulingQueue:
     tasks: collections.deque = field(default_factory=collections.deque)
     leases: list = field(default_factory=list)
     requesting: int = 0
+    # moving average of push-to-reply seconds; queued tasks are pipelined to a worker
+    # only while tasks are short, so long tasks still spread over every worker
+    avg_task_s: float = 1.0
 
 
 @dataclass
@@ -107,6 +116,7 @@ class ActorState:
     dead_error: Any = None
     seq: int = 0
     kill_when_idle: bool = False
+    node_id: bytes = b""
 
 
 @dataclass
@@ -130,9 +140,23 @@ class CoreClient:
         self.session_dir = session_dir
         self.namespace = namespace
         self.address = f"unix://{os.path.join(session_dir, 'sockets', worker_id.hex()[:16])}"
+        self._listen_sock: socket.socket | None = None
+        if config.node_ip_address:  # multi-node: peers on other machines must reach us over TCP
+            self._listen_sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self._listen_sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._listen_sock.bind((config.node_ip_address, 0))
+            self.address = f"tcp://{config.node_ip_address}:{self._listen_sock.getsockname()[1]}"
+        self.node_public_address = ""  # how other nodes reach our node (its TCP address)
+        self._dead_nodes: set[bytes] = set()
+        self._data_conns: dict[str, rpc.Connection] = {}  # chunked pulls, apart from control
+        self._data_addresses: dict[bytes, str] = {}  # node id -> its bulk server HOST:PORT
+        self._bulk_clients: dict[str, Any] = {}
+        self._bulk_lock = threading.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._calls: collections.deque = collections.deque()  # see call_soon
+        self._calls_scheduled = False
         self._deleted: collections.deque = collections.deque()  # decrements queued by __del__
         self.entries: dict[bytes, ObjectEntry] = {}
         self.refs = ReferenceCounter(self.address)
@@ -164,6 +188,7 @@ class CoreClient:
             P.GeneratorItem: self._on_generator_item,
             P.ReleaseIdleLeases: self._on_release_idle_leases,
             P.LogLines: self._on_log_lines,
+            P.NodeDied: self._on_node_died,
         }
 
     # ================================================================ life cycle
@@ -199,7 +224,7 @@ class CoreClient:
         self.handlers.update(self.extra_handlers)
         os.makedirs(os.path.join(self.session_dir, "sockets"), exist_ok=True)
         self._server = await rpc.listen(self.address, self.handlers, token=self.token,
-                                        on_connect=self._on_incoming)
+                                        on_connect=self._on_incoming, sock=self._listen_sock)
         self.node = await rpc.connect(self.node_address, self.handlers, token=self.token, role=self.kind)
         self.node.on_close.append(self._on_node_lost)
         reply: P.RegisterClientReply = await self.node.request(P.RegisterClient(
@@ -208,7 +233,43 @@ class CoreClient:
         self.node_ip = reply.node_ip
         self.store_dir = reply.store_dir
         self.head_address = reply.head_address
+        self.node_public_address = reply.node_tcp_address or self.node_address
         self.head = await rpc.connect(reply.head_address, self.handlers, token=self.token, role=self.kind)
+        self.head.on_close.append(self._on_head_lost)
+
+    def _on_head_lost(self, conn: rpc.Connection) -> None:
+        if not self._closed and self.head_address.startswith("tcp://"):
+            self.loop.create_task(self._reconnect_head())
+
+    async def _reconnect_head(self) -> None:
+        """A restarted head (with --persist) comes back at the same address: reconnect to it."""
+        deadline = self.loop.time() + self.config.head_reconnect_timeout_s
+        while not self._closed and self.loop.time() < deadline:
+            try:
+                head = await rpc.connect(self.head_address, self.handlers, token=self.token, role=self.kind)
+            except Exception:  # noqa: BLE001
+                await asyncio.sleep(0.2)
+                continue
+            self.head = head
+            head.on_close.append(self._on_head_lost)
+            return
+        log.error("could not reconnect to the head at %s", self.head_address)
+
+    def _on_node_died(self, conn, msg: P.NodeDied, rid):
+        """The head declared a node dead: links to it may hang (cut cable), so drop them now;
+        the usual paths then retry tasks, reconnect actors and report lost objects."""
+        self._dead_nodes.add(msg.node_id)
+        for lease in list(self._leases.values()):
+            if lease.node_id == msg.node_id:
+                lease.conn.abort()
+        for st in self._actors.values():
+            if st.node_id == msg.node_id and st.conn is not None:
+                st.conn.abort()
+        for address in (msg.address,):
+            for cache in (self._conns, self._data_conns):
+                c = cache.pop(address, None)
+                if c is not None:
+                    c.abort()
 
     def _on_incoming(self, conn: rpc.Connection) -> None:
         conn.on_close.append(self._on_incoming_closed)
@@ -234,7 +295,7 @@ class CoreClient:
         async def close() -> None:
             for lease in list(self._leases.values()):
                 try:
-                    self.node.send(P.ReturnLease(lease.lease_id))
+                    (lease.node_conn or self.node).send(P.ReturnLease(lease.lease_id))
                 except Exception:  # noqa: BLE001
                     pass
             for c in list(self._conns.values()):
@@ -265,7 +326,26 @@ class CoreClient:
             raise
 
     def call_soon(self, fn, *args) -> None:
-        self.loop.call_soon_threadsafe(fn, *args)
+        """Run fn(*args) on the I/O loop; safe from any thread.
+
+        Calls are batched: one loop wake-up (a syscall) serves every call queued until
+        the loop gets to them, so a burst of submissions costs one wake-up, not one each.
+        Append first, then test the flag: the loop clears the flag before draining.
+        """
+        self._calls.append((fn, args))
+        if not self._calls_scheduled:
+            self._calls_scheduled = True
+            self.loop.call_soon_threadsafe(self._run_calls)
+
+    def _run_calls(self) -> None:
+        self._calls_scheduled = False
+        calls = self._calls
+        while calls:
+            fn, args = calls.popleft()
+            try:
+                fn(*args)
+            except Exception:  # noqa: BLE001
+                log.exception("callback %r failed on the I/O loop", fn)
 
     async def connection(self, address: str) -> rpc.Connection:
         conn = self._conns.get(address)
@@ -425,13 +505,27 @@ class CoreClient:
         if so.total_bytes() <= self.config.inline_threshold_bytes:
             return kind, so.to_inline()
         path = os.path.join(self.store_dir, object_id.hex())
-        size = ser.write_file(so, path)
+        size = self._write_to_store(object_id, so, path)
         msg = P.ObjectSealed(object_id, size, self.address)
         if threading.current_thread() is self._thread:
             self.node.send(msg)
         else:
             self.loop.call_soon_threadsafe(self._send_node, msg)
-        return "s", [self.node_id, self.node_address, size]
+        return "s", [self.node_id, self.node_public_address or self.node_address, size]
+
+    def _write_to_store(self, object_id: bytes, so: ser.SerializedObject, path: str) -> int:
+        """Ask the node for room first (it spills LRU objects when full and hands over a
+        recycled, already-faulted segment), then write the object once, in place."""
+        if threading.current_thread() is self._thread:
+            return ser.write_file(so, path)  # the loop cannot wait on the node; counted when sealed
+        reply = self.run_sync(self.node.request(P.CreateObject(object_id, ser.stored_size(so), self.address)))
+        if not reply.ok:
+            raise E.ObjectStoreFullError(reply.error)
+        try:
+            return ser.write_into(so, path)
+        except BaseException:
+            self.loop.call_soon_threadsafe(self._send_node, P.FreeObjects([object_id]))
+            raise
 
     def _send_node(self, msg: P.Message) -> None:
         try:
@@ -564,30 +658,100 @@ class CoreClient:
         try:
             return ser.read_file(path)
         except FileNotFoundError:
-            raise E.ObjectLostError(oid.hex(), "its shared-memory file is gone (it was freed, or its "
-                                    "node's store was cleared)") from None
+            pass
+        # spilled to disk? the node brings it back into shared memory
+        reply: P.RestoreObjectReply = self.run_sync(self.node.request(P.RestoreObject(oid)))
+        if reply.found:
+            try:
+                return ser.read_file(path)
+            except FileNotFoundError:
+                pass
+        if reply.error.startswith("Cannot restore"):
+            raise E.ObjectStoreFullError(reply.error)
+        raise E.ObjectLostError(oid.hex(), "its shared-memory file is gone (it was freed, or its "
+                                f"node's store was cleared){': ' + reply.error if reply.error else ''}")
 
     async def _pull_object(self, oid: bytes, location: list) -> None:
-        """Copy an object from another node's store into ours, in chunks."""
-        node_address = location[1]
-        conn = await self.connection(node_address)
-        chunk = 8 << 20
+        """Copy an object from another node's store into ours (cached there for others)."""
+        if location[0] in self._dead_nodes:
+            raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} died holding its only copy")
+        try:
+            if not await self._bulk_pull(oid, location):
+                await self._pull_chunks(oid, location)
+        except E.ObjectLostError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} is unreachable ({e}); it "
+                                    "held the only copy") from None
+
+    async def _bulk_pull(self, oid: bytes, location: list) -> bool:
+        """Pull over the peer's bulk stream (sendfile -> mapped file); False if it has none."""
+        addr = self._data_addresses.get(location[0])
+        if addr is None:
+            info = await self.head.request(P.GetClusterInfo())
+            for n in info.nodes:
+                self._data_addresses[n["node_id"]] = n.get("data_address", "")
+            addr = self._data_addresses.get(location[0], "")
+        if not addr:
+            return False
         path = os.path.join(self.store_dir, oid.hex())
-        tmp = path + f".part{os.getpid()}"
-        offset = 0
-        total = None
-        with open(tmp, "wb") as f:
-            while total is None or offset < total:
-                reply: P.PullObjectReply = await conn.request(P.PullObject(oid, offset, chunk))
-                if not reply.found:
-                    raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} no longer has it")
-                total = reply.total_size
-                f.write(reply.data)
-                offset += len(reply.data)
-                if not reply.data:
-                    break
+        tmp = path + f".part{os.getpid()}_{threading.get_ident() & 0xffff}"
+        total = await self.loop.run_in_executor(None, self._bulk_pull_blocking, addr, oid, tmp)
+        if total is None:
+            raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} no longer has it")
         os.replace(tmp, path)
-        self.node.send(P.ObjectSealed(oid, total or 0, ""))
+        self.node.send(P.ObjectSealed(oid, total, ""))
+        return True
+
+    def _bulk_pull_blocking(self, addr: str, oid: bytes, tmp: str) -> int | None:
+        from raylite._core.transport.bulk import BulkClient
+
+        with self._bulk_lock:
+            client = self._bulk_clients.get(addr)
+            if client is None:
+                client = self._bulk_clients[addr] = BulkClient(addr, self.token)
+        try:
+            return client.pull(oid, tmp)
+        except BaseException:
+            with self._bulk_lock:
+                if self._bulk_clients.get(addr) is client:
+                    del self._bulk_clients[addr]
+            client.close()
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    async def _pull_chunks(self, oid: bytes, location: list) -> None:
+        """Chunks travel on a connection of their own (so control messages to that node never
+        queue behind them), several requests in flight to keep the link busy."""
+        node_address = location[1]
+        conn = self._data_conns.get(node_address)
+        if conn is None or conn.is_closed():
+            conn = await rpc.connect(node_address, {}, token=self.token, role=self.kind)
+            self._data_conns[node_address] = conn
+        chunk = 4 << 20
+        path = os.path.join(self.store_dir, oid.hex())
+        tmp = path + f".part{os.getpid()}_{id(conn) & 0xffff}"
+        first: P.PullObjectReply = await conn.request(P.PullObject(oid, 0, chunk))
+        if not first.found:
+            raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} no longer has it")
+        total = first.total_size
+        fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+        try:
+            os.pwrite(fd, first.data, 0)
+            offsets = list(range(len(first.data), total, chunk))
+            window = 4
+            for i in range(0, len(offsets), window):
+                futs = [conn.request_future(P.PullObject(oid, off, chunk)) for off in offsets[i:i + window]]
+                for off, fut in zip(offsets[i:i + window], futs):
+                    reply: P.PullObjectReply = await fut
+                    if not reply.found:
+                        raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} no longer has it")
+                    os.pwrite(fd, reply.data, off)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        self.node.send(P.ObjectSealed(oid, total, ""))
 
     def wait(self, refs: list[ObjectRef], num_returns: int, timeout: float | None,
              fetch_local: bool = True) -> tuple[list[ObjectRef], list[ObjectRef]]:
@@ -701,11 +865,11 @@ class CoreClient:
             gen = ObjectRefGenerator(spec.task_id, self) if spec.num_returns == STREAMING else None
             refs = [ObjectRef(oid, self.address) for oid in return_ids]
             self._tasks[spec.task_id] = rec
-            self.loop.call_soon_threadsafe(self._enqueue_task, rec)
+            self.call_soon(self._enqueue_task, rec)
             return gen if gen is not None else refs[0]
         refs = [ObjectRef(oid, self.address) for oid in return_ids]
         self._tasks[spec.task_id] = rec
-        self.loop.call_soon_threadsafe(self._enqueue_task, rec)
+        self.call_soon(self._enqueue_task, rec)
         if spec.num_returns == 1:
             return refs[0]
         return refs if spec.num_returns > 1 else None
@@ -756,9 +920,24 @@ class CoreClient:
                 out.append(r)
         rec.spec = rec.spec.replace(arg_refs=out)
 
+    def _pipeline_depth(self, q: SchedulingQueue) -> int:
+        """How many tasks one worker may hold at once for this queue.
+
+        Short tasks (well under a millisecond) are pipelined so the worker never idles
+        waiting for the next push; anything longer goes one at a time, so a queue of
+        slow tasks spreads over all the workers the node grants.
+        """
+        if q.avg_task_s < PIPELINE_BELOW_S and len(q.tasks) > len(q.leases):
+            return self.config.max_tasks_in_flight_per_worker
+        return 1
+
     def _pump(self, q: SchedulingQueue) -> None:
-        limit = 1
+        limit = self._pipeline_depth(q)
         for lease in q.leases:
+            if lease.blocked:
+                if lease.in_flight:
+                    continue
+                lease.blocked = False
             while q.tasks and lease.in_flight < limit and not lease.dead:
                 rec = q.tasks.popleft()
                 if rec.cancelled:
@@ -778,9 +957,19 @@ class CoreClient:
         from raylite._core.ids import WorkerID
 
         lease_id = WorkerID.from_random()
+        node_conn = self.node
         try:
             reply: P.RequestLeaseReply = await self.node.request(
                 P.RequestLease(lease_id, q.resources, q.strategy, q.runtime_env, q.description))
+            if reply.spillback_address:  # another node has room: lease from it directly
+                try:
+                    node_conn = await self.connection(reply.spillback_address)
+                    reply = await node_conn.request(P.RequestLease(
+                        lease_id, q.resources, q.strategy, q.runtime_env, q.description, False))
+                except ConnectionBrokenError:  # it died meanwhile: ask again
+                    q.requesting -= 1
+                    self.loop.call_later(0.1, self._pump, q)
+                    return
         except Exception as e:  # noqa: BLE001
             q.requesting -= 1
             self._fail_queue(q, E.RaySystemError(f"lost the local node while asking for a worker: {e}"))
@@ -795,10 +984,11 @@ class CoreClient:
         try:
             conn = await self.connection(reply.worker_address)
         except Exception:  # noqa: BLE001
-            self.node.send(P.ReturnLease(lease_id, True))
+            with contextlib.suppress(Exception):
+                node_conn.send(P.ReturnLease(lease_id, True))
             self._pump(q)
             return
-        lease = Lease(lease_id, reply.worker_id, conn, q)
+        lease = Lease(lease_id, reply.worker_id, conn, q, node_conn=node_conn, node_id=reply.node_id)
         self._leases[lease_id] = lease
         q.leases.append(lease)
         conn.on_close.append(lambda c, lease=lease: self._lease_conn_lost(lease))
@@ -822,7 +1012,7 @@ class CoreClient:
         self._leases.pop(lease.lease_id, None)
         lease.dead = True
         try:
-            self.node.send(P.ReturnLease(lease.lease_id))
+            (lease.node_conn or self.node).send(P.ReturnLease(lease.lease_id))
         except Exception:  # noqa: BLE001
             pass
 
@@ -846,9 +1036,11 @@ class CoreClient:
         rec.lease = lease
         rec.worker_conn = lease.conn
         fut = lease.conn.request_future(P.PushTask(rec.spec.to_wire()))
-        fut.add_done_callback(lambda f: self._on_task_reply(rec, lease, f))
+        pushed_at = time.monotonic()
+        fut.add_done_callback(lambda f: self._on_task_reply(rec, lease, f, pushed_at))
 
-    def _on_task_reply(self, rec: TaskRecord, lease: Lease | None, fut: asyncio.Future) -> None:
+    def _on_task_reply(self, rec: TaskRecord, lease: Lease | None, fut: asyncio.Future,
+                       pushed_at: float = 0.0) -> None:
         if lease is not None:
             lease.in_flight -= 1
         exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
@@ -856,7 +1048,18 @@ class CoreClient:
             if lease is not None:
                 self._lease_conn_lost(lease)
             self._task_worker_died(rec, exc)
+        elif fut.result().error_kind == "bounced":
+            # the worker is blocked in get(): run this task elsewhere, and push nothing
+            # more to that worker until its blocked task is done
+            if lease is not None:
+                lease.blocked = True
+                lease.queue.tasks.appendleft(rec)
+            else:
+                self._requeue(rec)
         else:
+            if lease is not None and pushed_at:
+                q = lease.queue
+                q.avg_task_s = 0.8 * q.avg_task_s + 0.2 * (time.monotonic() - pushed_at)
             self._task_done(rec, fut.result())
         if lease is not None and not lease.dead:
             self._pump(lease.queue)
@@ -1057,8 +1260,7 @@ class CoreClient:
             rec = st.queue.popleft()
             if rec.cancelled:
                 continue
-            st.seq += 1
-            rec.spec = rec.spec.replace(seq_no=st.seq, caller_id=self.worker_id)
+            st.seq += 1  # one connection per caller keeps calls in order; no per-call copy needed
             st.in_flight[rec.spec.task_id] = rec
             rec.worker_conn = st.conn
             fut = st.conn.request_future(P.PushTask(rec.spec.to_wire()))
@@ -1072,6 +1274,7 @@ class CoreClient:
                     self._actor_is_dead(st, info)
                     return
                 st.restarts_seen = info.num_restarts
+                st.node_id = info.node_id
                 try:
                     conn = await self.connection(info.address)
                 except ConnectionBrokenError:
@@ -1201,7 +1404,7 @@ class CoreClient:
         if rec.spec.kind == KIND_ACTOR_CALL and force:
             raise ValueError("force=True is not supported for actor tasks; use raylite.kill(actor)")
         if force and rec.lease is not None:
-            self.node.send(P.KillWorker(rec.lease.worker_id, "cancelled with force=True"))
+            (rec.lease.node_conn or self.node).send(P.KillWorker(rec.lease.worker_id, "cancelled with force=True"))
             return
         try:
             rec.worker_conn.send(P.CancelTask(task_id, force, recursive))
@@ -1221,6 +1424,10 @@ class CoreClient:
 
     def new_task_id(self) -> bytes:
         return TaskID.from_random()
+
+
+# tasks whose push-to-reply time averages below this are pipelined (see _pipeline_depth)
+PIPELINE_BELOW_S = 0.002
 
 
 def _set_if_pending(fut: asyncio.Future) -> None:

@@ -34,8 +34,14 @@ class FunctionDescriptor:
         return f"{self.module}.{self.qualname}" if self.module not in ("__main__", "") else self.qualname
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class TaskSpec:
+    """Treated as immutable: change a copy made with `replace()`.
+
+    Not a frozen dataclass on purpose: frozen __init__ pays an object.__setattr__ per
+    field, and a spec is built on every task and actor call (the hot path).
+    """
+
     task_id: bytes
     job_id: bytes
     kind: int
@@ -100,7 +106,10 @@ class TaskSpec:
         return cls(**kwargs)
 
     def replace(self, **changes) -> TaskSpec:
-        return dataclasses.replace(self, **changes)
+        new = object.__new__(TaskSpec)
+        for f in _FIELDS:
+            object.__setattr__(new, f, changes[f] if f in changes else getattr(self, f))
+        return new
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(TaskSpec))

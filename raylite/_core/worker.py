@@ -28,7 +28,14 @@ from raylite._core.config import get_config
 from raylite._core.core_client import CoreClient, _ArgPlaceholder, _PackedArgs
 from raylite._core.ids import ObjectID
 from raylite._core.refs import ObjectRef
-from raylite._core.task_spec import DYNAMIC, KIND_ACTOR_CALL, KIND_ACTOR_CREATE, STREAMING, TaskSpec
+from raylite._core.task_spec import (
+    DYNAMIC,
+    KIND_ACTOR_CALL,
+    KIND_ACTOR_CREATE,
+    KIND_TASK,
+    STREAMING,
+    TaskSpec,
+)
 
 
 class WorkerContext:
@@ -68,6 +75,10 @@ class Worker:
         self.actor_sema: asyncio.Semaphore | None = None
         self.cancelled: set[bytes] = set()
         self.log_prefix = ""
+        # while the running task is blocked in get(), queued tasks go back to their owners
+        # (they might be what it waits for); guarded so no push slips in unseen
+        self.blocked_in_get = False
+        self.queue_lock = threading.Lock()
 
     # ------------------------------------------------------------ I/O thread side
     def _on_push_task(self, conn, msg: P.PushTask, rid: int):
@@ -77,7 +88,11 @@ class Worker:
         elif self.actor_pool is not None and spec.kind == KIND_ACTOR_CALL:
             self.actor_pool.submit(self._execute_and_reply, conn, rid, spec)
         else:
-            self.tasks.put((conn, rid, spec))
+            with self.queue_lock:
+                if self.blocked_in_get and spec.kind == KIND_TASK and self.actor_spec is None:
+                    conn.send(P.PushTaskReply(spec.task_id, [], [], "bounced"), -rid)
+                    return None
+                self.tasks.put((conn, rid, spec))
         return None
 
     def _on_create_actor(self, conn, msg: P.CreateActor, rid: int):
@@ -92,10 +107,7 @@ class Worker:
         return None
 
     def _reply(self, conn, rid: int, msg: P.Message) -> None:
-        def send() -> None:
-            with contextlib.suppress(Exception):
-                conn.send(msg, -rid)
-        self.client.loop.call_soon_threadsafe(send)
+        self.client.call_soon(_send_reply, conn, msg, -rid)
 
     # ------------------------------------------------------------ main thread
     def run(self) -> None:
@@ -115,6 +127,28 @@ class Worker:
     def _blocked(self, blocked: bool) -> None:
         if threading.current_thread() is threading.main_thread() or self.actor_pool is not None:
             self.client.call_soon(self.client._send_node, P.WorkerBlocked(blocked))
+        if self.actor_spec is None and threading.current_thread() is threading.main_thread():
+            self._bounce_queued(blocked)
+
+    def _bounce_queued(self, blocked: bool) -> None:
+        """A task blocked in get() may wait on tasks queued behind it here: hand them back."""
+        with self.queue_lock:
+            self.blocked_in_get = blocked
+            if not blocked:
+                return
+            keep = []
+            while True:
+                try:
+                    item = self.tasks.get_nowait()
+                except queue.Empty:
+                    break
+                conn, rid, spec = item
+                if spec.kind == KIND_TASK:
+                    self._reply(conn, rid, P.PushTaskReply(spec.task_id, [], [], "bounced"))
+                else:
+                    keep.append(item)  # actor creation and calls keep their order
+            for item in keep:
+                self.tasks.put(item)
 
     def _execute_and_reply(self, conn, rid: int, spec: TaskSpec) -> None:
         reply = self.execute(conn, spec)
@@ -368,6 +402,11 @@ async def _call_init(actor: Any, args: tuple, kwargs: dict) -> None:
     result = actor.__init__(*args, **kwargs)
     if inspect.isawaitable(result):
         await result
+
+
+def _send_reply(conn, msg: P.Message, rid: int) -> None:
+    with contextlib.suppress(Exception):
+        conn.send(msg, rid)
 
 
 def _send_quietly(conn, msg: P.Message) -> None:

@@ -205,6 +205,45 @@ def test_nested_tasks_beyond_cpu_count_do_not_deadlock(cluster):
     assert ray.get(tree.remote(3), timeout=60) == 8
 
 
+def test_tasks_queued_behind_a_blocked_task_run_elsewhere(cluster):
+    """Short tasks are pipelined several to a worker. When the running task blocks in
+    get(), the tasks queued behind it on that worker go back and run elsewhere (they
+    may be exactly what it waits for)."""
+
+    @ray.remote
+    class Signal:
+        def __init__(self):
+            import asyncio
+
+            self.event = asyncio.Event()
+
+        async def wait(self):
+            await self.event.wait()
+
+        async def send(self):
+            self.event.set()
+
+    @ray.remote
+    def inc(x):
+        return x + 1
+
+    @ray.remote
+    def blocked_until(signal):
+        ray.get(signal.wait.remote())
+        return "released"
+
+    signal = Signal.remote()
+    assert ray.get([inc.remote(i) for i in range(300)]) == list(range(1, 301))  # pipelining on
+    held = blocked_until.remote(signal)
+    filler = [inc.remote(i) for i in range(2000)]  # several land behind `held` on its worker
+    try:
+        assert ray.get(filler, timeout=30) == list(range(1, 2001))
+        assert ray.wait([held], timeout=0)[0] == []  # still blocked: nothing waited on it
+    finally:
+        signal.send.remote()
+    assert ray.get(held, timeout=30) == "released"
+
+
 def test_streaming_and_dynamic_generators(cluster):
     @ray.remote(num_returns="streaming")
     def count(n):
