@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core import scheduling as S
+from raylite._core import shm_files
 from raylite._core.clock import MonotonicClock
 from raylite._core.config import Config
-from raylite._core.object_store import ObjectStore
+from raylite._core.object_store import Freed, ObjectStore, default_capacity_bytes
 from raylite._core.task_spec import _FIELDS as TASK_SPEC_FIELDS
 from raylite._core.transport import rpc
 from raylite._core.worker_pool import WorkerPool, WorkerRecord, env_key
@@ -54,8 +55,15 @@ class NodeDaemon:
         self.tcp_address = tcp_address
         self.exit_with_creator = exit_with_creator
         self.clock = MonotonicClock()
-        self.store = ObjectStore(os.path.join(config.shm_dir, f"raylite_{os.path.basename(session_dir)}_{node_id.hex()[:8]}"),
-                                 capacity_bytes=config.object_store_bytes or 2 << 30)
+        self.store = ObjectStore(
+            os.path.join(config.shm_dir, f"raylite_{os.path.basename(session_dir)}_{node_id.hex()[:8]}"),
+            capacity_bytes=config.object_store_bytes or default_capacity_bytes(config.object_store_fraction,
+                                                                               config.shm_dir),
+            spill_dir=os.path.join(session_dir, f"spill_{node_id.hex()[:8]}"),
+            spill_capacity_bytes=config.object_spill_bytes)
+        shm_files.make_dirs(self.store)
+        self._spilling: dict[bytes, asyncio.Future] = {}  # object id -> copy to disk in flight
+        self._restoring: dict[bytes, asyncio.Future] = {}
         self.pool = WorkerPool(address, token, session_dir, self._on_worker_exit)
         self.pending: list[PendingLease] = []
         self.leases: dict[bytes, WorkerRecord] = {}
@@ -81,6 +89,8 @@ class NodeDaemon:
             P.ReleaseBundles: self._on_release_bundles,
             P.GetNodeInfo: self._on_get_node_info,
             P.PullObject: self._on_pull_object,
+            P.CreateObject: self._on_create_object,
+            P.RestoreObject: self._on_restore_object,
         }
 
     # ------------------------------------------------------------ life cycle
@@ -122,7 +132,7 @@ class NodeDaemon:
         self.pool.shutdown()
         for t in self._bg:
             t.cancel()
-        self.store.destroy()
+        shm_files.destroy(self.store)
         with contextlib.suppress(Exception):
             if self.head is not None:
                 self.head.close()
@@ -424,11 +434,89 @@ class NodeDaemon:
 
     def _on_free_objects(self, conn, msg: P.FreeObjects, rid):
         for oid in msg.object_ids:
-            self.store.free(oid)
+            freed = self.store.free(oid)
+            if freed is None:
+                shm_files.release(self.store, _untracked(oid))  # pulled copies, old writers
+            elif oid not in self._spilling:  # a spill in flight cleans up when it ends
+                shm_files.release(self.store, freed)
         return None
 
+    async def _on_create_object(self, conn, msg: P.CreateObject, rid):
+        """Room for a new object: spill LRU objects if needed, hand over a warm segment."""
+        try:
+            res = self.store.reserve(msg.object_id, msg.size, msg.owner_address,
+                                     spill_free_bytes=self._spill_free(msg.size),
+                                     is_mapped=self._is_mapped)
+        except Exception as e:  # noqa: BLE001  ObjectStoreFullError
+            return P.CreateObjectReply(False, str(e))
+        shm_files.drop_pool_files(res.drop_pool)
+        await self._spill_all(res.spill)
+        shm_files.take_segment(self.store, res.reuse, msg.object_id)
+        return P.CreateObjectReply(True)
+
+    async def _on_restore_object(self, conn, msg: P.RestoreObject, rid):
+        oid = msg.object_id
+        if oid in self._spilling:
+            await asyncio.shield(self._spilling[oid])
+        if oid in self._restoring:
+            await asyncio.shield(self._restoring[oid])
+        obj = self.store.objects.get(oid)
+        if obj is None:
+            return P.RestoreObjectReply(False, "this node's store no longer has it")
+        if obj.state != "spilled":
+            self.store.accessed(oid)
+            return P.RestoreObjectReply(True)
+        try:
+            res = self.store.restore(oid, spill_free_bytes=self._spill_free(obj.size), is_mapped=self._is_mapped)
+        except Exception as e:  # noqa: BLE001  ObjectStoreFullError
+            return P.RestoreObjectReply(False, str(e))
+        fut = self._restoring[oid] = asyncio.get_running_loop().create_future()
+        ok = False
+        try:
+            shm_files.drop_pool_files(res.drop_pool)
+            await self._spill_all(res.spill)
+            ok = await asyncio.to_thread(shm_files.restore, self.store, oid, res.reuse)
+            self.store.restore_done(oid, ok)
+        finally:
+            self._restoring.pop(oid, None)
+            fut.set_result(None)
+        if oid not in self.store.objects:  # freed while restoring
+            shm_files.release(self.store, _untracked(oid))
+        return P.RestoreObjectReply(ok, "" if ok else "restoring it from the spill directory failed")
+
+    def _spill_free(self, size: int) -> int | None:
+        s = self.store
+        if s.used_bytes + s.pool_bytes + size <= s.capacity_bytes:
+            return None  # no spilling needed: skip the statvfs
+        return shm_files.spill_free_bytes(s)
+
+    def _is_mapped(self, oid: bytes) -> bool:
+        return shm_files.is_mapped(self.store.path(oid))
+
+    async def _spill_all(self, victims: list[bytes]) -> None:
+        if not victims:
+            return
+        loop = asyncio.get_running_loop()
+        futs = []
+        for oid in victims:
+            fut = self._spilling[oid] = loop.create_future()
+            futs.append(fut)
+            self._spawn(self._spill_one(oid, fut))
+        await asyncio.gather(*futs)
+
+    async def _spill_one(self, oid: bytes, fut: asyncio.Future) -> None:
+        try:
+            ok = await asyncio.to_thread(shm_files.spill, self.store, oid)
+            if not self.store.spill_done(oid, ok):  # freed while it was copied
+                shm_files.release(self.store, _untracked(oid))
+            elif not ok:
+                log.warning("spilling object %s failed; it stays in shared memory", oid.hex())
+        finally:
+            self._spilling.pop(oid, None)
+            fut.set_result(None)
+
     def _on_pull_object(self, conn, msg: P.PullObject, rid):
-        data = self.store.read_range(msg.object_id, msg.offset, msg.length)
+        data = shm_files.read_range(self.store, msg.object_id, msg.offset, msg.length)
         if data is None:
             return P.PullObjectReply(msg.object_id, 0, b"", False)
         total, chunk = data
@@ -436,10 +524,16 @@ class NodeDaemon:
 
     def _on_get_node_info(self, conn, msg, rid):
         return P.GetNodeInfoReply(self.node_id, self.total, self.available, self.store.used_bytes,
-                                  self.store.capacity_bytes, len(self.pool.workers), self.store.listing())
+                                  self.store.capacity_bytes, len(self.pool.workers), self.store.listing(),
+                                  self.store.stats())
 
 
 _SPEC_RUNTIME_ENV = TASK_SPEC_FIELDS.index("runtime_env")
+
+
+def _untracked(oid: bytes) -> Freed:
+    """A free of files the store no longer counts: delete both copies, recycle nothing."""
+    return Freed(oid, 0, True, True)
 
 
 async def run_node_forever(node: NodeDaemon) -> None:

@@ -1,62 +1,337 @@
-"""The node's shared-memory object store: one file per object under /dev/shm.
+"""The node's object store bookkeeping: capacity, LRU spilling, recycled segments. Pure.
 
-Writers (the creating process) write the file and report it sealed; readers on
-the node map it read-only, so `get()` returns views into shared memory. Freeing
-unlinks the file: mappings that readers still hold stay valid (the kernel keeps
-the pages until the last one is gone), so views outliving their ref are safe.
-This class does the accounting; it has no sockets.
+Objects above the inline threshold live one file per object under
+/dev/shm/raylite_<session>_<node>/<hex>. Writers ask the node for room first
+(`reserve`), write the file, and report it sealed; readers map it read-only.
+This module decides; the node daemon (node.py) carries out the file moves it
+returns, so every rule here is tested with plain calls (tests/unit).
+
+Object lifecycle (one line per object)::
+
+    CREATING -> SHM [-> SPILLING -> SPILLED -> RESTORING -> SHM]* -> freed
+
+Memory: `used_bytes` counts objects whose bytes are (or are about to be) in
+shared memory; `pool_bytes` counts recycled segment files, already faulted in,
+kept so the next `put()` of a similar size writes into warm pages instead of
+paying a page fault per 4 KiB. used + pool stays within `capacity_bytes`,
+except transiently while spills are in flight.
+
+Spilling: when a reservation does not fit, least-recently-used sealed objects
+are spilled to `spill_dir` (objects some reader still maps are taken last: a
+mapping keeps its pages alive, so spilling it frees nothing until it is
+unmapped, though the data stays valid either way). If the spill space cannot
+take them either, `reserve` raises ObjectStoreFullError with the numbers.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from raylite.exceptions import ObjectStoreFullError
+
+CREATING = "creating"
+SHM = "shm"
+SPILLING = "spilling"
+SPILLED = "spilled"
+RESTORING = "restoring"
+
+_MIB = 1 << 20
+
+
+def default_capacity_bytes(fraction: float, shm_dir: str = "/dev/shm") -> int:
+    """`fraction` of the smaller of RAM and the shared-memory filesystem (Ray uses 30%)."""
+    sizes = []
+    try:
+        sizes.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        pass
+    try:
+        st = os.statvfs(shm_dir)
+        sizes.append(st.f_frsize * st.f_blocks)
+    except OSError:
+        pass
+    base = min(sizes) if sizes else 8 << 30
+    return max(64 * _MIB, int(base * fraction))
 
 
 @dataclass
 class StoredObject:
     size: int
     owner_address: str
-    where: str = "shm"  # "shm" | "spilled"
+    state: str = SHM
+    last_access: int = 0
+
+
+@dataclass
+class Reservation:
+    """What the node must do before the writer may write `object_id`'s file.
+
+    spill: objects to copy to disk and unlink from shared memory, in this order.
+    drop_pool: recycled segment files to delete (their room is needed).
+    reuse: a recycled segment file to rename to the object's path ("" = none).
+    """
+
+    object_id: bytes
+    size: int
+    spill: list[bytes] = field(default_factory=list)
+    drop_pool: list[str] = field(default_factory=list)
+    reuse: str = ""
+
+
+@dataclass
+class Freed:
+    """What the node must do for a freed object: which files to recycle or delete."""
+
+    object_id: bytes
+    size: int
+    shm: bool  # its shared-memory file exists (recycle it, or unlink it)
+    spill_file: bool  # its spill file exists (delete it)
 
 
 class ObjectStore:
-    def __init__(self, directory: str, capacity_bytes: int) -> None:
+    def __init__(self, directory: str, capacity_bytes: int, *, spill_dir: str = "",
+                 spill_capacity_bytes: int = 0, pool_max_bytes: int | None = None) -> None:
         self.directory = directory
+        self.pool_dir = os.path.join(directory, "pool")
+        self.spill_dir = spill_dir
         self.capacity_bytes = capacity_bytes
+        self.spill_capacity_bytes = spill_capacity_bytes  # 0 = as much as the disk has free
+        self.pool_max_bytes = capacity_bytes // 4 if pool_max_bytes is None else pool_max_bytes
         self.objects: dict[bytes, StoredObject] = {}
         self.used_bytes = 0
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        self.spilled_bytes = 0
+        self.pool: dict[str, int] = {}  # recycled segment path -> size
+        self.pool_bytes = 0
+        self._tick = 0
+        self._pool_seq = 0
+        # statistics, for list_objects and the benchmarks
+        self.num_spilled = 0
+        self.num_restored = 0
+        self.bytes_spilled_total = 0
+        self.bytes_restored_total = 0
 
+    # ------------------------------------------------------------ paths
     def path(self, object_id: bytes) -> str:
         return os.path.join(self.directory, object_id.hex())
 
-    def sealed(self, object_id: bytes, size: int, owner_address: str) -> None:
-        if object_id in self.objects:
-            return
-        self.objects[object_id] = StoredObject(size, owner_address)
+    def spill_path(self, object_id: bytes) -> str:
+        return os.path.join(self.spill_dir, object_id.hex())
+
+    def _touch(self, obj: StoredObject) -> None:
+        self._tick += 1
+        obj.last_access = self._tick
+
+    # ------------------------------------------------------------ writing
+    def reserve(self, object_id: bytes, size: int, owner_address: str, *,
+                spill_free_bytes: int | None = None,
+                is_mapped: Callable[[bytes], bool] | None = None) -> Reservation:
+        """Make room for a new object of `size` bytes (state CREATING).
+
+        spill_free_bytes: free space in the spill directory (None = unknown, unlimited).
+        is_mapped: whether a reader maps an object now; such objects are spilled last.
+        Raises ObjectStoreFullError when neither memory nor spill space can take it.
+        """
+        existing = self.objects.get(object_id)
+        if existing is not None:  # a retried write of the same object: nothing new to hold
+            self._touch(existing)
+            return Reservation(object_id, 0)
+        res = self._make_room(object_id, size, spill_free_bytes, is_mapped, what="store")
+        obj = self.objects[object_id] = StoredObject(size, owner_address, CREATING)
+        self._touch(obj)
         self.used_bytes += size
+        res.reuse = self._take_pool_file(size)
+        return res
 
-    def free(self, object_id: bytes) -> None:
-        obj = self.objects.pop(object_id, None)
+    def _make_room(self, object_id: bytes, size: int, spill_free_bytes: int | None,
+                   is_mapped: Callable[[bytes], bool] | None, what: str,
+                   extra_spill_room: int = 0) -> Reservation:
+        res = Reservation(object_id, size)
+        over = self.used_bytes + self.pool_bytes + size - self.capacity_bytes
+        if over <= 0:
+            return res
+        # first give back recycled segments that are not a good fit for this object
+        for path, psize in sorted(self.pool.items(), key=lambda kv: abs(kv[1] - size), reverse=True):
+            if self.used_bytes + self.pool_bytes + size <= self.capacity_bytes:
+                break
+            if self.used_bytes + size <= self.capacity_bytes and abs(psize - size) <= size // 8:
+                continue  # keep one that fits if memory allows it
+            res.drop_pool.append(path)
+            self._drop_pool_file(path)
+        over = self.used_bytes + self.pool_bytes + size - self.capacity_bytes
+        if over <= 0:
+            return res
+        if size > self.capacity_bytes:
+            raise self._full_error(object_id, size, what, "it is larger than the whole store")
+        victims = self._spill_candidates(over, is_mapped)
+        freed = sum(self.objects[v].size for v in victims)
+        if freed < over:
+            raise self._full_error(object_id, size, what,
+                                   f"only {_mib(freed)} of sealed objects could be spilled; the rest "
+                                   "is being written or restored right now")
+        room = self._spill_room(spill_free_bytes)
+        if room is not None:
+            room += extra_spill_room
+        if room is not None and freed > room:
+            raise self._full_error(object_id, size, what,
+                                   f"spilling needs {_mib(freed)} but the spill space has only {_mib(room)} "
+                                   f"left ({self.spill_dir})")
+        for v in victims:
+            self.objects[v].state = SPILLING
+        res.spill = victims
+        return res
+
+    def _spill_candidates(self, need: int, is_mapped: Callable[[bytes], bool] | None) -> list[bytes]:
+        sealed = sorted((o.last_access, oid) for oid, o in self.objects.items() if o.state == SHM)
+        order = [oid for _t, oid in sealed]
+        if is_mapped is not None:
+            unmapped = [oid for oid in order if not is_mapped(oid)]
+            chosen = set(unmapped)
+            order = unmapped + [oid for oid in order if oid not in chosen]
+        out: list[bytes] = []
+        got = 0
+        for oid in order:
+            if got >= need:
+                break
+            out.append(oid)
+            got += self.objects[oid].size
+        return out
+
+    def _spill_room(self, spill_free_bytes: int | None) -> int | None:
+        rooms = []
+        if self.spill_capacity_bytes:
+            rooms.append(max(0, self.spill_capacity_bytes - self.spilled_bytes))
+        if spill_free_bytes is not None:
+            rooms.append(spill_free_bytes)
+        return min(rooms) if rooms else None
+
+    def _full_error(self, object_id: bytes, size: int, what: str, why: str) -> ObjectStoreFullError:
+        verb = "store" if what == "store" else "restore"
+        limit = f"limit {_mib(self.spill_capacity_bytes)}" if self.spill_capacity_bytes else "no limit"
+        return ObjectStoreFullError(
+            f"Cannot {verb} object {object_id.hex()} ({_mib(size)}): the object store is full and {why}. "
+            f"Store: {_mib(self.used_bytes)} used of {_mib(self.capacity_bytes)} in {len(self.objects)} "
+            f"objects; spilled: {_mib(self.spilled_bytes)} ({limit}). Drop references you no longer need "
+            "(del ref), raise object_store_memory in raylite.init() / `raylite start`, or free disk "
+            "space in the spill directory.")
+
+    def sealed(self, object_id: bytes, size: int, owner_address: str) -> None:
+        """The writer finished the file. Objects written without a reservation are counted now."""
+        obj = self.objects.get(object_id)
+        if obj is None:
+            obj = self.objects[object_id] = StoredObject(size, owner_address, SHM)
+            self.used_bytes += size
+        elif obj.state == CREATING:
+            obj.state = SHM
+            if size != obj.size:
+                self.used_bytes += size - obj.size
+                obj.size = size
+            if owner_address:
+                obj.owner_address = owner_address
+        self._touch(obj)
+
+    def accessed(self, object_id: bytes) -> None:
+        obj = self.objects.get(object_id)
         if obj is not None:
+            self._touch(obj)
+
+    # ------------------------------------------------------------ spilling
+    def spill_done(self, object_id: bytes, ok: bool) -> bool:
+        """The node copied the object to disk (ok) or failed to; False if it was freed meanwhile."""
+        obj = self.objects.get(object_id)
+        if obj is None or obj.state != SPILLING:
+            return False
+        if ok:
+            obj.state = SPILLED
             self.used_bytes -= obj.size
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path(object_id))
+            self.spilled_bytes += obj.size
+            self.num_spilled += 1
+            self.bytes_spilled_total += obj.size
+        else:
+            obj.state = SHM
+        return True
 
-    def read_range(self, object_id: bytes, offset: int, length: int) -> tuple[int, bytes] | None:
-        try:
-            with open(self.path(object_id), "rb") as f:
-                total = os.fstat(f.fileno()).st_size
-                f.seek(offset)
-                return total, f.read(length)
-        except FileNotFoundError:
+    def restore(self, object_id: bytes, *, spill_free_bytes: int | None = None,
+                is_mapped: Callable[[bytes], bool] | None = None) -> Reservation | None:
+        """Room to bring a spilled object back; None if it is not spilled (nothing to do)."""
+        obj = self.objects.get(object_id)
+        if obj is None or obj.state != SPILLED:
             return None
+        # its own spill file goes once it is back, so its bytes count as spill room
+        res = self._make_room(object_id, obj.size, spill_free_bytes, is_mapped, what="restore",
+                              extra_spill_room=obj.size)
+        obj.state = RESTORING
+        self.used_bytes += obj.size
+        res.reuse = self._take_pool_file(obj.size)
+        return res
 
-    def listing(self) -> list:
-        return [[oid, o.size, o.owner_address, o.where] for oid, o in self.objects.items()]
+    def restore_done(self, object_id: bytes, ok: bool) -> None:
+        obj = self.objects.get(object_id)
+        if obj is None or obj.state != RESTORING:
+            return
+        if ok:
+            obj.state = SHM
+            self.spilled_bytes -= obj.size
+            self.num_restored += 1
+            self.bytes_restored_total += obj.size
+            self._touch(obj)
+        else:
+            obj.state = SPILLED
+            self.used_bytes -= obj.size
 
-    def destroy(self) -> None:
-        shutil.rmtree(self.directory, ignore_errors=True)
+    # ------------------------------------------------------------ freeing
+    def free(self, object_id: bytes) -> Freed | None:
+        obj = self.objects.pop(object_id, None)
+        if obj is None:
+            return None
+        in_shm = obj.state != SPILLED
+        if in_shm:
+            self.used_bytes -= obj.size
+        if obj.state in (SPILLED, RESTORING):
+            self.spilled_bytes -= obj.size
+        return Freed(object_id, obj.size, in_shm, obj.state in (SPILLED, RESTORING, SPILLING))
+
+    # ------------------------------------------------------------ recycled segments
+    def offer_pool_file(self, size: int) -> str:
+        """A freed, unmapped segment of `size` bytes: the path to keep it under, or "" to delete it."""
+        if size <= 0 or self.pool_bytes + size > self.pool_max_bytes:
+            return ""
+        if self.used_bytes + self.pool_bytes + size > self.capacity_bytes:
+            return ""
+        self._pool_seq += 1
+        path = os.path.join(self.pool_dir, f"seg{self._pool_seq}")
+        self.pool[path] = size
+        self.pool_bytes += size
+        return path
+
+    def _take_pool_file(self, size: int) -> str:
+        if not self.pool:
+            return ""
+        path = min(self.pool, key=lambda p: abs(self.pool[p] - size))
+        if self.pool[path] < size // 2:
+            return ""  # mostly fresh pages anyway; keep it for a smaller object
+        self._drop_pool_file(path)
+        return path
+
+    def _drop_pool_file(self, path: str) -> None:
+        self.pool_bytes -= self.pool.pop(path, 0)
+
+    # ------------------------------------------------------------ listing
+    def where(self, object_id: bytes) -> str:
+        obj = self.objects.get(object_id)
+        return "" if obj is None else ("spilled" if obj.state in (SPILLED, RESTORING) else "shared_memory")
+
+    def listing(self) -> list[list]:
+        return [[oid, o.size, o.owner_address, self.where(oid)] for oid, o in self.objects.items()]
+
+    def stats(self) -> dict[str, int]:
+        return {"used_bytes": self.used_bytes, "capacity_bytes": self.capacity_bytes,
+                "spilled_bytes": self.spilled_bytes, "pool_bytes": self.pool_bytes,
+                "num_objects": len(self.objects), "num_spilled": self.num_spilled,
+                "num_restored": self.num_restored, "bytes_spilled_total": self.bytes_spilled_total,
+                "bytes_restored_total": self.bytes_restored_total}
+
+
+def _mib(n: int) -> str:
+    return f"{n / _MIB:.1f} MiB"

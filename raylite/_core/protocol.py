@@ -261,6 +261,43 @@ class GetNodeInfoReply(Message):
     store_capacity_bytes: int
     num_workers: int
     objects: list  # [[object_id, size, owner_address, where], ...]
+    store_stats: dict = {}  # ObjectStore.stats(): spilled bytes, recycled segments, counts
+
+
+@message(25)
+class CreateObject(Message):
+    """Client -> node: make room for a shared-memory object before writing its file."""
+
+    object_id: bytes
+    size: int
+    owner_address: str
+
+
+@message(26)
+class CreateObjectReply(Message):
+    ok: bool
+    error: str = ""  # ObjectStoreFullError text when not ok
+
+
+@message(27)
+class RestoreObject(Message):
+    """Client -> node: bring a spilled object back into shared memory."""
+
+    object_id: bytes
+
+
+@message(28)
+class RestoreObjectReply(Message):
+    found: bool
+    error: str = ""
+
+
+@message(29)
+class WorkerOutOfMemory(Message):
+    """Node -> worker: the node is low on memory and this worker was chosen to die.
+    The worker fails its running task with `error` (OutOfMemoryError) and exits."""
+
+    error: str
 
 
 # ---------------------------------------------------------------- client <-> client

@@ -1,0 +1,153 @@
+"""File operations behind the node's object store: recycle, spill, restore, read ranges.
+
+object_store.py decides what should happen; these functions do it, on the
+node daemon (in a thread for the big copies). Readers hold a shared `flock` on
+every object file they map (serialization.read_file), for as long as the
+mapping lives, so `is_mapped` can tell whether a freed segment may be reused:
+rewriting a file that a reader still maps would change the reader's data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+
+from raylite._core.object_store import Freed, ObjectStore
+
+
+def make_dirs(store: ObjectStore) -> None:
+    os.makedirs(store.directory, mode=0o700, exist_ok=True)
+    os.makedirs(store.pool_dir, mode=0o700, exist_ok=True)
+    if store.spill_dir:
+        os.makedirs(store.spill_dir, mode=0o700, exist_ok=True)
+
+
+def is_mapped(path: str) -> bool:
+    """True if some process maps the file now (it holds a shared lock on it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def spill_free_bytes(store: ObjectStore) -> int | None:
+    try:
+        return shutil.disk_usage(store.spill_dir).free
+    except OSError:
+        return None
+
+
+def release(store: ObjectStore, freed: Freed) -> None:
+    """Recycle a freed object's segment when nobody maps it; delete it otherwise."""
+    if freed.spill_file:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(store.spill_path(freed.object_id))
+    if not freed.shm:
+        return
+    path = store.path(freed.object_id)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            mapped = False
+        except BlockingIOError:
+            mapped = True
+        target = "" if mapped else store.offer_pool_file(os.fstat(fd).st_size)
+        if target:
+            try:
+                os.rename(path, target)
+                return
+            except OSError:
+                store.pool_bytes -= store.pool.pop(target, 0)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # a reader's mapping stays valid until it is dropped
+    finally:
+        os.close(fd)
+
+
+def drop_pool_files(paths: list[str]) -> None:
+    for p in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(p)
+
+
+def take_segment(store: ObjectStore, reuse: str, object_id: bytes) -> None:
+    """Give a recycled segment the object's name, so the writer writes into warm pages."""
+    if reuse:
+        try:
+            os.rename(reuse, store.path(object_id))
+        except OSError:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(reuse)
+
+
+def spill(store: ObjectStore, object_id: bytes) -> bool:
+    """Copy the object to the spill directory, then drop its shared-memory file."""
+    src = store.path(object_id)
+    dst = store.spill_path(object_id)
+    tmp = dst + ".part"
+    try:
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(src)  # readers that map it keep their (still valid) pages
+    return True
+
+
+def restore(store: ObjectStore, object_id: bytes, reuse: str) -> bool:
+    """Copy a spilled object back into shared memory (into a recycled segment if given)."""
+    src = store.spill_path(object_id)
+    dst = store.path(object_id)
+    tmp = os.path.join(store.pool_dir, f"restore-{object_id.hex()}")
+    try:
+        if reuse:
+            os.rename(reuse, tmp)
+        with open(src, "rb") as fin, open(tmp, "r+b" if reuse else "wb") as fout:
+            size = os.fstat(fin.fileno()).st_size
+            fout.truncate(size)
+            shutil.copyfileobj(fin, fout, 16 << 20)
+        os.replace(tmp, dst)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(src)
+    return True
+
+
+def read_range(store: ObjectStore, object_id: bytes, offset: int, length: int) -> tuple[int, bytes] | None:
+    """A chunk of the object for another node, from shared memory or the spill file."""
+    for path in (store.path(object_id), store.spill_path(object_id) if store.spill_dir else ""):
+        if not path:
+            continue
+        try:
+            with open(path, "rb") as f:
+                total = os.fstat(f.fileno()).st_size
+                f.seek(offset)
+                return total, f.read(length)
+        except FileNotFoundError:
+            continue
+    return None
+
+
+def destroy(store: ObjectStore) -> None:
+    shutil.rmtree(store.directory, ignore_errors=True)
+    if store.spill_dir:
+        shutil.rmtree(store.spill_dir, ignore_errors=True)

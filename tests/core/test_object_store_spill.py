@@ -1,0 +1,109 @@
+"""Spilling under a small object_store_memory: LRU objects go to disk and come back byte-exact;
+only when the spill space is exhausted too does put() raise ObjectStoreFullError."""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import numpy as np
+import pytest
+
+import raylite as ray
+from raylite._core import protocol as P
+from raylite._core import runtime
+from tests.conftest import wait_for
+
+MIB = 1 << 20
+STORE = 64 * MIB
+SPILL = 96 * MIB
+
+
+@pytest.fixture(scope="module")
+def small_store():
+    if ray.is_initialized():
+        ray.shutdown()
+    old = os.environ.get("RAYLITE_OBJECT_SPILL_BYTES")
+    os.environ["RAYLITE_OBJECT_SPILL_BYTES"] = str(SPILL)
+    try:
+        ray.init(num_cpus=2, object_store_memory=STORE)
+    finally:
+        if old is None:
+            os.environ.pop("RAYLITE_OBJECT_SPILL_BYTES", None)
+        else:
+            os.environ["RAYLITE_OBJECT_SPILL_BYTES"] = old
+    yield ray
+    ray.shutdown()
+
+
+def _info() -> P.GetNodeInfoReply:
+    return runtime.client().node_request(P.GetNodeInfo(), timeout=10)
+
+
+def _spill_files() -> list[str]:
+    client = runtime.client()
+    out = []
+    for name in os.listdir(client.session_dir):
+        if name.startswith("spill_"):
+            out += os.listdir(os.path.join(client.session_dir, name))
+    return out
+
+
+def _block(i: int) -> np.ndarray:
+    """A little under 16 MiB, so four fit in the 64 MiB store with their headers."""
+    return np.random.default_rng(i).integers(0, 2**63, (16 * MIB - 4096) // 8, dtype=np.int64)
+
+
+def test_puts_beyond_capacity_spill_and_restore_byte_exact(small_store):
+    refs = [ray.put(_block(i)) for i in range(8)]  # 128 MiB into a 64 MiB store
+    info = _info()
+    assert info.store_used_bytes <= STORE
+    assert info.store_stats["num_spilled"] >= 4 and _spill_files()
+    for i, ref in enumerate(refs):  # every one reads back exactly, restoring as it goes
+        assert np.array_equal(ray.get(ref), _block(i))
+    assert _info().store_stats["num_restored"] >= 4
+    assert _info().store_used_bytes <= STORE + 16 * MIB
+    del refs, ref
+    gc.collect()
+    wait_for(lambda: not _spill_files() and _info().store_used_bytes == 0,
+             what="spilled and in-memory copies to be freed")
+
+
+def test_spilled_object_passed_to_a_task(small_store):
+    refs = [ray.put(_block(i)) for i in range(6)]
+
+    @ray.remote
+    def checksum(a):
+        return int(a[::4096].sum())
+
+    # the first ones were spilled by the later ones; tasks restore them on access
+    assert ray.get([checksum.remote(r) for r in refs]) == [int(_block(i)[::4096].sum()) for i in range(6)]
+    del refs
+
+
+def test_a_mapped_object_survives_being_spilled(small_store):
+    first = ray.put(_block(100))
+    view = ray.get(first)
+    later = [ray.put(_block(200 + i)) for i in range(6)]  # forces spilling, `first` last of all
+    assert np.array_equal(view, _block(100))  # the reader's mapping is intact
+    assert np.array_equal(ray.get(first), _block(100))
+    del later, view, first
+
+
+def test_store_full_error_only_when_spill_space_is_exhausted_too(small_store):
+    gc.collect()
+    wait_for(lambda: _info().store_used_bytes == 0, what="earlier tests' objects to be freed")
+    held = []
+    with pytest.raises(ray.exceptions.ObjectStoreFullError) as err:
+        for i in range(20):  # 64 MiB memory + 96 MiB spill = 10 blocks
+            held.append(ray.put(_block(i)))
+    assert len(held) >= 9
+    text = str(err.value)
+    assert "MiB used of 64.0 MiB" in text and "spill" in text and "object_store_memory" in text
+    # every object that did fit is still intact
+    assert np.array_equal(ray.get(held[0]), _block(0))
+    del held
+    gc.collect()
+    wait_for(lambda: _info().store_used_bytes == 0 and not _spill_files(), what="space to come back")
+    ref = ray.put(_block(1))  # the store works again
+    assert np.array_equal(ray.get(ref), _block(1))

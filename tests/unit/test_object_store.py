@@ -1,0 +1,145 @@
+"""The node's object store decides room, LRU spills and recycled segments: plain calls, no files."""
+
+from __future__ import annotations
+
+import pytest
+
+from raylite._core.object_store import ObjectStore
+from raylite.exceptions import ObjectStoreFullError
+
+MIB = 1 << 20
+OWNER = "unix:///owner"
+
+
+def _store(capacity_mib: int = 10, **kw) -> ObjectStore:
+    return ObjectStore("/dev/shm/x", capacity_mib * MIB, spill_dir="/tmp/spill", **kw)
+
+
+def _put(store: ObjectStore, oid: bytes, mib: int, **kw):
+    res = store.reserve(oid, mib * MIB, OWNER, **kw)
+    for v in res.spill:
+        store.spill_done(v, True)
+    store.sealed(oid, mib * MIB, OWNER)
+    return res
+
+
+def test_reserve_within_capacity_spills_nothing():
+    s = _store()
+    res = _put(s, b"a", 4)
+    assert res.spill == [] and s.used_bytes == 4 * MIB
+
+
+def test_full_store_spills_least_recently_used_first():
+    s = _store()
+    _put(s, b"a", 4)
+    _put(s, b"b", 4)
+    s.accessed(b"a")  # b is now the least recently used
+    res = _put(s, b"c", 4)
+    assert res.spill == [b"b"]
+    assert s.where(b"b") == "spilled" and s.where(b"a") == "shared_memory"
+    assert s.used_bytes == 8 * MIB and s.spilled_bytes == 4 * MIB
+
+
+def test_mapped_objects_are_spilled_last():
+    s = _store()
+    _put(s, b"a", 4)
+    _put(s, b"b", 4)
+    res = _put(s, b"c", 4, is_mapped=lambda oid: oid == b"a")
+    assert res.spill == [b"b"]
+
+
+def test_objects_being_written_are_never_spilled():
+    s = _store()
+    s.reserve(b"a", 8 * MIB, OWNER)  # not sealed yet
+    with pytest.raises(ObjectStoreFullError, match="being written"):
+        s.reserve(b"b", 4 * MIB, OWNER)
+
+
+def test_full_error_when_spill_space_is_exhausted_names_the_numbers():
+    s = _store(spill_capacity_bytes=3 * MIB)
+    _put(s, b"a", 8)
+    with pytest.raises(ObjectStoreFullError) as err:
+        s.reserve(b"b", 4 * MIB, OWNER)
+    text = str(err.value)
+    assert "8.0 MiB used of 10.0 MiB" in text and "3.0 MiB" in text and "object_store_memory" in text
+    assert s.used_bytes == 8 * MIB  # nothing changed
+
+
+def test_disk_free_space_limits_spilling():
+    s = _store()
+    _put(s, b"a", 8)
+    with pytest.raises(ObjectStoreFullError, match="spill space has only 1.0 MiB"):
+        s.reserve(b"b", 4 * MIB, OWNER, spill_free_bytes=1 * MIB)
+
+
+def test_object_larger_than_the_store():
+    with pytest.raises(ObjectStoreFullError, match="larger than the whole store"):
+        _store().reserve(b"a", 11 * MIB, OWNER)
+
+
+def test_restore_makes_room_and_counts_back():
+    s = _store()
+    _put(s, b"a", 6)
+    _put(s, b"b", 6)  # spills a
+    assert s.where(b"a") == "spilled"
+    res = s.restore(b"a")
+    assert res is not None and res.spill == [b"b"]
+    s.spill_done(b"b", True)
+    s.restore_done(b"a", True)
+    assert s.where(b"a") == "shared_memory" and s.where(b"b") == "spilled"
+    assert s.used_bytes == 6 * MIB and s.spilled_bytes == 6 * MIB
+    assert s.restore(b"a") is None  # already in memory
+
+
+def test_free_reports_which_files_to_drop():
+    s = _store()
+    _put(s, b"a", 6)
+    _put(s, b"b", 6)
+    fa = s.free(b"a")
+    assert fa is not None and not fa.shm and fa.spill_file
+    fb = s.free(b"b")
+    assert fb is not None and fb.shm and not fb.spill_file
+    assert s.used_bytes == 0 and s.spilled_bytes == 0 and s.free(b"b") is None
+
+
+def test_freed_segments_are_recycled_for_similar_sizes():
+    s = _store(capacity_mib=100)
+    _put(s, b"a", 20)
+    freed = s.free(b"a")
+    assert freed is not None
+    kept = s.offer_pool_file(20 * MIB)
+    assert kept and s.pool_bytes == 20 * MIB
+    res = s.reserve(b"b", 20 * MIB, OWNER)
+    assert res.reuse == kept and s.pool_bytes == 0
+
+
+def test_pool_is_bounded_and_gives_way_to_objects():
+    s = _store(capacity_mib=100)  # pool limit: a quarter of the store
+    assert s.offer_pool_file(20 * MIB)
+    assert not s.offer_pool_file(10 * MIB)  # 30 MiB > 25 MiB
+    res = s.reserve(b"big", 90 * MIB, OWNER)
+    assert res.drop_pool and s.pool_bytes == 0 and res.spill == []
+
+
+def test_sealed_without_reservation_is_counted():
+    s = _store()
+    s.sealed(b"pulled", 3 * MIB, "")
+    assert s.used_bytes == 3 * MIB and s.where(b"pulled") == "shared_memory"
+
+
+def test_free_during_spill_is_reported_by_spill_done():
+    s = _store()
+    _put(s, b"a", 8)
+    res = s.reserve(b"b", 4 * MIB, OWNER)
+    assert res.spill == [b"a"]
+    s.free(b"a")
+    assert s.spill_done(b"a", True) is False
+    assert s.spilled_bytes == 0
+
+
+def test_restore_counts_its_own_spill_file_as_room():
+    s = _store(spill_capacity_bytes=6 * MIB)
+    _put(s, b"a", 6)
+    _put(s, b"b", 6)  # spills a: the spill space is now full
+    res = s.restore(b"a")  # b must go to disk where a's file was
+    assert res is not None and res.spill == [b"b"]
