@@ -27,7 +27,13 @@ class Config:
     preload_modules: str = ""
     # liveness
     heartbeat_interval_s: float = 0.5
-    node_dead_timeout_s: float = 10.0
+    # a node whose heartbeats stop (cut link) is declared dead after this; a dropped TCP
+    # connection (its processes died) is detected at once
+    node_dead_timeout_s: float = 5.0
+    # how long nodes and drivers keep trying to reach a restarted head before giving up
+    head_reconnect_timeout_s: float = 60.0
+    # multi-node: this machine's IP; clients listen on TCP there so other nodes reach them
+    node_ip_address: str = ""
     # infeasible requests are reported after this long without any node able to fit them
     infeasible_report_s: float = 0.0
     # memory monitor

@@ -18,12 +18,14 @@ import threading
 import time
 from dataclasses import dataclass
 
+from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core import runtime
 from raylite._core.config import Config, get_config
 from raylite._core.core_client import CoreClient
 from raylite._core.ids import JobID, WorkerID
 from raylite._core.protocol import RegisterJob
+from raylite._core.transport.base import ConnectionBrokenError
 
 CLUSTER_FILE = "current_cluster.json"
 
@@ -166,14 +168,99 @@ def shutdown() -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(2.0)
-        if info.local:
-            import shutil
+        import shutil
 
-            shutil.rmtree(info.session_dir, ignore_errors=True)
+        # local: the cluster's session dir; remote: this driver's private socket dir
+        shutil.rmtree(info.session_dir, ignore_errors=True)
 
 
 def init_remote(address: str, *, namespace: str, log_to_driver: bool) -> DriverInfo:
-    """Join a running cluster; the multi-node CLI (`raylite start`) provides these."""
-    raise NotImplementedError(
-        f"Connecting to an existing cluster at {address!r} is not available yet in this raylite "
-        "build; call raylite.init() without an address to start a local cluster.")
+    """Join a cluster started by `raylite start`: attach to the node on this machine.
+
+    The driver never stops that cluster: shutdown() (or exit) only disconnects it.
+    """
+    import tempfile
+
+    from raylite._core import cluster_files as CF
+
+    config = get_config()
+    hostport, token = CF.resolve(address, config.temp_dir, config.token)
+    host, port = hostport.rsplit(":", 1)
+    nodes = query_cluster(hostport, token)
+    my_ip = config.node_ip_address or CF.local_ip_towards(host, int(port))
+    candidates = local_nodes(nodes, my_ip)
+    if not candidates:
+        raise ConnectionError(
+            f"the raylite cluster at {hostport} has no alive node on this machine (IP {my_ip}); drivers "
+            f"attach to a local node. Start one here with `raylite start --address={hostport}` (and "
+            "--node-ip-address if this machine has several IPs), or set RAYLITE_NODE_IP_ADDRESS.")
+    private = tempfile.mkdtemp(prefix="driver_", dir=_ensure(config.temp_dir))
+    for i, node in enumerate(candidates):  # a node the head still lists may have just died
+        local = node.get("local_address", "")
+        node_address = local if local and os.path.exists(local[len("unix://"):]) else node["address"]
+        info = DriverInfo(private, None, node_address, f"tcp://{hostport}", node["node_id"].hex(), token,
+                          namespace, JobID.from_random(), False, log_to_driver)
+        try:
+            client = connect_client(config.replace(node_ip_address=node["ip"], token=token), info)
+            break
+        except ConnectionBrokenError:
+            if i == len(candidates) - 1:
+                raise
+    runtime.set_driver(client, info)
+    atexit.register(shutdown)
+    return info
+
+
+def _ensure(path: str) -> str:
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def local_nodes(nodes: list[dict], my_ip: str) -> list[dict]:
+    """Nodes a driver on this machine may attach to: same IP, the head's node first."""
+    mine = [n for n in nodes if n["alive"] and n["ip"] == my_ip]
+    mine.sort(key=lambda n: "node:__internal_head__" not in n["total"])
+    return mine
+
+
+def query_cluster(hostport: str, token: str, timeout_s: float = 10.0) -> list[dict]:
+    """Ask the head for its node table (a short connection on a helper thread's loop)."""
+    return run_head_request(hostport, token, P.GetClusterInfo(), timeout_s).nodes
+
+
+def run_head_request(hostport: str, token: str, msg, timeout_s: float = 10.0):
+    import asyncio
+
+    from raylite._core.transport import rpc
+    from raylite._core.transport.base import ConnectionBrokenError
+
+    async def ask():
+        try:
+            conn = await rpc.connect(f"tcp://{hostport}", {}, token=token, role="cli", timeout_s=timeout_s)
+        except ConnectionBrokenError as e:
+            raise ConnectionError(
+                f"cannot reach the raylite head at {hostport}: {e.__cause__ or e}. Check that the head "
+                f"runs (`raylite start --head`) and that port {hostport.rsplit(':', 1)[1]} is open from "
+                "this machine.") from None
+        try:
+            return await conn.request(msg, timeout_s)
+        finally:
+            conn.close()
+
+    result: list = []
+
+    def run() -> None:
+        try:
+            result.append(("ok", asyncio.run(ask())))
+        except BaseException as e:  # noqa: BLE001
+            result.append(("err", e))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout_s + 5)
+    if not result:
+        raise ConnectionError(f"the raylite head at {hostport} did not answer within {timeout_s}s")
+    kind, value = result[0]
+    if kind == "err":
+        raise value
+    return value

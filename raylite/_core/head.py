@@ -11,14 +11,19 @@ ActorState: PENDING -> ALIVE [-> RESTARTING -> ALIVE]* -> DEAD (terminal).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass, field
 
+import msgpack
+
 from raylite._core import protocol as P
+from raylite._core import resources as R
 from raylite._core import scheduling as S
 from raylite._core.clock import Clock, MonotonicClock
 from raylite._core.config import Config
 from raylite._core.ids import ActorID
+from raylite._core.persistence import Persistence
 from raylite._core.task_spec import TaskSpec
 from raylite._core.transport import rpc
 
@@ -38,6 +43,9 @@ class NodeRecord:
     alive: bool = True
     last_seen: float = 0.0
     death_cause: str = ""
+    local_address: str = ""
+    data_address: str = ""
+    pending: list = field(default_factory=list)  # resource demands queued on the node
 
     def view(self) -> S.NodeView:
         return S.NodeView(self.node_id, self.total, self.available, self.alive)
@@ -77,10 +85,14 @@ class PlacementGroupRecord:
 
 
 class Head:
-    def __init__(self, config: Config, token: str, clock: Clock | None = None) -> None:
+    def __init__(self, config: Config, token: str, clock: Clock | None = None,
+                 persist: Persistence | None = None) -> None:
         self.config = config
         self.token = token
         self.clock = clock or MonotonicClock()
+        self.persist = persist
+        self._clients: set[rpc.Connection] = set()
+        self._liveness: asyncio.Task | None = None
         self.nodes: dict[bytes, NodeRecord] = {}
         self.actors: dict[bytes, ActorRecord] = {}
         self.named: dict[tuple[str, str], bytes] = {}
@@ -111,39 +123,167 @@ class Head:
             P.ListPlacementGroups: self._on_list_pgs,
             P.GetClusterInfo: self._on_cluster_info,
             P.RegisterJob: self._on_register_job,
+            P.PickNode: self._on_pick_node,
         }
+        if persist is not None:
+            self._restore(persist)
 
     async def listen(self, address: str) -> None:
-        self._servers.append(await rpc.listen(address, self.handlers, token=self.token))
+        self._servers.append(await rpc.listen(address, self.handlers, token=self.token,
+                                              on_connect=self._on_connect))
+        if self._liveness is None:
+            self._liveness = asyncio.get_running_loop().create_task(self._liveness_loop())
+            self._resume_restored()
+
+    def _on_connect(self, conn: rpc.Connection) -> None:
+        self._clients.add(conn)
+        conn.on_close.append(self._clients.discard)
 
     def close(self) -> None:
         for s in self._servers:
             s.close()
         for t in self._bg:
             t.cancel()
+        if self._liveness is not None:
+            self._liveness.cancel()
+        if self.persist is not None:
+            self.persist.close()
+
+    async def _liveness_loop(self) -> None:
+        """Declare nodes dead whose heartbeats stopped (a cut link keeps TCP open)."""
+        while True:
+            await asyncio.sleep(min(0.25, self.config.heartbeat_interval_s))
+            for node_id in expired_nodes(self.nodes, self.clock.monotonic(), self.config.node_dead_timeout_s):
+                self._node_lost(node_id, f"no heartbeat for {self.config.node_dead_timeout_s:g}s "
+                                "(its host is down or its network link is cut)")
 
     def _spawn(self, coro) -> None:
         t = asyncio.get_running_loop().create_task(coro)
         self._bg.add(t)
         t.add_done_callback(self._bg.discard)
 
+    # ------------------------------------------------------------ persistence
+    def _save(self, table: str, key: bytes, value) -> None:
+        if self.persist is not None:
+            try:
+                self.persist.put(table, key, value)
+            except Exception:  # noqa: BLE001
+                log.exception("could not persist %s row", table)
+
+    def _drop(self, table: str, key: bytes) -> None:
+        if self.persist is not None:
+            with contextlib.suppress(Exception):
+                self.persist.delete(table, key)
+
+    def _save_node(self, n: NodeRecord) -> None:
+        self._save("nodes", n.node_id, [n.address, n.ip, n.total, n.labels, n.store_dir, n.alive,
+                                        n.death_cause, n.local_address, n.data_address])
+
+    def _save_actor(self, a: ActorRecord) -> None:
+        self._save("actors", a.spec.actor_id, [a.spec.to_wire(), a.state, a.address, a.worker_id,
+                                               a.node_id, a.pid, a.num_restarts, a.death_cause,
+                                               a.no_restart])
+
+    def _save_pg(self, pg: PlacementGroupRecord) -> None:
+        if pg.state == "REMOVED":
+            self._drop("pgs", pg.pg_id)
+            return
+        self._save("pgs", pg.pg_id, [pg.bundles, pg.strategy, pg.name, pg.namespace, pg.detached,
+                                     pg.state, pg.bundle_nodes])
+
+    def _restore(self, store: Persistence) -> None:
+        """Reload tables after a restart; nodes get one dead-timeout to reconnect."""
+        now = self.clock.monotonic()
+        for node_id, v in store.load("nodes"):
+            address, ip, total, labels, store_dir, alive, cause, local, data = v
+            self.nodes[node_id] = NodeRecord(node_id, address, ip, total, dict(total) if alive else {},
+                                             labels, store_dir, None, alive, now, cause, local, data)
+        for actor_id, v in store.load("actors"):
+            spec_wire, state, address, worker_id, node_id, pid, restarts, cause, no_restart = v
+            self.actors[actor_id] = ActorRecord(TaskSpec.from_wire(spec_wire), state, address, worker_id,
+                                                node_id, pid, restarts, cause, no_restart=no_restart)
+        for k, actor_id in store.load("named"):
+            ns, name = _unkey(k)
+            if actor_id in self.actors:
+                self.named[(ns, name)] = actor_id
+        for k, value in store.load("kv"):
+            ns, key = _unkey(k)
+            self.kv[(ns, key)] = value
+        for pg_id, v in store.load("pgs"):
+            bundles, strategy, name, ns, detached, state, bundle_nodes = v
+            self.pgs[pg_id] = PlacementGroupRecord(pg_id, bundles, strategy, name, ns, detached, state,
+                                                   bundle_nodes)
+        for job_id, v in store.load("jobs"):
+            self.jobs[job_id] = {**v, "alive": False}
+        log.warning("head restored %d nodes, %d actors, %d kv entries", len(self.nodes), len(self.actors),
+                    len(self.kv))
+        self._restored = True
+
+    def _resume_restored(self) -> None:
+        if not getattr(self, "_restored", False):
+            return
+        self._restored = False
+        for actor_id, a in self.actors.items():
+            if a.state in ("PENDING", "RESTARTING"):
+                self._spawn(self._schedule_actor(actor_id))
+        self._retry_pending()
+
     # ------------------------------------------------------------ nodes
     def _on_register_node(self, conn: rpc.Connection, msg: P.RegisterNode, rid: int):
+        if msg.version and msg.version != raylite_version():
+            return P.RegisterNodeReply(False, f"version mismatch: the head runs raylite {raylite_version()}, "
+                                       f"this node runs {msg.version}; install the same raylite version "
+                                       "on every node")
+        old = self.nodes.get(msg.node_id)
+        if old is not None and not old.alive:
+            return P.RegisterNodeReply(False, f"node {msg.node_id.hex()[:8]} was declared dead "
+                                       f"({old.death_cause}); rejoin under a new node id")
         rec = NodeRecord(msg.node_id, msg.address, msg.ip, dict(msg.resources), dict(msg.resources),
-                         dict(msg.labels), msg.store_dir, conn, last_seen=self.clock.monotonic())
+                         dict(msg.labels), msg.store_dir, conn, last_seen=self.clock.monotonic(),
+                         local_address=msg.local_address, data_address=msg.data_address)
         self.nodes[msg.node_id] = rec
         conn.context["node_id"] = msg.node_id
-        conn.on_close.append(lambda c: self._node_lost(msg.node_id, "its connection to the head closed"))
+        conn.on_close.append(lambda c: self._node_conn_closed(msg.node_id, c))
+        self._save_node(rec)
         self._retry_pending()
         return P.RegisterNodeReply(True)
 
+    def _node_conn_closed(self, node_id: bytes, conn: rpc.Connection) -> None:
+        rec = self.nodes.get(node_id)
+        if rec is not None and rec.conn is conn:
+            self._node_lost(node_id, "its connection to the head closed (its processes died)")
+
     def _on_heartbeat(self, conn, msg: P.Heartbeat, rid):
         rec = self.nodes.get(msg.node_id)
-        if rec is not None:
+        if rec is not None and rec.alive:
             rec.available = dict(msg.available)
             if msg.total is not None:
                 rec.total = dict(msg.total)
+            rec.pending = list(msg.pending)
             rec.last_seen = self.clock.monotonic()
+        if rid:
+            return P.HeartbeatReply(rec is None or rec.alive)
+        return None
+
+    def _on_pick_node(self, conn, msg: P.PickNode, rid):
+        """Spillback: choose the node for a lease its requester cannot (or should not) grant."""
+        views = self.alive_views()
+        choice = S.pick_node(msg.resources, views, msg.strategy, local_node=msg.requester,
+                             spread_counter=self._spread)
+        if msg.strategy and msg.strategy[0] == "SPREAD":
+            self._spread += 1
+        if isinstance(choice, S.Infeasible):
+            return P.PickNodeReply(error_type="TaskUnschedulableError",
+                                   error=f"{msg.description} cannot be scheduled: {choice.reason}. Lower "
+                                   "the request (num_cpus/num_gpus/resources) or start a node that has it.")
+        if choice is None:  # nobody has room now: queue where it fits, the requester first
+            feasible = S.feasible_nodes(msg.resources, views)
+            mine = [n for n in feasible if n.node_id == msg.requester]
+            choice = mine[0] if mine else feasible[self._spread % len(feasible)]
+            self._spread += 1
+        rec = self.nodes[choice.node_id]
+        R.subtract(rec.available, msg.resources)  # optimistic until its next heartbeat
+        return P.PickNodeReply(rec.node_id, rec.address)
 
     def _on_node_shutdown(self, conn, msg: P.NodeShutdown, rid):
         self._node_lost(msg.node_id, "it was stopped")
@@ -155,7 +295,19 @@ class Head:
         rec.alive = False
         rec.death_cause = cause
         rec.available = {}
+        rec.pending = []
         log.warning("node %s is dead: %s", node_id.hex()[:8], cause)
+        self._save_node(rec)
+        if rec.conn is not None and not rec.conn.is_closed():
+            # a partitioned node may come back: it must learn it is dead and fence itself
+            with contextlib.suppress(Exception):
+                rec.conn.send(P.HeartbeatReply(False))
+            rec.conn.abort()
+        died = P.NodeDied(node_id, rec.address, cause)
+        for c in list(self._clients):
+            if c.peer_role in ("driver", "worker") and not c.is_closed():
+                with contextlib.suppress(Exception):
+                    c.send(died)
         for actor_id, a in list(self.actors.items()):
             if a.node_id == node_id and a.state in ("ALIVE", "PENDING", "RESTARTING"):
                 self._actor_died(actor_id, f"its node {node_id.hex()[:8]} died ({cause})")
@@ -187,8 +339,10 @@ class Head:
                                             "is already taken by a live actor. Pick another name, kill the "
                                             "existing actor, or pass get_if_exists=True to reuse it.")
             self.named[key] = spec.actor_id
+            self._save("named", _key(*key), spec.actor_id)
         rec = ActorRecord(spec)
         self.actors[spec.actor_id] = rec
+        self._save_actor(rec)
         self._spawn(self._schedule_actor(spec.actor_id))
         return P.RegisterActorReply(spec.actor_id, False)
 
@@ -239,6 +393,7 @@ class Head:
             return
 
     def _notify(self, rec: ActorRecord) -> None:
+        self._save_actor(rec)
         waiters, rec.waiters = rec.waiters, []
         for fut, after in waiters:
             if fut.done():
@@ -297,7 +452,8 @@ class Head:
             rec.no_restart = True
         if rec.state == "ALIVE" and rec.node_id in self.nodes and self.nodes[rec.node_id].alive:
             node = self.nodes[rec.node_id]
-            node.conn.send(P.KillWorker(rec.worker_id, "killed by raylite.kill()"))
+            with contextlib.suppress(Exception):
+                node.conn.send(P.KillWorker(rec.worker_id, "killed by raylite.kill()"))
         elif rec.state in ("PENDING", "RESTARTING") and msg.no_restart:
             self._actor_dead(msg.actor_id, "The actor was killed by raylite.kill() before it started.")
         return P.Ack()
@@ -337,6 +493,7 @@ class Head:
             rec.address = ""
             rec.worker_id = b""
             rec.node_id = b""
+            self._save_actor(rec)
             self._spawn(self._schedule_actor(actor_id))
             return
         self._actor_dead(actor_id, f"The actor died: {reason}")
@@ -354,6 +511,7 @@ class Head:
         existed = key in self.kv
         if msg.overwrite or not existed:
             self.kv[key] = msg.value
+            self._save("kv", _key(*key), msg.value)
         return P.KvReply(existed)
 
     def _on_kv_get(self, conn, msg: P.KvGet, rid):
@@ -366,6 +524,7 @@ class Head:
             keys = [(msg.namespace, msg.key)] if (msg.namespace, msg.key) in self.kv else []
         for k in keys:
             del self.kv[k]
+            self._drop("kv", _key(*k))
         return P.KvReply(len(keys))
 
     def _on_kv_keys(self, conn, msg: P.KvKeys, rid):
@@ -375,6 +534,7 @@ class Head:
     def _on_create_pg(self, conn, msg: P.CreatePlacementGroup, rid):
         pg = PlacementGroupRecord(msg.pg_id, msg.bundles, msg.strategy, msg.name, msg.namespace, msg.detached)
         self.pgs[msg.pg_id] = pg
+        self._save_pg(pg)
         self._spawn(self._place_pg(pg))
         return P.Ack()
 
@@ -426,6 +586,7 @@ class Head:
                 pass
 
     def _wake_pg(self, pg: PlacementGroupRecord) -> None:
+        self._save_pg(pg)
         waiters, pg.waiters = pg.waiters, []
         for fut in waiters:
             if not fut.done():
@@ -476,15 +637,40 @@ class Head:
         return P.ClusterInfo([
             {"node_id": n.node_id, "address": n.address, "ip": n.ip, "alive": n.alive,
              "total": n.total, "available": n.available, "labels": n.labels,
-             "death_cause": n.death_cause, "store_dir": n.store_dir}
+             "death_cause": n.death_cause, "store_dir": n.store_dir,
+             "local_address": n.local_address, "data_address": n.data_address,
+             "pending": n.pending}
             for n in self.nodes.values()])
 
     def _on_register_job(self, conn, msg: P.RegisterJob, rid):
         self.jobs[msg.job_id] = {"driver_address": msg.driver_address, "namespace": msg.namespace,
                                  "entrypoint": msg.entrypoint, "alive": True}
+        self._save("jobs", msg.job_id, {k: v for k, v in self.jobs[msg.job_id].items() if k != "alive"})
         conn.on_close.append(lambda c: self.jobs[msg.job_id].update(alive=False))
         return P.RegisterJobReply(msg.job_id)
 
 
 def new_actor_id() -> bytes:
     return ActorID.from_random()
+
+
+def expired_nodes(nodes: dict[bytes, NodeRecord], now: float, timeout_s: float) -> list[bytes]:
+    """Alive nodes whose last heartbeat is older than timeout_s (pure; tested with plain calls)."""
+    return [nid for nid, n in nodes.items() if n.alive and now - n.last_seen > timeout_s]
+
+
+def raylite_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("raylite")
+    except Exception:  # noqa: BLE001  running from a source tree
+        return "0+unknown"
+
+
+def _key(*parts) -> bytes:
+    return msgpack.packb(list(parts), use_bin_type=True)
+
+
+def _unkey(data: bytes) -> list:
+    return msgpack.unpackb(data, raw=False)

@@ -47,6 +47,9 @@ class NodeDaemon:
         self.ip = ip
         self.total = dict(resources)
         self.available = dict(resources)
+        self.base_total = dict(resources)  # restored when the node fences itself
+        self.bulk = None  # multi-node: serves object bytes to other nodes (transport/bulk.py)
+        self._fenced = False
         self.labels = labels
         self.session_dir = session_dir
         self.token = token
@@ -91,6 +94,7 @@ class NodeDaemon:
             P.PullObject: self._on_pull_object,
             P.CreateObject: self._on_create_object,
             P.RestoreObject: self._on_restore_object,
+            P.HeartbeatReply: self._on_heartbeat_reply,
         }
 
     # ------------------------------------------------------------ life cycle
@@ -100,11 +104,10 @@ class NodeDaemon:
         self._servers.append(await rpc.listen(self.address, self.handlers, token=self.token))
         if self.tcp_address:
             self._servers.append(await rpc.listen(self.tcp_address, self.handlers, token=self.token))
-        self.head = await rpc.connect(self.head_address, self.handlers, token=self.token, role="node")
-        self.head.on_close.append(lambda c: self._head_lost())
-        reply = await self.head.request(P.RegisterNode(
-            self.node_id, self.tcp_address or self.address, self.ip, self.total, self.labels,
-            self.store.directory))
+            from raylite._core.transport.bulk import BulkServer
+
+            self.bulk = BulkServer(self.ip, self.token, self._locate_object)
+        reply = await self._register_with_head()
         if not reply.ok:
             raise RuntimeError(f"the head refused this node: {reply.error}")
         self._spawn(self._heartbeat_loop())
@@ -118,10 +121,81 @@ class NodeDaemon:
         t.add_done_callback(self._bg.discard)
         return t
 
+    async def _register_with_head(self) -> P.RegisterNodeReply:
+        head = await rpc.connect(self.head_address, self.handlers, token=self.token, role="node")
+        reply = await head.request(P.RegisterNode(
+            self.node_id, self.tcp_address or self.address, self.ip, self.total, self.labels,
+            self.store.directory, _version(), self.address if self.tcp_address else "",
+            self.bulk.address if self.bulk is not None else ""))
+        if reply.ok:
+            self.head = head
+            self._last_ack = self.clock.monotonic()
+            head.on_close.append(lambda c: self._head_lost())
+        else:
+            head.close()
+        return reply
+
     def _head_lost(self) -> None:
-        if not self.stopped.is_set():
+        if self.stopped.is_set():
+            return
+        if not self.head_address.startswith("tcp://"):
             log.error("lost the connection to the head; stopping this node")
             self.stop()
+            return
+        log.warning("lost the connection to the head at %s; reconnecting", self.head_address)
+        self._spawn(self._reconnect_head())
+
+    async def _reconnect_head(self) -> None:
+        """The head restarted or the link broke: rejoin (as a new node if it declared us dead)."""
+        from raylite._core.ids import NodeID
+
+        deadline = self.clock.monotonic() + self.config.head_reconnect_timeout_s
+        while self.clock.monotonic() < deadline and not self.stopped.is_set():
+            if self._fenced:
+                self.node_id = NodeID.from_random()
+                self._fenced = False
+            try:
+                reply = await self._register_with_head()
+            except Exception:  # noqa: BLE001  the head is not back yet
+                await asyncio.sleep(0.2)
+                continue
+            if reply.ok:
+                log.warning("rejoined the head as node %s", self.node_id.hex()[:8])
+                return
+            self._fence(reply.error)
+        log.error("could not reach the head at %s for %.0fs; stopping this node", self.head_address,
+                  self.config.head_reconnect_timeout_s)
+        self.stop()
+
+    def _on_heartbeat_reply(self, conn, msg: P.HeartbeatReply, rid):
+        if not msg.alive:
+            self._fence("the head declared this node dead")
+
+    def _fence(self, why: str) -> None:
+        """The head declared this node dead (its work was moved elsewhere): stop every worker,
+        drop its objects and leases, so a healed partition leaves no duplicate actors."""
+        if self._fenced:
+            return
+        log.error("fencing this node: %s; its workers are stopped and it rejoins as a new node", why)
+        self._fenced = True
+        for rec in list(self.pool.workers.values()):
+            rec.held = {}
+            self.pool.kill(rec, "its node was declared dead")
+        for p in self.pending:
+            if p.actor is not None and not p.actor[2].done():
+                p.actor[2].set_result(P.StartActorReply(False, system_error="its node was declared dead"))
+            elif p.rid:
+                with contextlib.suppress(Exception):
+                    p.conn.send(P.RequestLeaseReply(p.msg.lease_id, error_type="RaySystemError",
+                                                    error="the node was declared dead"), -p.rid)
+        self.pending = []
+        self.leases.clear()
+        for oid in list(self.store.objects):
+            self.store.free(oid)
+        self.total = dict(self.base_total)
+        self.available = dict(self.base_total)
+        if self.head is not None and not self.head.is_closed():
+            self.head.abort()  # _head_lost reconnects under a new node id
 
     def stop(self) -> None:
         if self.stopped.is_set():
@@ -132,17 +206,38 @@ class NodeDaemon:
         self.pool.shutdown()
         for t in self._bg:
             t.cancel()
+        if self.bulk is not None:
+            self.bulk.close()
         shm_files.destroy(self.store)
         with contextlib.suppress(Exception):
             if self.head is not None:
                 self.head.close()
 
     async def _heartbeat_loop(self) -> None:
+        """Heartbeats are requests: no answer for node_dead_timeout_s on an open link means a
+        partition, and the head has declared us dead by then, so fence before it heals."""
         while True:
             await asyncio.sleep(self.config.heartbeat_interval_s)
-            with contextlib.suppress(Exception):
-                self.head.send(P.Heartbeat(self.node_id, self.available,
-                                           [p.msg.resources for p in self.pending], self.total))
+            head = self.head
+            if head is None or head.is_closed():
+                continue
+            now = self.clock.monotonic()
+            if now - self._last_ack > self.config.node_dead_timeout_s and self.head_address.startswith("tcp://"):
+                self._fence(f"no heartbeat answer from the head for {now - self._last_ack:.1f}s")
+                continue
+            try:
+                fut = head.request_future(P.Heartbeat(self.node_id, self.available,
+                                                      [p.msg.resources for p in self.pending], self.total))
+                fut.add_done_callback(self._heartbeat_answered)
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _heartbeat_answered(self, fut: asyncio.Future) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        self._last_ack = self.clock.monotonic()
+        if not fut.result().alive:
+            self._fence("the head declared this node dead")
 
     # ------------------------------------------------------------ clients
     def _on_register_client(self, conn: rpc.Connection, msg: P.RegisterClient, rid: int):
@@ -167,7 +262,7 @@ class NodeDaemon:
         conn.on_close.append(self._on_client_closed)
         return P.RegisterClientReply(self.node_id, self.ip, self.session_dir, self.store.directory,
                                      self.head_address, msg.job_id, self.token,
-                                     self.config.inline_threshold_bytes)
+                                     self.config.inline_threshold_bytes, self.tcp_address)
 
     def _on_client_closed(self, conn: rpc.Connection) -> None:
         worker_id = conn.context.get("worker_id")
@@ -229,6 +324,11 @@ class NodeDaemon:
     # ------------------------------------------------------------ leases
     def _on_request_lease(self, conn: rpc.Connection, msg: P.RequestLease, rid: int):
         request = msg.resources
+        if "worker_id" not in conn.context and not conn.context.get("lessee_watched"):
+            conn.context["lessee_watched"] = True  # a client on another node
+            conn.on_close.append(self._on_remote_lessee_closed)
+        if msg.allow_spillback and self._should_spill(msg):
+            return self._spill(conn, msg, rid)
         if not R.fits(request, self.total):
             views = [S.NodeView(self.node_id, self.total, self.available)]
             return P.RequestLeaseReply(
@@ -246,6 +346,42 @@ class NodeDaemon:
         self.pending.append(PendingLease(msg, conn, rid, env_key(msg.runtime_env)))
         self._try_grant()
         return None
+
+    def _should_spill(self, msg: P.RequestLease) -> bool:
+        """Multi-node only: ask the head when this node should not or cannot grant now."""
+        if not self.tcp_address or self.head is None or self.head.is_closed():
+            return False
+        strategy = msg.strategy
+        if strategy and strategy[0] == "SPREAD":
+            return True
+        if strategy and strategy[0] == "NODE":
+            return strategy[1] != self.node_id.hex()
+        if not R.fits(msg.resources, self.total):
+            return True
+        tentative = dict(self.available)
+        for p in self.pending:
+            R.subtract(tentative, p.msg.resources)
+        return not R.fits(msg.resources, tentative)
+
+    async def _spill(self, conn: rpc.Connection, msg: P.RequestLease, rid: int):
+        try:
+            pick: P.PickNodeReply = await self.head.request(
+                P.PickNode(msg.resources, msg.strategy, self.node_id, msg.description), timeout_s=10)
+        except Exception:  # noqa: BLE001  no head right now: decide locally
+            pick = P.PickNodeReply(self.node_id)
+        if pick.error_type:
+            return P.RequestLeaseReply(msg.lease_id, error_type=pick.error_type, error=pick.error)
+        if pick.node_id != self.node_id:
+            return P.RequestLeaseReply(msg.lease_id, node_id=pick.node_id, spillback_address=pick.address)
+        local = P.RequestLease(msg.lease_id, msg.resources, [], msg.runtime_env, msg.description, False)
+        return self._on_request_lease(conn, local, rid)
+
+    def _on_remote_lessee_closed(self, conn: rpc.Connection) -> None:
+        for rec in list(self.pool.workers.values()):
+            if rec.lessee is conn and rec.state == "LEASED":
+                self.pool.kill(rec, "the task's owner on another node went away")
+        self.pending = [p for p in self.pending if p.conn is not conn]
+        self._try_grant()
 
     def _try_grant(self) -> None:
         if not self.pending or self.stopped.is_set():
@@ -425,6 +561,8 @@ class NodeDaemon:
                 rec.held = {}
                 self.pool.kill(rec, "its placement group was removed")
         self._try_grant()
+        with contextlib.suppress(Exception):  # the head places the next groups on fresh numbers
+            self.head.send(P.Heartbeat(self.node_id, self.available, [], self.total))
         return None
 
     # ------------------------------------------------------------ objects
@@ -522,6 +660,16 @@ class NodeDaemon:
         total, chunk = data
         return P.PullObjectReply(msg.object_id, total, chunk, True)
 
+    def _locate_object(self, object_id: bytes) -> str | None:
+        """Bulk-server thread: the file holding a sealed object here (shm or spilled), if any."""
+        for name in ("path", "spill_path"):
+            fn = getattr(self.store, name, None)
+            if fn is not None:
+                path = fn(object_id)
+                if os.path.exists(path):
+                    return path
+        return None
+
     def _on_get_node_info(self, conn, msg, rid):
         return P.GetNodeInfoReply(self.node_id, self.total, self.available, self.store.used_bytes,
                                   self.store.capacity_bytes, len(self.pool.workers), self.store.listing(),
@@ -534,6 +682,15 @@ _SPEC_RUNTIME_ENV = TASK_SPEC_FIELDS.index("runtime_env")
 def _untracked(oid: bytes) -> Freed:
     """A free of files the store no longer counts: delete both copies, recycle nothing."""
     return Freed(oid, 0, True, True)
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("raylite")
+    except Exception:  # noqa: BLE001
+        return "0+unknown"
 
 
 async def run_node_forever(node: NodeDaemon) -> None:

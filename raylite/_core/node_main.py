@@ -18,6 +18,7 @@ import sys
 from raylite._core.config import get_config
 from raylite._core.ids import NodeID
 from raylite._core.node import NodeDaemon
+from raylite._core.transport.base import ConnectionBrokenError, HandshakeError
 from raylite._core.worker_pool import WorkerPool
 
 
@@ -34,11 +35,29 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--token", default="")
     p.add_argument("--exit-with-creator", action="store_true")
     p.add_argument("--node-id", default="")
+    p.add_argument("--persist", default="", help="sqlite:PATH or redis://HOST:PORT (head only)")
     return p.parse_args(argv)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    """Tell the starting CLI why this node cannot run (it reads stdout for READY/ERROR)."""
+    print("ERROR " + message, flush=True)
+    sys.exit(code)
+
+
+def _free_port(ip: str) -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((ip, 0))
+        return s.getsockname()[1]
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(sys.argv[1:] if argv is None else argv)
+    multi_node = bool(args.head_port or args.head_address)
+    if multi_node:  # clients (driver, workers) on this node listen on TCP at this IP
+        os.environ["RAYLITE_NODE_IP_ADDRESS"] = args.ip
     config = get_config()
     logging.basicConfig(level=getattr(logging, config.log_level, logging.WARNING),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -51,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     sockets = os.path.join(args.session_dir, "sockets")
     os.makedirs(sockets, exist_ok=True)
     node_address = f"unix://{os.path.join(sockets, 'node_' + node_id.hex()[:8])}"
-    tcp_address = f"tcp://{args.ip}:{args.node_port}" if (args.node_port or not args.head) else ""
+    tcp_address = f"tcp://{args.ip}:{args.node_port or _free_port(args.ip)}" if multi_node else ""
     # the zygote must be forked before any thread or event loop exists
     pool_probe = WorkerPool(node_address, token, args.session_dir, lambda rec: None)
     pool_probe.fork_zygote()
@@ -62,7 +81,10 @@ def main(argv: list[str] | None = None) -> None:
     except Exception:  # noqa: BLE001
         loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    loop.run_until_complete(_serve(args, config, token, node_id, node_address, tcp_address, pool_probe))
+    try:
+        loop.run_until_complete(_serve(args, config, token, node_id, node_address, tcp_address, pool_probe))
+    finally:
+        pool_probe.shutdown()
 
 
 async def _serve(args, config, token, node_id, node_address, tcp_address, pool) -> None:
@@ -70,13 +92,26 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool) 
     head_address = args.head_address
     if args.head:
         from raylite._core.head import Head
+        from raylite._core.persistence import open_persistence
 
-        head = Head(config, token)
+        try:
+            persist = open_persistence(args.persist)
+        except Exception as e:  # noqa: BLE001
+            _fail(f"cannot open the head's persistence store {args.persist!r}: {e}")
+        head = Head(config, token, persist=persist)
         head_unix = f"unix://{os.path.join(args.session_dir, 'sockets', 'head')}"
         await head.listen(head_unix)
         head_address = head_unix
         if args.head_port:
-            await head.listen(f"tcp://{args.ip}:{args.head_port}")
+            try:
+                await head.listen(f"tcp://{args.ip}:{args.head_port}")
+            except OSError as e:
+                _fail(f"cannot listen on {args.ip}:{args.head_port}: {e.strerror or e}. Is a raylite "
+                      "head already running there? Stop it with `raylite stop`, or pick another "
+                      "port with --port.")
+            # every node, the head's own included, and every client use the TCP address,
+            # so they find a restarted head at the same place
+            head_address = f"tcp://{args.ip}:{args.head_port}"
     node = NodeDaemon(config, node_id=node_id, ip=args.ip, resources=json.loads(args.resources),
                       labels=json.loads(args.labels), session_dir=args.session_dir, token=token,
                       head_address=head_address, address=node_address, tcp_address=tcp_address,
@@ -89,9 +124,19 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool) 
     stop = loop.create_future()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
-    await node.start()
+    try:
+        await node.start()
+    except HandshakeError as e:
+        _fail(str(e))
+    except ConnectionBrokenError as e:
+        _fail(f"cannot reach the head at {head_address[len('tcp://'):]} ({e.__cause__ or e}). Check the "
+              "address, that the head runs (`raylite status` on its machine) and that its port is "
+              "open from this machine.")
+    except RuntimeError as e:
+        _fail(str(e))
     print("READY " + json.dumps({"head_address": head_address, "node_address": node_address,
-                                 "node_id": node_id.hex(), "pid": os.getpid()}), flush=True)
+                                 "node_tcp_address": tcp_address, "node_id": node.node_id.hex(),
+                                 "pid": os.getpid()}), flush=True)
     with contextlib.suppress(Exception):
         sys.stdout.close()
         os.close(1)

@@ -168,6 +168,7 @@ class RegisterClientReply(Message):
     job_id: bytes
     token: str
     inline_threshold_bytes: int
+    node_tcp_address: str = ""  # where other nodes reach this node (multi-node clusters)
 
 
 @message(12)
@@ -555,6 +556,8 @@ class RegisterNode(Message):
     labels: dict
     store_dir: str
     version: str = ""
+    local_address: str = ""  # unix:// address for clients on the same machine
+    data_address: str = ""  # HOST:PORT of its bulk object server (transport/bulk.py)
 
 
 @message(91)
@@ -616,6 +619,40 @@ class ReleaseBundles(Message):
 @message(99)
 class NodeShutdown(Message):
     node_id: bytes
+
+
+@message(100)
+class HeartbeatReply(Message):
+    """Head -> node: alive=False means the head declared this node dead; it must fence itself."""
+
+    alive: bool
+
+
+@message(101)
+class NodeDied(Message):
+    """Head -> clients (drivers, workers): drop leases, actor links and pulls on this node."""
+
+    node_id: bytes
+    address: str
+    cause: str
+
+
+@message(102)
+class PickNode(Message):
+    """Node -> head: which node should run this lease request (spillback)?"""
+
+    resources: dict
+    strategy: list
+    requester: bytes  # node id asking
+    description: str = ""
+
+
+@message(103)
+class PickNodeReply(Message):
+    node_id: bytes = b""
+    address: str = ""
+    error_type: str = ""
+    error: str = ""
 
 
 # ---------------------------------------------------------------- node <-> node

@@ -1,0 +1,237 @@
+"""What `raylite start / stop / status` do, as plain functions (the CLI is a thin shell).
+
+A node started here is a detached `python -m raylite._core.node_main` process (the head
+runs in the head node's process). It reports READY or ERROR on its stdout; its stderr
+goes to <session>/logs/node.err.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from raylite._core import cluster_files as CF
+from raylite._core import resources as R
+from raylite._core.config import Config
+
+
+class StartError(RuntimeError):
+    """A node could not start; the message names the cause and the fix."""
+
+
+@dataclass
+class StartedNode:
+    pid: int
+    session_dir: str
+    address: str  # HOST:PORT of the head
+    node_id: str
+    head: bool
+    process: subprocess.Popen
+
+
+def node_resources(num_cpus: float | None, num_gpus: float | None, resources: dict | None,
+                   head: bool, ip: str) -> dict[str, int]:
+    from raylite._core.driver import detect_resources
+
+    total = detect_resources(num_cpus, num_gpus, resources)
+    if not head:
+        total.pop("node:__internal_head__", None)
+    total.update(R.to_fixed({f"node:{ip}": 1}))
+    return total
+
+
+def default_ip() -> str:
+    return CF.local_ip_towards("10.255.255.255", 1)
+
+
+def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "", node_ip: str = "",
+               num_cpus: float | None = None, num_gpus: float | None = None,
+               resources: dict | None = None, object_store_memory: int | None = None,
+               persist: str = "", token: str = "", timeout_s: float = 60.0) -> StartedNode:
+    """Start a head node or a worker node as a detached process; wait until it serves."""
+    temp_dir = config.temp_dir
+    ip = node_ip or default_ip()
+    session = os.path.join(temp_dir, f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}_"
+                           f"{secrets.token_hex(2)}")
+    os.makedirs(os.path.join(session, "logs"), exist_ok=True)
+    os.makedirs(os.path.join(session, "sockets"), exist_ok=True)
+    if head:
+        _check_port_free(ip, port)
+        token = token or config.token or secrets.token_hex(16)
+        hostport = f"{ip}:{port}"
+        token_file = os.path.join(session, "token")
+        CF.write_private(token_file, token)
+        extra = ["--head", "--head-port", str(port)]
+        if persist:
+            extra += ["--persist", persist]
+    else:
+        if not address:
+            raise StartError("raylite start needs --head or --address=HOST:PORT of a running head")
+        hostport, found = CF.resolve(address, temp_dir, token or config.token)
+        token = token or config.token or found
+        extra = ["--head-address", f"tcp://{hostport}"]
+    total = node_resources(num_cpus, num_gpus, resources, head, ip)
+    env = dict(os.environ)
+    env["RAYLITE_TOKEN"] = token  # never on the command line, where `ps` shows it
+    env["RAYLITE_TEMP_DIR"] = temp_dir
+    if object_store_memory:
+        env["RAYLITE_OBJECT_STORE_BYTES"] = str(int(object_store_memory))
+    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [pkg_root, env.get("PYTHONPATH", "")] if p)
+    cmd = [sys.executable, "-m", "raylite._core.node_main", "--session-dir", session, "--ip", ip,
+           "--resources", json.dumps(total), *extra]
+    err_path = os.path.join(session, "logs", "node.err")
+    with open(err_path, "wb") as errf:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True, close_fds=True)
+    line = _read_line(proc, timeout_s)
+    if not line.startswith("READY "):
+        with contextlib.suppress(Exception):
+            proc.kill()
+        proc.wait(5)
+        if line.startswith("ERROR "):
+            raise StartError(line[len("ERROR "):])
+        tail = ""
+        with contextlib.suppress(OSError):
+            tail = open(err_path).read()[-3000:]
+        raise StartError(f"the raylite node did not start (see {err_path}):\n{tail}")
+    info = json.loads(line[len("READY "):])
+    proc.stdout.close()
+    CF.write_node_file(session, proc.pid, head, hostport)
+    if head:
+        CF.write_address_file(temp_dir, hostport, token_file, session)
+    return StartedNode(proc.pid, session, hostport, info["node_id"], head, proc)
+
+
+def _check_port_free(ip: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((ip, port))
+        except OSError as e:
+            raise StartError(f"port {port} on {ip} is in use ({e.strerror}). A raylite head may already "
+                             "run there: stop it with `raylite stop`, or pick another port with "
+                             "--port.") from None
+
+
+def _read_line(proc: subprocess.Popen, timeout_s: float) -> str:
+    deadline = time.monotonic() + timeout_s
+    fd = proc.stdout.fileno()
+    buf = b""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            buf += chunk
+            if b"\n" in buf:
+                return buf.split(b"\n", 1)[0].decode(errors="replace")
+        elif proc.poll() is not None:
+            break
+    return buf.decode(errors="replace")
+
+
+def stop_nodes(config: Config, force: bool = False, grace_s: float = 10.0) -> list[CF.NodeProcess]:
+    """Stop the node daemons `raylite start` started on this host (their workers go with them)."""
+    procs = CF.local_node_processes(config.temp_dir)
+    sig = signal.SIGKILL if force else signal.SIGTERM
+    for p in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p.pid, sig)
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        while _alive(p.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _alive(p.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(p.session_dir, CF.NODE_FILE))
+    info = CF.read_address_file(config.temp_dir)
+    if info is not None and any(p.head and p.session_dir == info.get("session_dir") for p in procs):
+        with contextlib.suppress(OSError):
+            os.unlink(CF.address_file(config.temp_dir))
+    return procs
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(ChildProcessError, OSError):
+        done, _ = os.waitpid(pid, os.WNOHANG)  # our own child (tests): reap it
+        if done:
+            return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def cluster_status(config: Config, address: str = "auto") -> dict:
+    """Nodes, resources and demands as the head sees them (facts for `raylite status`)."""
+    from raylite._core.driver import query_cluster
+
+    hostport, token = CF.resolve(address, config.temp_dir, config.token)
+    nodes = query_cluster(hostport, token)
+    alive = [n for n in nodes if n["alive"]]
+    total: dict[str, int] = {}
+    used: dict[str, int] = {}
+    for n in alive:
+        pub_total = _public(n["total"])
+        R.add(total, pub_total)
+        R.add(used, {k: v - n["available"].get(k, 0) for k, v in pub_total.items()})
+    pending: list[dict] = []
+    infeasible: list[dict] = []
+    for n in alive:
+        for demand in n.get("pending", []):
+            fits = any(R.fits(demand, m["total"]) for m in alive)
+            (pending if fits else infeasible).append(demand)
+    return {"address": hostport, "nodes": nodes, "total": total, "used": used,
+            "pending": pending, "infeasible": infeasible}
+
+
+def _public(res: dict) -> dict:
+    return {k: v for k, v in res.items() if "_group_" not in k and not k.startswith("node:")}
+
+
+def format_status(st: dict) -> str:
+    lines = [f"======== raylite cluster status ({st['address']}) ========", "Node status"]
+    alive = [n for n in st["nodes"] if n["alive"]]
+    dead = [n for n in st["nodes"] if not n["alive"]]
+    lines.append(f" Active: {len(alive)}")
+    for n in alive:
+        head = " (head)" if "node:__internal_head__" in n["total"] else ""
+        lines.append(f"  {n['node_id'].hex()[:12]}  {n['ip']}{head}  {R.describe(_public(n['total']))}")
+    lines.append(f" Dead: {len(dead)}")
+    for n in dead:
+        lines.append(f"  {n['node_id'].hex()[:12]}  {n['ip']}  ({n.get('death_cause') or 'dead'})")
+    lines.append("Resources")
+    tot = R.from_fixed(st["total"])
+    use = R.from_fixed(st["used"])
+    for k in sorted(tot):
+        unit = " B" if k in ("memory", "object_store_memory") else ""
+        if unit:
+            lines.append(f"  {use.get(k, 0) / 2**30:.2f}/{tot[k] / 2**30:.2f} GiB {k}")
+        else:
+            lines.append(f"  {use.get(k, 0):g}/{tot[k]:g} {k}")
+    lines.append("Demands")
+    if not st["pending"] and not st["infeasible"]:
+        lines.append("  (no resource demands)")
+    for d in st["pending"]:
+        lines.append(f"  pending: {R.describe(_public(d) or d)}")
+    for d in st["infeasible"]:
+        lines.append(f"  infeasible (no node can ever fit it): {R.describe(_public(d) or d)}")
+    return "\n".join(lines)

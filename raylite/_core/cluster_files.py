@@ -1,0 +1,134 @@
+"""Files a running multi-node cluster leaves on a machine, and what reads them.
+
+`raylite start` writes, under the temp dir (RAYLITE_TEMP_DIR, default
+/tmp/raylite-sessions):
+- `current_cluster.json`: the head's address and where its token file is, so
+  `raylite.init(address="auto")`, `raylite status` and `raylite start --address` on the
+  head's machine need no flags;
+- per node session dir: `node.json` (pid, host name, role, addresses) so `raylite stop`
+  finds exactly raylite's own processes, and `token` (mode 0600) on the head.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import socket
+from dataclasses import dataclass
+
+ADDRESS_FILE = "current_cluster.json"
+NODE_FILE = "node.json"
+
+
+def address_file(temp_dir: str) -> str:
+    return os.path.join(temp_dir, ADDRESS_FILE)
+
+
+def write_private(path: str, text: str) -> None:
+    """Write a file only this user can read (tokens)."""
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    with open(fd, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)
+
+
+def write_address_file(temp_dir: str, address: str, token_file: str, session_dir: str) -> None:
+    os.makedirs(temp_dir, exist_ok=True)
+    tmp = address_file(temp_dir) + f".{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump({"address": address, "token_file": token_file, "session_dir": session_dir}, f)
+    os.replace(tmp, address_file(temp_dir))
+
+
+def read_address_file(temp_dir: str) -> dict | None:
+    try:
+        with open(address_file(temp_dir)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def normalize_address(address: str) -> str:
+    """'HOST:PORT', 'raylite://HOST:PORT', 'ray://...' or 'tcp://...' -> 'HOST:PORT'."""
+    for prefix in ("raylite://", "ray://", "tcp://"):
+        if address.startswith(prefix):
+            address = address[len(prefix):]
+    address = address.rstrip("/")
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ValueError(f"cluster address {address!r} is not HOST:PORT (e.g. 10.0.0.5:6379), "
+                         "'raylite://HOST:PORT' or 'auto'")
+    return address
+
+
+def resolve(address: str, temp_dir: str, token: str = "") -> tuple[str, str]:
+    """Return (HOST:PORT, token) for an init/CLI address; 'auto' reads the address file."""
+    info = read_address_file(temp_dir)
+    if address == "auto":
+        if info is None:
+            raise ConnectionError(
+                f"address='auto' found no running raylite cluster on this machine (no "
+                f"{address_file(temp_dir)}). Start one with `raylite start --head`, or pass "
+                "address='HOST:PORT'.")
+        address = info["address"]
+    address = normalize_address(address)
+    if not token and info is not None and info.get("address") == address:
+        with contextlib.suppress(OSError):
+            with open(info["token_file"]) as f:
+                token = f.read().strip()
+    return address, token
+
+
+@dataclass
+class NodeProcess:
+    session_dir: str
+    pid: int
+    hostname: str
+    head: bool
+    address: str
+
+
+def write_node_file(session_dir: str, pid: int, head: bool, address: str) -> None:
+    with open(os.path.join(session_dir, NODE_FILE), "w") as f:
+        json.dump({"pid": pid, "hostname": socket.gethostname(), "head": head, "address": address}, f)
+
+
+def local_node_processes(temp_dir: str) -> list[NodeProcess]:
+    """Node daemons started by `raylite start` on this host that are still running.
+
+    A pid is trusted only if the process is raylite's node daemon for that very session
+    directory (its command line says so), so a reused pid is never signalled.
+    """
+    out = []
+    me = socket.gethostname()
+    for path in glob.glob(os.path.join(temp_dir, "*", NODE_FILE)):
+        try:
+            with open(path) as f:
+                d = json.load(f)
+        except (OSError, ValueError):
+            continue
+        session_dir = os.path.dirname(path)
+        if d.get("hostname") != me or not _is_node_daemon(d.get("pid", 0), session_dir):
+            continue
+        out.append(NodeProcess(session_dir, d["pid"], me, d.get("head", False), d.get("address", "")))
+    return out
+
+
+def _is_node_daemon(pid: int, session_dir: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return False
+    return b"raylite._core.node_main" in argv and session_dir.encode() in argv
+
+
+def local_ip_towards(host: str, port: int) -> str:
+    """The IP this machine uses to reach host (no packet is sent)."""
+    with contextlib.suppress(OSError):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((host, port))
+            return s.getsockname()[0]
+    return "127.0.0.1"

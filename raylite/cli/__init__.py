@@ -1,0 +1,105 @@
+"""The `raylite` command: start, stop and inspect clusters (thin shell over raylite._core.cluster)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+
+import click
+
+from raylite._core import cluster as C
+from raylite._core.config import get_config
+
+
+def _fail(message: str) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(1)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """raylite: a small, fast, Ray-compatible distributed framework."""
+
+
+@main.command()
+@click.option("--head", is_flag=True, help="Start the head node of a new cluster on this machine.")
+@click.option("--address", default="", help="HOST:PORT of the head to join (worker nodes); 'auto' "
+              "reads the address of the cluster started on this machine.")
+@click.option("--port", type=int, default=6379, show_default=True, help="Head: TCP port to listen on.")
+@click.option("--node-ip-address", default="", help="This node's IP as other nodes reach it.")
+@click.option("--num-cpus", type=float, default=None, help="CPUs to offer (default: all).")
+@click.option("--num-gpus", type=float, default=None, help="GPUs to offer (default: detected).")
+@click.option("--resources", default="{}", help='Custom resources as JSON, e.g. \'{"accel": 2}\'.')
+@click.option("--object-store-memory", type=int, default=None, help="Object store size in bytes.")
+@click.option("--dashboard-host", default="127.0.0.1", help="Accepted for Ray compatibility.")
+@click.option("--dashboard-port", type=int, default=8265, help="Accepted for Ray compatibility.")
+@click.option("--block", is_flag=True, help="Stay in the foreground until the node stops (Ctrl-C stops it).")
+@click.option("--persist", default="", help="Head: keep its tables in sqlite:PATH or redis://HOST:PORT "
+              "so a restarted head recovers the cluster.")
+@click.option("--token", default="", envvar="RAYLITE_TOKEN", help="Cluster token (default: the head "
+              "generates one; other nodes on the head's machine read it from its 0600 token file).")
+@click.option("--tls-cert", default="", help="Not supported yet: refused with an error.")
+@click.option("--tls-key", default="", help="Not supported yet: refused with an error.")
+def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: float | None,
+          num_gpus: float | None, resources: str, object_store_memory: int | None, dashboard_host: str,
+          dashboard_port: int, block: bool, persist: str, token: str, tls_cert: str, tls_key: str) -> None:
+    """Start a head node (--head) or join a worker node to a cluster (--address)."""
+    if head == bool(address):
+        _fail("pass exactly one of --head (new cluster) or --address=HOST:PORT (join one)")
+    if tls_cert or tls_key:
+        _fail("TLS (--tls-cert/--tls-key) is not implemented in this raylite version; links are "
+              "authenticated by the cluster token only. Use a private network or an SSH tunnel.")
+    try:
+        custom = json.loads(resources)
+        assert isinstance(custom, dict)
+    except Exception:  # noqa: BLE001
+        _fail(f"--resources must be a JSON object such as '{{\"accel\": 2}}', not {resources!r}")
+    try:
+        node = C.start_node(get_config(), head=head, port=port, address=address, node_ip=node_ip_address,
+                            num_cpus=num_cpus, num_gpus=num_gpus, resources=custom,
+                            object_store_memory=object_store_memory, persist=persist, token=token)
+    except (C.StartError, ConnectionError, ValueError) as e:
+        _fail(str(e))
+    if head:
+        click.echo(f"raylite head started (pid {node.pid}, node {node.node_id[:12]}).\n"
+                   f"  Address: {node.address}\n"
+                   f"  Join other machines with:  raylite start --address={node.address} "
+                   f"--token=<token from {node.session_dir}/token>\n"
+                   f"  Connect a driver with:     raylite.init(address='auto')  (on this machine) or "
+                   f"raylite.init(address='{node.address}')\n"
+                   f"  Stop it with:              raylite stop")
+    else:
+        click.echo(f"raylite node joined {node.address} (pid {node.pid}, node {node.node_id[:12]}).")
+    if block:
+        signal.signal(signal.SIGINT, lambda *a: node.process.terminate())
+        signal.signal(signal.SIGTERM, lambda *a: node.process.terminate())
+        node.process.wait()
+
+
+@main.command()
+@click.option("--force", "-f", is_flag=True, help="Kill at once (SIGKILL) instead of a clean stop.")
+def stop(force: bool) -> None:
+    """Stop the raylite nodes started on this machine (only raylite's own processes)."""
+    stopped = C.stop_nodes(get_config(), force=force)
+    if not stopped:
+        click.echo("No raylite nodes were running on this machine.")
+    for p in stopped:
+        click.echo(f"Stopped raylite {'head' if p.head else 'node'} (pid {p.pid}).")
+
+
+@main.command()
+@click.option("--address", default="auto", show_default=True, help="HOST:PORT of the head.")
+def status(address: str) -> None:
+    """Show nodes (alive and dead), total and used resources, and pending demands."""
+    try:
+        st = C.cluster_status(get_config(), address)
+    except (ConnectionError, ValueError) as e:
+        _fail(str(e))
+    except Exception as e:  # noqa: BLE001  e.g. a refused token
+        _fail(f"{type(e).__name__}: {e}")
+    click.echo(C.format_status(st))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+"""`python -m raylite.cli` == the `raylite` command."""
+
+from raylite.cli import main
+
+main()

@@ -1,0 +1,103 @@
+"""Node death on loopback clusters: detection, task retries, actor restarts, head restart."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import raylite as ray
+from raylite.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from .conftest import wait_until
+
+
+def _node_ids(c) -> dict[str, bool]:
+    return {n["node_id"].hex(): n["alive"] for n in c.node_table()}
+
+
+def test_killed_node_is_detected_and_its_task_and_actor_move(make_cluster, tmp_path):
+    c = make_cluster()
+    head = c.add_head(num_cpus=2)
+    victim = c.add_node(num_cpus=2, resources={"victim": 1})
+    wait_until(lambda: len(c.alive_ids()) == 2, what="two nodes")
+    ray.init(address="auto")
+    started = tmp_path / "started"
+
+    @ray.remote(max_retries=2)
+    def slow(path: str) -> str:
+        with open(path, "a") as f:
+            f.write(ray.get_runtime_context().get_node_id() + "\n")
+        time.sleep(2.0)
+        return ray.get_runtime_context().get_node_id()
+
+    @ray.remote(max_restarts=1, max_task_retries=-1)
+    class Pinger:
+        def node(self):
+            return ray.get_runtime_context().get_node_id()
+
+    ref = slow.options(scheduling_strategy=NodeAffinitySchedulingStrategy(victim.node_id, soft=True)).remote(
+        str(started))
+    actor = Pinger.options(scheduling_strategy=NodeAffinitySchedulingStrategy(victim.node_id, soft=True)).remote()
+    assert ray.get(actor.node.remote()) == victim.node_id
+    wait_until(lambda: started.exists() and victim.node_id in started.read_text(), what="task started")
+    t0 = time.monotonic()
+    c.kill_node(victim)
+    wait_until(lambda: _node_ids(c).get(victim.node_id) is False, timeout_s=3.0, what="node declared dead")
+    detect_s = time.monotonic() - t0
+    assert detect_s < 3.0
+    assert ray.get(ref, timeout=30) == head.node_id  # retried on the surviving node
+    assert ray.get(actor.node.remote(), timeout=30) == head.node_id  # restarted there
+    dead = [n for n in ray.nodes() if n["NodeID"] == victim.node_id][0]
+    assert not dead["Alive"] and "closed" in dead["DeathReason"]
+
+
+def test_object_on_dead_node_raises_object_lost(make_cluster):
+    c = make_cluster()
+    c.add_head(num_cpus=1)
+    victim = c.add_node(num_cpus=1, resources={"victim": 1})
+    wait_until(lambda: len(c.alive_ids()) == 2, what="two nodes")
+    ray.init(address="auto")
+
+    @ray.remote(resources={"victim": 1}, max_retries=0)
+    def big():
+        return b"x" * (1 << 20)
+
+    ref = big.remote()
+    ray.wait([ref], timeout=30)
+    c.kill_node(victim)
+    wait_until(lambda: _node_ids(c).get(victim.node_id) is False, timeout_s=5, what="node dead")
+    with pytest.raises(ray.exceptions.ObjectLostError):
+        ray.get(ref, timeout=30)
+
+
+def test_head_restart_with_sqlite_keeps_detached_named_actor(make_cluster, tmp_path):
+    db = f"sqlite:{tmp_path / 'head.db'}"
+    c = make_cluster()
+    head = c.add_head(num_cpus=1, persist=db)
+    port = int(c.address.rsplit(":", 1)[1])
+    worker = c.add_node(num_cpus=1, resources={"w": 1})
+    wait_until(lambda: len(c.alive_ids()) == 2, what="two nodes")
+    ray.init(address="auto", namespace="keep")
+
+    @ray.remote(resources={"w": 0.1})
+    class Counter:
+        def __init__(self):
+            self.n = 0
+
+        def incr(self):
+            self.n += 1
+            return self.n
+
+    a = Counter.options(name="counter", lifetime="detached").remote()
+    assert ray.get(a.incr.remote()) == 1
+    ray.shutdown()
+    c.kill_node(head)  # the head process and its node die
+    c.nodes.remove(head)
+    c.add_head(num_cpus=1, persist=db, port=port)
+    wait_until(lambda: worker.node_id in c.alive_ids(), timeout_s=20, what="worker node rejoined")
+    ray.init(address="auto", namespace="keep")
+    again = ray.get_actor("counter")
+    assert ray.get(again.incr.remote(), timeout=30) == 2  # the same actor, state kept
+    assert worker.process.poll() is None and os.path.exists(worker.session_dir)

@@ -1,0 +1,46 @@
+"""Pure parts of the cluster code: liveness expiry, persistence tables, address parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from raylite._core import cluster_files as CF
+from raylite._core.clock import FakeClock
+from raylite._core.head import NodeRecord, expired_nodes
+from raylite._core.persistence import SqlitePersistence, open_persistence
+
+
+def test_silent_node_expires_after_timeout():
+    clock = FakeClock()
+    nodes = {b"a": NodeRecord(b"a", "", "", {}, {}, {}, "", None, last_seen=clock.monotonic()),
+             b"b": NodeRecord(b"b", "", "", {}, {}, {}, "", None, last_seen=clock.monotonic())}
+    clock.advance(4.0)
+    nodes[b"b"].last_seen = clock.monotonic()
+    clock.advance(1.5)
+    assert expired_nodes(nodes, clock.monotonic(), 5.0) == [b"a"]
+    nodes[b"a"].alive = False
+    assert expired_nodes(nodes, clock.monotonic(), 5.0) == []
+
+
+def test_sqlite_rows_survive_reopen(tmp_path):
+    path = str(tmp_path / "h.db")
+    db = SqlitePersistence(path)
+    db.put("kv", b"k1", b"v1")
+    db.put("actors", b"a1", [1, "ALIVE", {"x": b"y"}])
+    db.put("kv", b"k2", b"v2")
+    db.delete("kv", b"k2")
+    db.close()
+    db = open_persistence(f"sqlite:{path}")
+    assert dict(db.load("kv")) == {b"k1": b"v1"}
+    assert dict(db.load("actors")) == {b"a1": [1, "ALIVE", {"x": b"y"}]}
+    with pytest.raises(ValueError):
+        db.put("nope", b"k", 1)
+    with pytest.raises(ValueError, match="sqlite:PATH"):
+        open_persistence("mysql://x")
+
+
+def test_address_forms():
+    assert CF.normalize_address("raylite://10.0.0.5:6379") == "10.0.0.5:6379"
+    assert CF.normalize_address("10.0.0.5:6379") == "10.0.0.5:6379"
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        CF.normalize_address("10.0.0.5")
