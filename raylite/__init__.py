@@ -15,31 +15,38 @@
 from __future__ import annotations
 
 import importlib
-import inspect
 from typing import Any
 
-from raylite import exceptions
-from raylite.actor import ActorClass, ActorHandle, exit_actor, method
-from raylite.api import (
-    available_resources,
-    cancel,
-    cluster_resources,
-    get,
-    get_actor,
-    get_gpu_ids,
-    init,
-    is_initialized,
-    kill,
-    list_named_actors,
-    nodes,
-    put,
-    shutdown,
-    timeline,
-    wait,
-)
-from raylite.object_ref import DynamicObjectRefGenerator, ObjectRef, ObjectRefGenerator
-from raylite.remote_function import RemoteFunction
-from raylite.runtime_context import get_runtime_context
+# Public names and the module that defines each. They load on first use (PEP 562), so
+# `import raylite` costs a millisecond and processes that only need the core (the node
+# daemon, forked workers) never import the public API modules at all.
+_LAZY_ATTRIBUTES = {
+    "exceptions": ("raylite.exceptions", None),
+    "ActorClass": ("raylite.actor", "ActorClass"),
+    "ActorHandle": ("raylite.actor", "ActorHandle"),
+    "exit_actor": ("raylite.actor", "exit_actor"),
+    "method": ("raylite.actor", "method"),
+    "available_resources": ("raylite.api", "available_resources"),
+    "cancel": ("raylite.api", "cancel"),
+    "cluster_resources": ("raylite.api", "cluster_resources"),
+    "get": ("raylite.api", "get"),
+    "get_actor": ("raylite.api", "get_actor"),
+    "get_gpu_ids": ("raylite.api", "get_gpu_ids"),
+    "init": ("raylite.api", "init"),
+    "is_initialized": ("raylite.api", "is_initialized"),
+    "kill": ("raylite.api", "kill"),
+    "list_named_actors": ("raylite.api", "list_named_actors"),
+    "nodes": ("raylite.api", "nodes"),
+    "put": ("raylite.api", "put"),
+    "shutdown": ("raylite.api", "shutdown"),
+    "timeline": ("raylite.api", "timeline"),
+    "wait": ("raylite.api", "wait"),
+    "DynamicObjectRefGenerator": ("raylite.object_ref", "DynamicObjectRefGenerator"),
+    "ObjectRef": ("raylite.object_ref", "ObjectRef"),
+    "ObjectRefGenerator": ("raylite.object_ref", "ObjectRefGenerator"),
+    "RemoteFunction": ("raylite.remote_function", "RemoteFunction"),
+    "get_runtime_context": ("raylite.runtime_context", "get_runtime_context"),
+}
 
 __version__ = "0.1.0"
 
@@ -48,6 +55,8 @@ _LAZY_SUBMODULES = {"data", "train", "serve", "util", "dag", "tune", "job_submis
 
 def remote(*args: Any, **options: Any) -> Any:
     """Make a function a task or a class an actor: `@remote` or `@remote(num_cpus=2, ...)`."""
+    import inspect
+
     if len(args) == 1 and not options and (inspect.isfunction(args[0]) or inspect.isclass(args[0])
                                            or callable(args[0])):
         return _make_remote(args[0], {})
@@ -63,6 +72,11 @@ def remote(*args: Any, **options: Any) -> Any:
 
 
 def _make_remote(target: Any, options: dict) -> Any:
+    import inspect
+
+    from raylite.actor import ActorClass
+    from raylite.remote_function import RemoteFunction
+
     if inspect.isclass(target):
         return ActorClass(target, options)
     if callable(target):
@@ -71,11 +85,21 @@ def _make_remote(target: Any, options: dict) -> Any:
 
 
 def __getattr__(name: str) -> Any:
+    lazy = _LAZY_ATTRIBUTES.get(name)
+    if lazy is not None:
+        module = importlib.import_module(lazy[0])
+        value = module if lazy[1] is None else getattr(module, lazy[1])
+        globals()[name] = value
+        return value
     if name in _LAZY_SUBMODULES:
         module = importlib.import_module(f"raylite.{name}")
         globals()[name] = module
         return module
     raise AttributeError(f"module 'raylite' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_ATTRIBUTES) | _LAZY_SUBMODULES)
 
 
 __all__ = [
