@@ -173,6 +173,7 @@ class CoreClient:
         self._tasks: dict[bytes, TaskRecord] = {}
         self._actors: dict[bytes, ActorState] = {}
         self._generators: dict[bytes, GeneratorState] = {}
+        self._oom_kills: dict[bytes, str] = {}  # worker id -> why the memory monitor killed it
         self._exported: set[bytes] = set()
         self._fn_cache: dict[bytes, Any] = {}
         self._server: asyncio.AbstractServer | None = None
@@ -187,6 +188,7 @@ class CoreClient:
             P.RemoveBorrower: self._on_remove_borrower,
             P.GeneratorItem: self._on_generator_item,
             P.ReleaseIdleLeases: self._on_release_idle_leases,
+            P.WorkerOutOfMemory: self._on_worker_out_of_memory,
             P.LogLines: self._on_log_lines,
             P.NodeDied: self._on_node_died,
         }
@@ -1073,11 +1075,23 @@ class CoreClient:
             rec.spec = rec.spec.replace(attempt=rec.spec.attempt + 1)
             self._requeue(rec)
             return
+        oom = self._oom_kills.get(rec.lease.worker_id) if rec.lease is not None else None
+        if oom is not None:
+            self._finish_with_error(rec, E.OutOfMemoryError(
+                f"Task {rec.spec.display_name()} failed: its worker was {oom} It was tried "
+                f"{rec.spec.attempt + 1} time(s) (max_retries)."))
+            return
         detail = f" ({exc})" if isinstance(exc, (RemoteError,)) else ""
         self._finish_with_error(rec, E.WorkerCrashedError(
             f"The worker running {rec.spec.display_name()} died unexpectedly{detail} "
             f"(the process exited, crashed, or was killed, e.g. by the OOM killer). "
             f"It was tried {rec.spec.attempt + 1} time(s); set max_retries to retry it more."))
+
+    def _on_worker_out_of_memory(self, conn, msg: P.WorkerOutOfMemory, rid):
+        """The node's memory monitor is killing a worker running one of our tasks: remember why."""
+        self._oom_kills[msg.worker_id] = msg.error
+        while len(self._oom_kills) > 64:
+            self._oom_kills.pop(next(iter(self._oom_kills)))
 
     def _requeue(self, rec: TaskRecord) -> None:
         self.loop.call_soon(self._enqueue_task, rec)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core import scheduling as S
+from raylite._core import memory_monitor as MM
 from raylite._core import shm_files
 from raylite._core.clock import MonotonicClock
 from raylite._core.config import Config
@@ -111,6 +112,7 @@ class NodeDaemon:
         if not reply.ok:
             raise RuntimeError(f"the head refused this node: {reply.error}")
         self._spawn(self._heartbeat_loop())
+        self._spawn(self._memory_monitor_loop())
         if self.config.prestart_workers:
             for _ in range(max(1, min(int(self.total.get("CPU", 0) // 10000), 8))):
                 self._start_worker("", {})
@@ -653,6 +655,47 @@ class NodeDaemon:
             self._spilling.pop(oid, None)
             fut.set_result(None)
 
+    # ------------------------------------------------------------ memory monitor
+    async def _memory_monitor_loop(self) -> None:
+        """Kill the newest task's worker when node memory crosses the threshold (see memory_monitor.py)."""
+        interval = self.config.memory_monitor_interval_s
+        if interval <= 0 or self.config.memory_usage_threshold >= 1.0:
+            return
+        seen: dict[tuple[bytes, bytes], float] = {}  # (worker, lease or actor) -> first seen busy
+        killed: WorkerRecord | None = None
+        while True:
+            await asyncio.sleep(interval)
+            busy = [r for r in self.pool.workers.values() if r.state in ("LEASED", "ACTOR")]
+            now = self.clock.monotonic()
+            keys = {(r.worker_id, r.lease_id or r.actor_id) for r in busy}
+            seen = {k: t for k, t in seen.items() if k in keys}
+            for k in keys:
+                seen.setdefault(k, now)
+            if killed is not None and killed.state != "DEAD":
+                continue  # one kill at a time: wait for its memory to come back
+            killed = None
+            snapshot = _memory_snapshot()
+            if not MM.over_threshold(snapshot, self.config.memory_usage_threshold):
+                continue
+            candidates = [MM.Candidate(r.worker_id, r.pid, "", seen[(r.worker_id, r.lease_id or r.actor_id)],
+                                       is_actor=r.state == "ACTOR", retriable=r.state != "ACTOR")
+                          for r in busy if r.pid]
+            victim = MM.choose_victim(candidates)
+            if victim is None:
+                continue
+            killed = self.pool.workers.get(victim.worker_id)
+            if killed is not None:
+                self._kill_for_memory(killed, victim, snapshot)
+
+    def _kill_for_memory(self, rec: WorkerRecord, victim: MM.Candidate, snapshot: MM.MemorySnapshot) -> None:
+        reason = MM.oom_reason(snapshot, self.config.memory_usage_threshold, self.ip, victim.is_actor)
+        log.warning("memory monitor: killing worker pid %d: %s", rec.pid, reason)
+        if rec.lessee is not None:
+            with contextlib.suppress(Exception):
+                rec.lessee.send(P.WorkerOutOfMemory(reason, rec.worker_id))
+        # the owner hears why before it sees the connection drop
+        asyncio.get_running_loop().call_later(0.05, self.pool.kill, rec, f"was {reason}")
+
     def _on_pull_object(self, conn, msg: P.PullObject, rid):
         data = shm_files.read_range(self.store, msg.object_id, msg.offset, msg.length)
         if data is None:
@@ -677,6 +720,23 @@ class NodeDaemon:
 
 
 _SPEC_RUNTIME_ENV = TASK_SPEC_FIELDS.index("runtime_env")
+
+
+def _memory_snapshot() -> MM.MemorySnapshot:
+    try:
+        with open("/proc/meminfo") as f:
+            host = MM.parse_meminfo(f.read())
+    except OSError:
+        return MM.MemorySnapshot(0, 0)
+    limit = current = None
+    with contextlib.suppress(OSError, ValueError):
+        with open("/sys/fs/cgroup/memory.max") as f:
+            raw = f.read().strip()
+        if raw != "max":
+            limit = int(raw)
+            with open("/sys/fs/cgroup/memory.current") as f:
+                current = int(f.read().strip())
+    return MM.apply_cgroup_limit(host, limit, current)
 
 
 def _untracked(oid: bytes) -> Freed:

@@ -295,10 +295,11 @@ class RestoreObjectReply(Message):
 
 @message(29)
 class WorkerOutOfMemory(Message):
-    """Node -> worker: the node is low on memory and this worker was chosen to die.
-    The worker fails its running task with `error` (OutOfMemoryError) and exits."""
+    """Node -> a task's owner: the memory monitor is killing `worker_id`, which runs the
+    owner's task; the task fails (or retries) with OutOfMemoryError saying `error`."""
 
     error: str
+    worker_id: bytes = b""
 
 
 # ---------------------------------------------------------------- client <-> client
