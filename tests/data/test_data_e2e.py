@@ -73,6 +73,18 @@ def test_actor_pool_builds_the_class_once_per_actor():
     assert max(r["calls"] for r in rows) > 1  # state kept across batches in one actor
 
 
+def test_actor_pool_udf_uses_the_cpus_its_actors_reserve():
+    """Each actor's intra-op threads match its num_cpus (as Ray's OMP_NUM_THREADS does)."""
+    class Threads:
+        def __call__(self, batch):
+            n = len(batch["id"])
+            return {"torch": np.full(n, torch.get_num_threads()), "omp": np.full(n, int(os.environ["OMP_NUM_THREADS"]))}
+
+    for cpus in (1, 2):
+        rows = rd.range(20, override_num_blocks=2).map_batches(Threads, concurrency=1, num_cpus=cpus).take_all()
+        assert {(r["torch"], r["omp"]) for r in rows} == {(cpus, cpus)}
+
+
 def test_udf_error_is_the_users_type_and_names_the_operator():
     def boom(row):
         if row["id"] == 3:

@@ -196,13 +196,18 @@ class _TaskRunner(PhysicalOperator):
         assert self.ctx is not None
         r = self._running.pop(id(ref))
         self._by_ref.pop(id(ref), None)
-        meta: BlockMetadata = self.ctx.submitter.get([ref])[0]
+        sub = self.ctx.submitter
+        if r.block_ref is None:  # a dynamic map task: its refs are the blocks, then their metadata
+            refs = list(sub.get([ref])[0])
+            metas: list[BlockMetadata] = sub.get([refs[-1]])[0]
+            bundle = RefBundle(list(zip(refs[:-1], metas)))
+        else:
+            bundle = RefBundle([(r.block_ref, sub.get([ref])[0])])
         self.stats.task_wall_s += time.perf_counter() - r.started_s
         n = self.stats.tasks - len(self._running)
         avg = self._avg_out_bytes or 0.0
-        self._avg_out_bytes = avg + (meta.size_bytes - avg) / max(1, n)
+        self._avg_out_bytes = avg + (bundle.size_bytes() - avg) / max(1, n)
         self._task_finished(r)
-        bundle = RefBundle([(r.block_ref, meta)])
         if not self._preserve_order:
             self._emit(bundle)
             return
@@ -334,11 +339,12 @@ class MapOperator(_TaskRunner):
         est, consumed = self._peek_cost()
         source, blocks = self._queue.popleft()
         self._queue_bytes -= consumed
+        target = self.ctx.context.target_max_block_size
         out = self.ctx.submitter.submit(
-            tasks.map_task, [self._chain_ref, source, self._next_index, *[r for r, _ in blocks]],
-            num_returns=2, options=self.options, name=self.name,
+            tasks.map_task, [self._chain_ref, source, self._next_index, target, *[r for r, _ in blocks]],
+            num_returns="dynamic", options=self.options, name=self.name,
         )
-        self._track(out[0], out[1], est, self.options.num_cpus)
+        self._track(None, out[0], est, self.options.num_cpus)
 
     def usage_bytes(self) -> int:
         return super().usage_bytes() + self._queue_bytes
@@ -362,7 +368,8 @@ class ActorPoolMapOperator(MapOperator):
 
     def _add_actor(self) -> None:
         assert self.ctx is not None
-        actor = self.ctx.submitter.start_actor(tasks.MapWorker, [self.chain], self.options, name=self.name)
+        actor = self.ctx.submitter.start_actor(tasks.MapWorker, [self.chain, self.options.num_cpus],
+                                               self.options, name=self.name)
         self._actors.append(actor)
         self._in_flight[id(actor)] = 0
 
@@ -390,9 +397,9 @@ class ActorPoolMapOperator(MapOperator):
         self._queue_bytes -= consumed
         actor = min(self._actors, key=lambda a: self._in_flight[id(a)])
         self._in_flight[id(actor)] += 1
-        args = [source, self._next_index, *[r for r, _ in blocks]]
-        out = self.ctx.submitter.call_actor(actor, "run", args, num_returns=2)
-        self._track(out[0], out[1], est, 0.0, actor)
+        args = [source, self._next_index, self.ctx.context.target_max_block_size, *[r for r, _ in blocks]]
+        out = self.ctx.submitter.call_actor(actor, "run", args, num_returns="dynamic")
+        self._track(None, out[0], est, 0.0, actor)
 
     def _task_finished(self, r: _Running) -> None:
         if r.actor is not None and id(r.actor) in self._in_flight:

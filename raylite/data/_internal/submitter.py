@@ -78,9 +78,11 @@ class TaskSubmitter(ABC):
 
     @abstractmethod
     def submit(
-        self, fn: Callable[..., Any], args: Sequence[Any], *, num_returns: int, options: TaskOptions, name: str = ""
+        self, fn: Callable[..., Any], args: Sequence[Any], *, num_returns: int | str, options: TaskOptions,
+        name: str = "",
     ) -> list[Any]:
-        """Run ``fn(*args)`` as a task; returns ``num_returns`` refs."""
+        """Run ``fn(*args)`` as a task; returns ``num_returns`` refs (one for "dynamic": it
+        resolves to the list of refs of the values the generator ``fn`` yielded)."""
 
     @abstractmethod
     def start_actor(
@@ -89,7 +91,7 @@ class TaskSubmitter(ABC):
         """Start an actor running ``cls(*args)``; returns its handle."""
 
     @abstractmethod
-    def call_actor(self, actor: Any, method: str, args: Sequence[Any], *, num_returns: int) -> list[Any]:
+    def call_actor(self, actor: Any, method: str, args: Sequence[Any], *, num_returns: int | str) -> list[Any]:
         """Call ``actor.method(*args)``; returns ``num_returns`` refs."""
 
     @abstractmethod
@@ -158,15 +160,22 @@ class LocalSubmitter(TaskSubmitter):
     def _resolve(self, args: Sequence[Any]) -> list[Any]:
         return [a.result() if isinstance(a, LocalRef) else a for a in args]
 
-    def _split(self, fut: Future, num_returns: int) -> list[Any]:
-        if num_returns == 1:
+    def _split(self, fut: Future, num_returns: int | str) -> list[Any]:
+        if num_returns in (1, "dynamic"):
             return [LocalRef(fut)]
-        return [LocalRef(fut, i) for i in range(num_returns)]
+        return [LocalRef(fut, i) for i in range(int(num_returns))]
+
+    def _call(self, fn: Callable[[], Any], num_returns: int | str) -> Any:
+        """Run ``fn``; a "dynamic" task's generator becomes a list of refs (Ray's semantics)."""
+        result = fn()
+        if num_returns == "dynamic":
+            return [self.put(item) for item in result]
+        return result
 
     def submit(self, fn, args, *, num_returns, options, name=""):
         with self._lock:
             self.tasks_submitted += 1
-        fut = self._pool.submit(lambda: fn(*self._resolve(args)))
+        fut = self._pool.submit(lambda: self._call(lambda: fn(*self._resolve(args)), num_returns))
         return self._split(fut, num_returns)
 
     def start_actor(self, cls, args, options, name=""):
@@ -186,7 +195,8 @@ class LocalSubmitter(TaskSubmitter):
     def call_actor(self, actor, method, args, *, num_returns):
         if actor.dead:
             raise RuntimeError("actor was killed")
-        fut = actor.pool.submit(lambda: getattr(actor.instance, method)(*self._resolve(args)))
+        fut = actor.pool.submit(
+            lambda: self._call(lambda: getattr(actor.instance, method)(*self._resolve(args)), num_returns))
         return self._split(fut, num_returns)
 
     def kill_actor(self, actor):
@@ -253,7 +263,7 @@ class RayliteSubmitter(TaskSubmitter):
         if name:
             opts["name"] = name
         refs = base.options(**opts).remote(*args)
-        return list(refs) if num_returns != 1 else [refs]
+        return [refs] if num_returns in (1, "dynamic") else list(refs)
 
     def start_actor(self, cls, args, options, name=""):
         ray = self._ray()
@@ -264,6 +274,8 @@ class RayliteSubmitter(TaskSubmitter):
 
     def call_actor(self, actor, method, args, *, num_returns):
         m = getattr(actor, method)
+        if num_returns == "dynamic":
+            return [m.options(num_returns="dynamic").remote(*args)]
         if num_returns != 1:
             return list(m.options(num_returns=num_returns).remote(*args))
         return [m.remote(*args)]

@@ -25,6 +25,7 @@ from raylite.data.block import (
     BatchTypeError,
     Block,
     batch_to_block,
+    compact_block,
     concat_blocks,
     iter_table_rows,
     rows_to_block,
@@ -366,6 +367,52 @@ class TransformChain:
 
     def then(self, other: TransformChain) -> TransformChain:
         return TransformChain(self.stages + other.stages)
+
+
+def run_chain_blocks(chain: TransformChain, source: Iterator[Block], task_index: int = 0,
+                     target_bytes: int | None = None) -> Iterator[Block]:
+    """Run the chain over ``source``, yielding output blocks of about ``target_bytes``.
+
+    Why: one task that reads a big file (or flat_maps rows into many) would otherwise
+    return one huge block, which defeats the memory budget downstream and makes
+    consumers wait for all of it. Small outputs are gathered up to the target; a
+    table over 1.5x the target is cut by rows. Always yields at least one block
+    (maybe empty), so the schema travels.
+    """
+    def step(it: Iterator[Block]) -> Block | None:
+        token = _TASK_INDEX.set(task_index)  # set per step: a generator may resume in another context
+        try:
+            return next(it, None)
+        finally:
+            _TASK_INDEX.reset(token)
+
+    token = _TASK_INDEX.set(task_index)
+    try:
+        chain.setup()
+        tables = chain.apply(source)
+    finally:
+        _TASK_INDEX.reset(token)
+    pending: list[Block] = []
+    size = 0
+    emitted = False
+    while (table := step(tables)) is not None:
+        for piece in _cut_to_target(table, target_bytes):
+            pending.append(piece)
+            size += piece.nbytes
+            if target_bytes is not None and size >= target_bytes:
+                yield compact_block(concat_blocks(pending))
+                emitted = True
+                pending, size = [], 0
+    if pending or not emitted:
+        yield compact_block(concat_blocks(pending)) if pending else pa.table({})
+
+
+def _cut_to_target(table: Block, target_bytes: int | None) -> list[Block]:
+    if target_bytes is None or table.nbytes <= target_bytes * 3 // 2 or table.num_rows < 2:
+        return [table]
+    n = min(table.num_rows, -(-table.nbytes // target_bytes))
+    cuts = [table.num_rows * i // n for i in range(n + 1)]
+    return [table.slice(a, b - a) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
 
 
 def run_chain(chain: TransformChain, source: Iterator[Block], task_index: int = 0) -> Block:

@@ -264,3 +264,24 @@ def test_tokenizer_style_pandas_udf_gives_2d_tensors(local):
     out = ds.map_batches(tokenize, batch_format="pandas", batch_size=4)
     batch = next(iter(out.iter_torch_batches(batch_size=8)))
     assert batch["input_ids"].shape == (8, 8) and batch["attention_mask"].dtype == torch.int64
+
+
+def test_task_outputs_are_cut_near_target_max_block_size(local, data_context, tmp_path):
+    """One read task of a big file yields several blocks near the target (not one huge block)."""
+    data_context.target_max_block_size = 100_000
+    ds = rd.range(100_000, override_num_blocks=1)  # 800 kB from one read task
+    mat = ds.materialize()
+    sizes = [m.size_bytes for b in mat._bundles() for _, m in b.blocks]
+    assert 6 <= len(sizes) <= 10 and max(sizes) <= 150_000
+    assert [r["id"] for r in mat.take_all()] == list(range(100_000))
+    # many small outputs are gathered up to the target instead of one block per batch
+    small = rd.range(20_000, override_num_blocks=1).map_batches(lambda b: b, batch_size=100).materialize()
+    assert 1 <= small.num_blocks() <= 3
+    # a flat_map that multiplies rows is cut too
+    grown = rd.range(1000, override_num_blocks=1).flat_map(lambda r: [{"v": float(r["id"])}] * 50)
+    assert grown.materialize().num_blocks() >= 3 and grown.count() == 50_000
+    # a single big CSV file
+    pd.DataFrame({"a": np.arange(50_000), "b": np.arange(50_000) * 0.5}).to_csv(tmp_path / "big.csv", index=False)
+    csv = rd.read_csv(str(tmp_path / "big.csv")).materialize()
+    assert csv.num_blocks() >= 4 and csv.count() == 50_000
+    assert csv.take_batch(50_000)["a"].tolist() == list(range(50_000))
