@@ -602,6 +602,9 @@ class Head:
             nodes = set(pg.bundle_nodes)
             for nid in nodes:
                 self._release_on(nid, pg, [i for i, n in enumerate(pg.bundle_nodes) if n == nid])
+            for i, nid in enumerate(pg.bundle_nodes):  # optimistic until the node's next heartbeat
+                if nid in self.nodes and self.nodes[nid].alive:
+                    R.add(self.nodes[nid].available, pg.bundles[i])
         # actors placed in the group die with it
         hexid = pg.pg_id.hex()
         for actor_id, rec in list(self.actors.items()):
