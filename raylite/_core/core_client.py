@@ -189,6 +189,7 @@ class CoreClient:
             P.GeneratorItem: self._on_generator_item,
             P.ReleaseIdleLeases: self._on_release_idle_leases,
             P.WorkerOutOfMemory: self._on_worker_out_of_memory,
+            P.ListOwnedObjects: self._on_list_owned_objects,
             P.LogLines: self._on_log_lines,
             P.NodeDied: self._on_node_died,
         }
@@ -1087,6 +1088,20 @@ class CoreClient:
             f"(the process exited, crashed, or was killed, e.g. by the OOM killer). "
             f"It was tried {rec.spec.attempt + 1} time(s); set max_retries to retry it more."))
 
+    def owned_objects(self) -> list:
+        """Every object this process owns or references, with its counts (for raylite.util.state)."""
+        out = []
+        with self._lock:
+            for oid, rc in self.refs.refs.items():
+                entry = self.entries.get(oid)
+                kind = (entry.kind or "") if entry is not None else ""
+                out.append([oid, rc.owned, rc.owner_address, kind, _payload_size(kind, entry),
+                            rc.local, rc.submitted, sorted(rc.borrowers), rc.contained])
+        return out
+
+    def _on_list_owned_objects(self, conn, msg: P.ListOwnedObjects, rid):
+        return P.ListOwnedObjectsReply(os.getpid(), self.kind, self.owned_objects())
+
     def _on_worker_out_of_memory(self, conn, msg: P.WorkerOutOfMemory, rid):
         """The node's memory monitor is killing a worker running one of our tasks: remember why."""
         self._oom_kills[msg.worker_id] = msg.error
@@ -1447,6 +1462,19 @@ PIPELINE_BELOW_S = 0.002
 def _set_if_pending(fut: asyncio.Future) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+def _payload_size(kind: str, entry: ObjectEntry | None) -> int:
+    """Bytes of a ready object: inline payloads are [meta, [buffers]]; stored ones carry their size."""
+    if entry is None or not kind:
+        return 0
+    try:
+        if kind == "s":
+            return int(entry.payload[2])
+        meta, buffers = entry.payload[0], entry.payload[1]
+        return len(meta) + sum(len(b) for b in buffers)
+    except (TypeError, IndexError, ValueError):
+        return 0
 
 
 def _needs_thread(entry: ObjectEntry) -> bool:

@@ -244,6 +244,7 @@ class NodeDaemon:
     # ------------------------------------------------------------ clients
     def _on_register_client(self, conn: rpc.Connection, msg: P.RegisterClient, rid: int):
         conn.context["worker_id"] = msg.worker_id
+        conn.context["client"] = [msg.worker_id, msg.kind, msg.address, msg.pid]  # for the state API
         conn.context["kind"] = msg.kind
         conn.context["job_id"] = msg.job_id
         self.clients[msg.worker_id] = conn
@@ -716,7 +717,8 @@ class NodeDaemon:
     def _on_get_node_info(self, conn, msg, rid):
         return P.GetNodeInfoReply(self.node_id, self.total, self.available, self.store.used_bytes,
                                   self.store.capacity_bytes, len(self.pool.workers), self.store.listing(),
-                                  self.store.stats())
+                                  self.store.stats(),
+                                  [c.context["client"] for c in self.clients.values() if "client" in c.context])
 
 
 _SPEC_RUNTIME_ENV = TASK_SPEC_FIELDS.index("runtime_env")

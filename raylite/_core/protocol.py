@@ -263,6 +263,7 @@ class GetNodeInfoReply(Message):
     num_workers: int
     objects: list  # [[object_id, size, owner_address, where], ...]
     store_stats: dict = {}  # ObjectStore.stats(): spilled bytes, recycled segments, counts
+    clients: list = []  # [[worker_id, kind, address, pid], ...]: processes that may own objects
 
 
 @message(25)
@@ -303,6 +304,19 @@ class WorkerOutOfMemory(Message):
 
 
 # ---------------------------------------------------------------- client <-> client
+@message(40)
+class ListOwnedObjects(Message):
+    """State API -> any driver or worker: the objects it owns or references (raylite.util.state)."""
+
+
+@message(41)
+class ListOwnedObjectsReply(Message):
+    pid: int
+    kind: str  # "driver" | "worker"
+    # [[object_id, owned, owner_address, kind, size, local, submitted, borrowers, contained], ...]
+    objects: list
+
+
 @message(30)
 class PushTask(Message):
     spec: list  # TaskSpec.to_wire()

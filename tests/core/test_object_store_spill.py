@@ -107,3 +107,12 @@ def test_store_full_error_only_when_spill_space_is_exhausted_too(small_store):
     wait_for(lambda: _info().store_used_bytes == 0 and not _spill_files(), what="space to come back")
     ref = ray.put(_block(1))  # the store works again
     assert np.array_equal(ray.get(ref), _block(1))
+
+
+def test_list_objects_reports_spilled_objects(small_store):
+    from raylite.util.state import list_objects
+
+    refs = [ray.put(_block(i)) for i in range(6)]
+    where = {r.object_id: r.location for r in list_objects()}
+    assert where[refs[0].hex()] == "SPILLED" and where[refs[-1].hex()] == "SHARED_MEMORY"
+    del refs
