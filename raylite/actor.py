@@ -95,6 +95,13 @@ class ActorClass:
 
         return ClassNode(self, args, kwargs, self._options)
 
+    def __getstate__(self) -> dict:
+        # Captured by another remote function (called inside a task): the export
+        # bookkeeping names this process's client, which neither pickles nor applies there.
+        state = dict(self.__dict__)
+        state["_exported_by"] = None
+        return state
+
     def _export(self, client: Any) -> FunctionDescriptor:
         if self._descriptor is None:
             self._pickled = cloudpickle.dumps(self._cls)

@@ -11,6 +11,7 @@ from typing import Any
 import cloudpickle
 
 from raylite._core import options as O
+from raylite._core import packaging
 from raylite._core.task_spec import DYNAMIC, KIND_TASK, STREAMING, FunctionDescriptor, TaskSpec
 
 
@@ -54,6 +55,33 @@ def legacy_pg_options(opts: dict) -> dict:
     return opts
 
 
+_shipped: dict[tuple, str] = {}  # (path, excludes, cluster) -> package URI, uploaded once
+
+
+def _ship_working_dir(path: str, excludes: list) -> str:
+    """Upload a local working_dir to the cluster once; later calls reuse its URI.
+
+    Before init() there is no cluster to ship to: the path stays local until init()
+    merges the job's runtime_env again.
+    """
+    from raylite._core import runtime
+    from raylite._core.protocol import KvPut
+
+    client = runtime.client()
+    if client is None:
+        return path
+    key = (path, tuple(excludes), client.head_address)
+    uri = _shipped.get(key)
+    if uri is None:
+        if os.path.isdir(path):
+            digest, data = packaging.package_directory(path, excludes)
+        else:
+            digest, data = packaging.package_zip_file(path)
+        client.head_request(KvPut(packaging.KV_NAMESPACE, digest.encode(), data, False))
+        uri = _shipped[key] = packaging.PKG_SCHEME + digest
+    return uri
+
+
 def merge_runtime_env(job_env: dict | None, task_env: dict | None) -> dict:
     if not job_env and not task_env:
         return {}
@@ -64,11 +92,12 @@ def merge_runtime_env(job_env: dict | None, task_env: dict | None) -> dict:
         else:
             merged[k] = v
     wd = merged.get("working_dir")
-    if wd and not os.path.isdir(wd):
-        raise ValueError(f"runtime_env working_dir {wd!r} is not a local directory. Pass an existing "
-                         "directory; remote URIs are not supported by raylite yet.")
-    if wd:
-        merged["working_dir"] = os.path.abspath(wd)
+    if wd and not packaging.is_package_uri(wd):
+        wd = os.fspath(wd)
+        if not (os.path.isdir(wd) or (os.path.isfile(wd) and wd.endswith(".zip"))):
+            raise ValueError(f"runtime_env working_dir {wd!r} is not a local directory or .zip file. "
+                             "Pass an existing directory (it is shipped to every worker).")
+        merged["working_dir"] = _ship_working_dir(os.path.abspath(wd), merged.get("excludes") or [])
     if "env_vars" in merged:
         bad = {k: v for k, v in merged["env_vars"].items() if not isinstance(k, str) or not isinstance(v, str)}
         if bad:
@@ -107,6 +136,13 @@ class RemoteFunction:
         from raylite.dag import FunctionNode
 
         return FunctionNode(self, args, kwargs, self._options)
+
+    def __getstate__(self) -> dict:
+        # Captured by another remote function (called inside a task): the export
+        # bookkeeping names this process's client, which neither pickles nor applies there.
+        state = dict(self.__dict__)
+        state["_exported_by"] = None
+        return state
 
     def _export(self, client: Any) -> FunctionDescriptor:
         if self._descriptor is None:

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from raylite import exceptions as E
+from raylite._core import packaging
 from raylite._core import protocol as P
 from raylite._core import serialization as ser
 from raylite._core.config import get_config
@@ -79,6 +80,7 @@ class Worker:
         # (they might be what it waits for); guarded so no push slips in unseen
         self.blocked_in_get = False
         self.queue_lock = threading.Lock()
+        self.setup_error: Exception | None = None  # runtime_env could not be set up here
 
     # ------------------------------------------------------------ I/O thread side
     def _on_push_task(self, conn, msg: P.PushTask, rid: int):
@@ -116,6 +118,7 @@ class Worker:
 
         runtime.set_worker(self.client, self)
         self.client.blocked_hook = self._blocked
+        self._enter_working_dir()
         self._redirect_output()
         while True:
             conn, rid, spec = self.tasks.get()
@@ -123,6 +126,26 @@ class Worker:
                 self._create_actor(conn, rid, spec)
             else:
                 self._execute_and_reply(conn, rid, spec)
+
+    def _enter_working_dir(self) -> None:
+        """Unpack the job's shipped working_dir on this node (once) and run inside it."""
+        digest = self.request.get("working_dir_pkg")
+        if not digest:
+            return
+        try:
+            path = packaging.unpacked_path(self.request["session_dir"], digest)
+            if not os.path.isdir(path):
+                reply = self.client.head_request(P.KvGet(packaging.KV_NAMESPACE, digest.encode()), timeout=120)
+                if reply.value is None:
+                    raise FileNotFoundError(f"package {digest} is not in the cluster's store (was the "
+                                            "driver that uploaded it connected to another cluster?)")
+                path = packaging.unpack(reply.value, self.request["session_dir"], digest)
+            os.chdir(path)
+            sys.path.insert(0, path)
+        except Exception as e:  # noqa: BLE001
+            self.setup_error = E.RuntimeEnvSetupError(
+                f"could not set up runtime_env working_dir (package {digest}) on node "
+                f"{self.client.node_ip}: {type(e).__name__}: {e}")
 
     def _blocked(self, blocked: bool) -> None:
         if threading.current_thread() is threading.main_thread() or self.actor_pool is not None:
@@ -200,6 +223,8 @@ class Worker:
         try:
             if spec.task_id in self.cancelled:
                 raise E.TaskCancelledError(spec.task_id.hex())
+            if self.setup_error is not None:
+                return self._error_reply(spec, self.setup_error, "app")
             fn = self._callable(spec)
             args, kwargs = self._resolve_args(spec)
             result = fn(*args, **kwargs)
@@ -311,6 +336,8 @@ class Worker:
         self.actor_spec = spec
         self.log_prefix = f"({spec.function.qualname.rsplit('.', 1)[-1]} pid={os.getpid()}, ip={self.client.node_ip}) "
         try:
+            if self.setup_error is not None:
+                raise self.setup_error
             cls = self.client.load_function(spec.function.function_id)
             args, kwargs = self._resolve_args(spec)
             self.actor = cls.__new__(cls)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from raylite._core.ids import WorkerID
+from raylite._core.packaging import digest_of, is_package_uri
 from raylite._core.zygote import start_zygote
 
 log = logging.getLogger("raylite.worker_pool")
@@ -110,13 +111,15 @@ class WorkerPool:
         rec = WorkerRecord(worker_id, key, started_at=now)
         self.workers[worker_id] = rec
         env = {str(k): str(v) for k, v in (runtime_env.get("env_vars") or {}).items()}
+        wd = runtime_env.get("working_dir") or ""
         request = {
             "worker_id": worker_id.hex(),
             "node_address": self.node_address,
             "token": self.token,
             "session_dir": self.session_dir,
             "env": env,
-            "cwd": runtime_env.get("working_dir") or "",
+            "cwd": "" if is_package_uri(wd) else wd,
+            "working_dir_pkg": digest_of(wd) if is_package_uri(wd) else "",
             "py_path": runtime_env.get("py_modules") or [],
         }
         self._zygote_sock.sendall(json.dumps(request).encode() + b"\n")

@@ -195,6 +195,25 @@ def test_wait_splits_ready_and_pending(cluster, tmp_path):
     assert ready == [slow]
 
 
+def test_functions_and_classes_used_by_the_driver_can_be_captured_by_tasks(cluster):
+    @ray.remote
+    def one():
+        return 1
+
+    @ray.remote
+    class Five:
+        def value(self):
+            return 5
+
+    assert ray.get(one.remote()) == 1 and ray.get(Five.remote().value.remote()) == 5  # exported here
+
+    @ray.remote
+    def outer():
+        return ray.get(one.remote()) + ray.get(Five.remote().value.remote())
+
+    assert ray.get(outer.remote()) == 6
+
+
 def test_nested_tasks_beyond_cpu_count_do_not_deadlock(cluster):
     @ray.remote
     def tree(depth):
@@ -319,17 +338,47 @@ def test_object_ref_api(cluster):
 
 
 def test_runtime_env_env_vars_and_working_dir(cluster, tmp_path):
-    (tmp_path / "helper_mod_xyz.py").write_text("VALUE = 'from working dir'\n")
+    """working_dir is shipped as a package: workers run in an unpacked copy of it."""
+    src = tmp_path / "project"
+    (src / "pkg").mkdir(parents=True)
+    (src / "helper_mod_xyz.py").write_text("VALUE = 'from working dir'\n")
+    (src / "pkg" / "data.txt").write_text("nested file")
+    (src / "big.ckpt").write_bytes(b"x" * 1000)
 
     @ray.remote
     def read_env():
         import helper_mod_xyz
 
-        return os.environ.get("RAYLITE_TEST_VAR"), helper_mod_xyz.VALUE, os.getcwd()
+        with open("pkg/data.txt") as f:
+            nested = f.read()
+        with open("written_by_task.txt", "w") as f:
+            f.write("changes stay in the copy")
+        return (os.environ.get("RAYLITE_TEST_VAR"), helper_mod_xyz.VALUE, nested, os.getcwd(),
+                os.path.exists("big.ckpt"))
 
-    env = {"env_vars": {"RAYLITE_TEST_VAR": "hello"}, "working_dir": str(tmp_path)}
-    var, value, cwd = ray.get(read_env.options(runtime_env=env).remote())
-    assert (var, value, cwd) == ("hello", "from working dir", str(tmp_path))
+    env = {"env_vars": {"RAYLITE_TEST_VAR": "hello"}, "working_dir": str(src), "excludes": ["*.ckpt"]}
+    var, value, nested, cwd, has_ckpt = ray.get(read_env.options(runtime_env=env).remote())
+    assert (var, value, nested, has_ckpt) == ("hello", "from working dir", "nested file", False)
+    assert cwd != str(src) and os.path.basename(os.path.dirname(cwd)) == "working_dir"
+    assert not (src / "written_by_task.txt").exists()
+
+    @ray.remote
+    class InDir:
+        def read(self):
+            with open("pkg/data.txt") as f:
+                return f.read()
+
+    actor = InDir.options(runtime_env={"working_dir": str(src)}).remote()
+    assert ray.get(actor.read.remote()) == "nested file"
+
+
+def test_runtime_env_bad_working_dir_is_a_clear_error(cluster, tmp_path):
+    @ray.remote
+    def f():
+        return 1
+
+    with pytest.raises(ValueError, match="not a local directory"):
+        f.options(runtime_env={"working_dir": str(tmp_path / "missing")}).remote()
 
 
 def test_runtime_context_in_task(cluster):
