@@ -101,5 +101,26 @@ def status(address: str) -> None:
     click.echo(C.format_status(st))
 
 
+@main.command()
+@click.option("--address", default="auto", show_default=True, help="HOST:PORT of the head.")
+@click.option("--limit", type=int, default=100, show_default=True, help="Show at most this many objects.")
+def memory(address: str, limit: int) -> None:
+    """List objects: size, owner, where they are (inline, shared memory, spilled), who holds refs."""
+    import raylite
+    from raylite._state import format_objects, list_objects, summarize_objects
+
+    try:
+        raylite.init(address=address, log_to_driver=False)
+    except Exception as e:  # noqa: BLE001  no cluster there, or a refused token
+        _fail(f"could not connect to a raylite cluster at {address!r}: {e}")
+    try:
+        click.echo(format_objects(list_objects(limit=limit)))
+        summary = summarize_objects()
+        for where, totals in sorted(summary["by_location"].items()):
+            click.echo(f"  {where}: {totals['count']} objects, {totals['bytes'] / (1 << 20):.1f} MiB")
+    finally:
+        raylite.shutdown()
+
+
 if __name__ == "__main__":
     main()
