@@ -267,9 +267,9 @@ def available_resources() -> dict[str, float]:
 
 
 def get_gpu_ids() -> list[int]:
+    """The GPU device ids given to the current task or actor ([] in the driver)."""
     if runtime.is_worker():
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-        return [int(x) for x in visible.split(",") if x.strip().isdigit()]
+        return list(runtime.worker().ctx.gpu_ids)
     return []
 
 

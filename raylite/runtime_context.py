@@ -76,10 +76,8 @@ class RuntimeContext:
         return out
 
     def get_accelerator_ids(self) -> dict[str, list[str]]:
-        import os
-
-        gpus = [x for x in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x]
-        return {"GPU": gpus if runtime.is_worker() else []}
+        w = runtime.worker()
+        return {"GPU": [str(i) for i in w.ctx.gpu_ids] if w is not None else []}
 
     def get_placement_group_id(self) -> str | None:
         w = runtime.worker()

@@ -88,6 +88,7 @@ class Lease:
     node_conn: Any = None  # the node that granted it (another node after spillback)
     node_id: bytes = b""
     blocked: bool = False  # its worker bounced queued tasks while blocked in get()
+    gpu_ids: list = field(default_factory=list)  # devices the node gave this lease
 
 
 @dataclass
@@ -991,7 +992,8 @@ class CoreClient:
                 node_conn.send(P.ReturnLease(lease_id, True))
             self._pump(q)
             return
-        lease = Lease(lease_id, reply.worker_id, conn, q, node_conn=node_conn, node_id=reply.node_id)
+        lease = Lease(lease_id, reply.worker_id, conn, q, node_conn=node_conn, node_id=reply.node_id,
+                      gpu_ids=list(reply.gpu_ids or []))
         self._leases[lease_id] = lease
         q.leases.append(lease)
         conn.on_close.append(lambda c, lease=lease: self._lease_conn_lost(lease))
@@ -1038,6 +1040,8 @@ class CoreClient:
         lease.in_flight += 1
         rec.lease = lease
         rec.worker_conn = lease.conn
+        if lease.gpu_ids or rec.spec.gpu_ids:
+            rec.spec = rec.spec.replace(gpu_ids=lease.gpu_ids)
         fut = lease.conn.request_future(P.PushTask(rec.spec.to_wire()))
         pushed_at = time.monotonic()
         fut.add_done_callback(lambda f: self._on_task_reply(rec, lease, f, pushed_at))

@@ -15,13 +15,14 @@ import os
 import shutil
 from dataclasses import dataclass
 
+from raylite._core import memory_monitor as MM
 from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core import scheduling as S
-from raylite._core import memory_monitor as MM
 from raylite._core import shm_files
 from raylite._core.clock import MonotonicClock
 from raylite._core.config import Config
+from raylite._core.gpu_ids import GpuIds, gpu_amount, node_device_ids
 from raylite._core.object_store import Freed, ObjectStore, default_capacity_bytes
 from raylite._core.task_spec import _FIELDS as TASK_SPEC_FIELDS
 from raylite._core.transport import rpc
@@ -48,6 +49,7 @@ class NodeDaemon:
         self.ip = ip
         self.total = dict(resources)
         self.available = dict(resources)
+        self.gpus = GpuIds(node_device_ids(self.total.get("GPU", 0), os.environ.get("CUDA_VISIBLE_DEVICES")))
         self.base_total = dict(resources)  # restored when the node fences itself
         self.bulk = None  # multi-node: serves object bytes to other nodes (transport/bulk.py)
         self._fenced = False
@@ -181,6 +183,8 @@ class NodeDaemon:
         log.error("fencing this node: %s; its workers are stopped and it rejoins as a new node", why)
         self._fenced = True
         for rec in list(self.pool.workers.values()):
+            self.gpus.release(rec.gpu_ids, gpu_amount(rec.held))
+            rec.gpu_ids = []
             rec.held = {}
             self.pool.kill(rec, "its node was declared dead")
         for p in self.pending:
@@ -272,6 +276,9 @@ class NodeDaemon:
         if worker_id is None:
             return
         self.clients.pop(worker_id, None)
+        client = conn.context.get("client")
+        if client and client[2]:
+            self._free_owned_by(client[2])
         # leases held by this client: its tasks' owner is gone, stop those workers
         for rec in list(self.pool.workers.values()):
             if rec.lessee is conn and rec.state == "LEASED":
@@ -303,6 +310,8 @@ class NodeDaemon:
                 R.add(self.available, rec.held)
             else:
                 R.add(self.available, {k: v for k, v in rec.held.items() if k != "CPU"})
+            self.gpus.release(rec.gpu_ids, gpu_amount(rec.held))
+            rec.gpu_ids = []
             rec.held = {}
         if rec.lease_id:
             self.leases.pop(rec.lease_id, None)
@@ -412,6 +421,7 @@ class NodeDaemon:
             R.subtract(self.available, req)
             R.subtract(tentative, req)
             rec.held = dict(req)
+            rec.gpu_ids = self.gpus.acquire(gpu_amount(req))
             if p.actor is not None:
                 self._launch_actor(rec, p)
             else:
@@ -419,7 +429,8 @@ class NodeDaemon:
                 rec.lease_id = p.msg.lease_id
                 rec.lessee = p.conn
                 self.leases[p.msg.lease_id] = rec
-                p.conn.send(P.RequestLeaseReply(p.msg.lease_id, rec.worker_id, rec.address, self.node_id), -p.rid)
+                p.conn.send(P.RequestLeaseReply(p.msg.lease_id, rec.worker_id, rec.address, self.node_id,
+                                                gpu_ids=rec.gpu_ids), -p.rid)
         self.pending = still
         if waiting_for_resources:
             self._ask_lessees_to_release()
@@ -457,6 +468,8 @@ class NodeDaemon:
             R.add(self.available, rec.held)
         else:
             R.add(self.available, {k: v for k, v in rec.held.items() if k != "CPU"})
+        self.gpus.release(rec.gpu_ids, gpu_amount(rec.held))
+        rec.gpu_ids = []
         rec.held = {}
         rec.blocked = False
         rec.lease_id = b""
@@ -507,7 +520,7 @@ class NodeDaemon:
 
         async def create() -> None:
             try:
-                reply = await rec.conn.request(P.CreateActor(spec))
+                reply = await rec.conn.request(P.CreateActor(spec, rec.gpu_ids))
             except Exception as e:  # noqa: BLE001
                 if not fut.done():
                     fut.set_result(P.StartActorReply(False, system_error=f"the actor's worker died while starting: {rec.exit_info or e}"))
@@ -561,6 +574,8 @@ class NodeDaemon:
         # workers still running inside the removed bundles are stopped
         for rec in list(self.pool.workers.values()):
             if any(hexid in k for k in rec.held):
+                self.gpus.release(rec.gpu_ids, gpu_amount(rec.held))
+                rec.gpu_ids = []
                 rec.held = {}
                 self.pool.kill(rec, "its placement group was removed")
         self._try_grant()
@@ -581,6 +596,14 @@ class NodeDaemon:
             elif oid not in self._spilling:  # a spill in flight cleans up when it ends
                 shm_files.release(self.store, freed)
         return None
+
+    def _free_owned_by(self, owner_address: str) -> None:
+        """An owner exited: no one can resolve its objects any more (refs go through the
+        owner), so their memory and spill files are freed now rather than at session end."""
+        for oid in [oid for oid, o in self.store.objects.items() if o.owner_address == owner_address]:
+            freed = self.store.free(oid)
+            if freed is not None and oid not in self._spilling:
+                shm_files.release(self.store, freed)
 
     async def _on_create_object(self, conn, msg: P.CreateObject, rid):
         """Room for a new object: spill LRU objects if needed, hand over a warm segment."""

@@ -190,6 +190,7 @@ class RequestLeaseReply(Message):
     error_type: str = ""
     error: str = ""
     spillback_address: str = ""  # ask this node instead
+    gpu_ids: list = []  # GPU devices the lease holds (its worker sets CUDA_VISIBLE_DEVICES)
 
 
 @message(14)
@@ -375,6 +376,7 @@ class CreateActor(Message):
     """Node -> a dedicated worker: become this actor (run __init__)."""
 
     spec: list
+    gpu_ids: list = []  # GPU devices the actor holds
 
 
 @message(39)

@@ -74,6 +74,7 @@ class TaskSpec:
     concurrency_groups: dict = field(default_factory=dict)
     concurrency_group: str = ""
     parent_task_id: bytes = b""
+    gpu_ids: list = field(default_factory=list)  # set by the owner from its lease, per attempt
 
     def return_ids(self) -> list[ObjectID]:
         n = self.num_returns if self.num_returns > 0 else 1

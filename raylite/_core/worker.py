@@ -50,6 +50,7 @@ class WorkerContext:
         self.namespace = ""
         self.job_id = b""
         self.assigned_resources: dict = {}
+        self.gpu_ids: list = []
         self.current_spec: TaskSpec | None = None
         self.task_threads: dict[bytes, int] = {}
 
@@ -81,6 +82,7 @@ class Worker:
         self.blocked_in_get = False
         self.queue_lock = threading.Lock()
         self.setup_error: Exception | None = None  # runtime_env could not be set up here
+        self._initial_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
 
     # ------------------------------------------------------------ I/O thread side
     def _on_push_task(self, conn, msg: P.PushTask, rid: int):
@@ -98,7 +100,10 @@ class Worker:
         return None
 
     def _on_create_actor(self, conn, msg: P.CreateActor, rid: int):
-        self.tasks.put((conn, rid, TaskSpec.from_wire(msg.spec)))
+        spec = TaskSpec.from_wire(msg.spec)
+        if msg.gpu_ids:  # the node picked the actor's devices; they hold for its lifetime
+            spec = spec.replace(gpu_ids=list(msg.gpu_ids))
+        self.tasks.put((conn, rid, spec))
         return None
 
     def _on_cancel_task(self, conn, msg: P.CancelTask, rid: int):
@@ -212,8 +217,20 @@ class Worker:
         self.client.namespace = spec.namespace or self.client.namespace
         if spec.kind != KIND_ACTOR_CALL:
             self.ctx.assigned_resources = spec.resources
+            self._set_visible_gpus(spec.gpu_ids)
         if not self.actor_spec:
             self.log_prefix = f"({spec.display_name()} pid={os.getpid()}, ip={self.client.node_ip}) "
+
+    def _set_visible_gpus(self, gpu_ids: list) -> None:
+        """A task or actor sees only the GPU devices its lease holds (as in Ray); a task
+        that asked for none sees what the worker started with."""
+        self.ctx.gpu_ids = list(gpu_ids)
+        if gpu_ids:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
+        elif self._initial_visible is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = self._initial_visible
 
     def execute(self, conn, spec: TaskSpec) -> P.PushTaskReply:
         """Run one task or actor call; never raises."""

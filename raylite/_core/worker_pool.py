@@ -47,6 +47,7 @@ class WorkerRecord:
     lessee: object = None
     actor_id: bytes = b""
     held: dict = field(default_factory=dict)  # resources held by the lease or actor
+    gpu_ids: list = field(default_factory=list)  # devices given with `held`
     blocked: bool = False
     exit_info: str = ""
     started_at: float = 0.0

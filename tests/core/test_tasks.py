@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -415,3 +417,34 @@ def test_worker_output_reaches_driver(tmp_path):
     assert out.returncode == 0, out.stderr
     pid = next(line.split()[-1] for line in out.stdout.splitlines() if "PID " in line)
     assert f"(talk pid={pid}, ip=" in out.stdout and "line from the worker" in out.stdout
+
+
+def test_gpu_requests_get_their_own_devices(tmp_path):
+    """With (logical) GPUs on the node, each GPU task or actor sees only its devices."""
+    script = tmp_path / "gpus.py"
+    script.write_text(
+        "import os, raylite as ray\n"
+        "ray.init(num_cpus=4, num_gpus=2)\n"
+        "@ray.remote(num_gpus=1)\n"
+        "def one():\n"
+        "    import time; time.sleep(0.3)\n"
+        "    return ray.get_gpu_ids(), os.environ['CUDA_VISIBLE_DEVICES']\n"
+        "@ray.remote(num_gpus=0.5)\n"
+        "def half():\n"
+        "    return ray.get_gpu_ids()\n"
+        "@ray.remote(num_gpus=2)\n"
+        "class Both:\n"
+        "    def ids(self):\n"
+        "        return ray.get_gpu_ids(), ray.get_runtime_context().get_accelerator_ids()\n"
+        "@ray.remote\n"
+        "def none():\n"
+        "    return ray.get_gpu_ids()\n"
+        "a, b = ray.get([one.remote(), one.remote()])\n"
+        "print(sorted([a[0], b[0]]), sorted([a[1], b[1]]))\n"
+        "print(ray.get(none.remote()))\n"
+        "print(len(set(map(tuple, ray.get([half.remote() for _ in range(4)])))) <= 2)\n"
+        "both = Both.remote()\n"
+        "print(ray.get(both.ids.remote()))\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["[[0], [1]] ['0', '1']", "[]", "True", "([0, 1], {'GPU': ['0', '1']})"]

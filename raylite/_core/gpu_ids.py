@@ -1,0 +1,63 @@
+"""Which GPU devices a lease or actor gets, so its worker sees exactly those devices.
+
+Resource accounting (resources.py) says *how much* GPU is free; this says *which* device
+ids. Whole-GPU requests take whole free devices, lowest id first; fractional requests
+share one device, best fit first, so small requests pack instead of spreading. Amounts
+are fixed-point, as in resources.py.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from raylite._core.resources import _SCALE
+
+# bundle-indexed placement group GPU resources ("GPU_group_0_<pg>"); the wildcard
+# "GPU_group_<pg>" is requested alongside them and must not be counted twice
+_BUNDLE_GPU = re.compile(r"^GPU_group_\d+_")
+
+
+def gpu_amount(request: Mapping[str, int]) -> int:
+    """GPU asked for by a request, counting placement-group bundle GPUs once."""
+    return request.get("GPU", 0) + sum(v for k, v in request.items() if _BUNDLE_GPU.match(k))
+
+
+class GpuIds:
+    def __init__(self, device_ids: list[int]) -> None:
+        self.free = {i: _SCALE for i in device_ids}
+
+    def acquire(self, amount: int) -> list[int]:
+        """Device ids for `amount` (fixed-point); empty when nothing is asked or none fit."""
+        if amount <= 0 or not self.free:
+            return []
+        if amount >= _SCALE:
+            whole = [i for i in sorted(self.free) if self.free[i] == _SCALE][: amount // _SCALE]
+            for i in whole:
+                self.free[i] = 0
+            return whole
+        fitting = [i for i in sorted(self.free) if self.free[i] >= amount]
+        if not fitting:
+            return []
+        best = min(fitting, key=lambda i: self.free[i])
+        self.free[best] -= amount
+        return [best]
+
+    def release(self, ids: list[int], amount: int) -> None:
+        if not ids:
+            return
+        if amount >= _SCALE:
+            for i in ids:
+                self.free[i] = _SCALE
+        else:
+            self.free[ids[0]] = min(_SCALE, self.free[ids[0]] + amount)
+
+
+def node_device_ids(total_gpu_fixed: int, visible: str | None) -> list[int]:
+    """The node's device ids: its own CUDA_VISIBLE_DEVICES when that matches its GPU count."""
+    count = total_gpu_fixed // _SCALE
+    if visible:
+        ids = [int(x) for x in visible.split(",") if x.strip().isdigit()]
+        if len(ids) >= count:
+            return ids[:count]
+    return list(range(count))
