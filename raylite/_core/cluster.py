@@ -56,7 +56,8 @@ def default_ip() -> str:
 def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "", node_ip: str = "",
                num_cpus: float | None = None, num_gpus: float | None = None,
                resources: dict | None = None, object_store_memory: int | None = None,
-               persist: str = "", token: str = "", timeout_s: float = 60.0) -> StartedNode:
+               persist: str = "", token: str = "", tls_cert: str = "", tls_key: str = "",
+               timeout_s: float = 60.0) -> StartedNode:
     """Start a head node or a worker node as a detached process; wait until it serves."""
     temp_dir = config.temp_dir
     ip = node_ip or default_ip()
@@ -85,6 +86,9 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
     env["RAYLITE_TEMP_DIR"] = temp_dir
     if object_store_memory:
         env["RAYLITE_OBJECT_STORE_BYTES"] = str(int(object_store_memory))
+    if tls_cert:
+        env["RAYLITE_TLS_CERT_FILE"] = os.path.abspath(tls_cert)
+        env["RAYLITE_TLS_KEY_FILE"] = os.path.abspath(tls_key) if tls_key else ""
     pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in [pkg_root, env.get("PYTHONPATH", "")] if p)
     cmd = [sys.executable, "-m", "raylite._core.node_main", "--session-dir", session, "--ip", ip,

@@ -34,6 +34,11 @@ class Config:
     head_reconnect_timeout_s: float = 60.0
     # multi-node: this machine's IP; clients listen on TCP there so other nodes reach them
     node_ip_address: str = ""
+    # optional TLS for TCP links (mutual: every node, driver and worker presents this cert);
+    # the CA defaults to the cert itself (one self-signed cert per cluster)
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_ca_file: str = ""
     # infeasible requests are reported after this long without any node able to fit them
     infeasible_report_s: float = 0.0
     # memory monitor

@@ -39,17 +39,17 @@ def main() -> None:
               "so a restarted head recovers the cluster.")
 @click.option("--token", default="", envvar="RAYLITE_TOKEN", help="Cluster token (default: the head "
               "generates one; other nodes on the head's machine read it from its 0600 token file).")
-@click.option("--tls-cert", default="", help="Not supported yet: refused with an error.")
-@click.option("--tls-key", default="", help="Not supported yet: refused with an error.")
+@click.option("--tls-cert", default="", help="PEM certificate for TLS on TCP links (the cluster's CA "
+              "unless RAYLITE_TLS_CA_FILE says otherwise); drivers need RAYLITE_TLS_CERT_FILE/_KEY_FILE.")
+@click.option("--tls-key", default="", help="PEM private key of --tls-cert.")
 def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: float | None,
           num_gpus: float | None, resources: str, object_store_memory: int | None, dashboard_host: str,
           dashboard_port: int, block: bool, persist: str, token: str, tls_cert: str, tls_key: str) -> None:
     """Start a head node (--head) or join a worker node to a cluster (--address)."""
     if head == bool(address):
         _fail("pass exactly one of --head (new cluster) or --address=HOST:PORT (join one)")
-    if tls_cert or tls_key:
-        _fail("TLS (--tls-cert/--tls-key) is not implemented in this raylite version; links are "
-              "authenticated by the cluster token only. Use a private network or an SSH tunnel.")
+    if bool(tls_cert) != bool(tls_key):
+        _fail("--tls-cert and --tls-key go together")
     try:
         custom = json.loads(resources)
         assert isinstance(custom, dict)
@@ -58,7 +58,8 @@ def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: f
     try:
         node = C.start_node(get_config(), head=head, port=port, address=address, node_ip=node_ip_address,
                             num_cpus=num_cpus, num_gpus=num_gpus, resources=custom,
-                            object_store_memory=object_store_memory, persist=persist, token=token)
+                            object_store_memory=object_store_memory, persist=persist, token=token,
+                            tls_cert=tls_cert, tls_key=tls_key)
     except (C.StartError, ConnectionError, ValueError) as e:
         _fail(str(e))
     if head:

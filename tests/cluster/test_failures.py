@@ -72,8 +72,47 @@ def test_object_on_dead_node_raises_object_lost(make_cluster):
         ray.get(ref, timeout=30)
 
 
+@pytest.fixture
+def redis_url():
+    """A throwaway redis-server (skipped where redis-server or the redis package is missing)."""
+    import shutil
+    import socket
+    import subprocess
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    pytest.importorskip("redis")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        import redis
+
+        wait_until(lambda: _pings(redis.Redis(port=port)), 10, "redis-server up")
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait(5)
+
+
+def _pings(r) -> bool:
+    try:
+        return bool(r.ping())
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def test_head_restart_with_sqlite_keeps_detached_named_actor(make_cluster, tmp_path):
-    db = f"sqlite:{tmp_path / 'head.db'}"
+    _head_restart_keeps_detached_actor(make_cluster, f"sqlite:{tmp_path / 'head.db'}")
+
+
+def test_head_restart_with_redis_keeps_detached_named_actor(make_cluster, redis_url):
+    _head_restart_keeps_detached_actor(make_cluster, redis_url)
+
+
+def _head_restart_keeps_detached_actor(make_cluster, db: str) -> None:
     c = make_cluster()
     head = c.add_head(num_cpus=1, persist=db)
     port = int(c.address.rsplit(":", 1)[1])

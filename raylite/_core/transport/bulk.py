@@ -65,10 +65,17 @@ class BulkServer:
                 return
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
+    def _wrap(self, conn: socket.socket) -> socket.socket:
+        from raylite._core.transport.rpc import tls_contexts
+
+        ctx = tls_contexts()[0]
+        return ctx.wrap_socket(conn, server_side=True) if ctx is not None else conn
+
     def _serve(self, conn: socket.socket) -> None:
         with conn:
             try:
                 conn.settimeout(30)
+                conn = self._wrap(conn)
                 (n,) = _HEAD.unpack(_recv_exact(conn, _HEAD.size))
                 token = _recv_exact(conn, n) if n <= 1024 else b""
                 if n > 1024 or not hmac.compare_digest(token, self._token):
@@ -105,6 +112,11 @@ class BulkClient:
         host, port = address.rsplit(":", 1)
         self._sock = socket.create_connection((host, int(port)), timeout=timeout_s)
         self._sock.settimeout(None)  # blocking recv_into: no poll() before every read
+        from raylite._core.transport.rpc import tls_contexts
+
+        ctx = tls_contexts()[1]
+        if ctx is not None:  # sendfile degrades to plain sends under TLS
+            self._sock = ctx.wrap_socket(self._sock, server_hostname=None)
         tok = token.encode()
         self._sock.sendall(_HEAD.pack(len(tok)) + tok)
         self._lock = threading.Lock()

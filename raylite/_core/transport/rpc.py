@@ -273,7 +273,9 @@ async def connect(address: str, handlers: dict[type, Handler] | None = None, *, 
             _, conn = await asyncio.wait_for(loop.create_unix_connection(factory, target), timeout_s)
         else:
             host, port = target  # type: ignore[misc]
-            _, conn = await asyncio.wait_for(loop.create_connection(factory, host, port), timeout_s)
+            ctx = tls_contexts()[1]
+            _, conn = await asyncio.wait_for(loop.create_connection(
+                factory, host, port, ssl=ctx, server_hostname="" if ctx else None), timeout_s)
     except (OSError, asyncio.TimeoutError) as e:
         raise ConnectionBrokenError(f"cannot connect to {address}: {e}") from e
     conn.peer_role = "server"
@@ -303,10 +305,10 @@ async def connect(address: str, handlers: dict[type, Handler] | None = None, *, 
         conn.close()
         if isinstance(e, asyncio.TimeoutError):
             raise ConnectionBrokenError(f"no handshake reply from {address} within {timeout_s}s") from e
-        if fut.done() and fut.exception():
+        if fut.done() and isinstance(fut.exception(), HandshakeError):
             raise fut.exception() from None
-        raise HandshakeError(f"{address} closed the connection during the handshake "
-                             "(wrong cluster token?)") from e
+        raise HandshakeError(f"{address} closed the connection during the handshake (wrong cluster "
+                             "token? or it requires TLS: set RAYLITE_TLS_CERT_FILE/_KEY_FILE)") from e
     finally:
         conn._pending.pop(0, None)
     return conn
@@ -327,7 +329,7 @@ async def listen(address: str, handlers: dict[type, Handler], *, token: str,
         return conn
 
     if sock is not None:
-        return await loop.create_server(factory, sock=sock)
+        return await loop.create_server(factory, sock=sock, ssl=tls_contexts()[0])
     if kind == "unix":
         path = str(target)
         if os.path.exists(path):
@@ -336,5 +338,36 @@ async def listen(address: str, handlers: dict[type, Handler], *, token: str,
         os.chmod(path, 0o600)
     else:
         host, port = target  # type: ignore[misc]
-        server = await loop.create_server(factory, host, port, reuse_address=True)
+        server = await loop.create_server(factory, host, port, reuse_address=True, ssl=tls_contexts()[0])
     return server
+
+
+_TLS: tuple | None = None
+
+
+def tls_contexts() -> tuple:
+    """(server, client) SSL contexts for TCP links, or (None, None) when TLS is off.
+
+    Built once from Config (tls_cert_file, tls_key_file, tls_ca_file). Both sides present
+    the cluster certificate and verify the peer's against the CA, so TLS also authenticates;
+    host names are not checked (nodes are addressed by IP). Unix sockets never use TLS.
+    """
+    global _TLS
+    if _TLS is None:
+        from raylite._core.config import get_config
+
+        cfg = get_config()
+        if not cfg.tls_cert_file:
+            _TLS = (None, None)
+        else:
+            import ssl
+
+            ca = cfg.tls_ca_file or cfg.tls_cert_file
+            server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=ca)
+            server.load_cert_chain(cfg.tls_cert_file, cfg.tls_key_file or None)
+            server.verify_mode = ssl.CERT_REQUIRED
+            client = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+            client.check_hostname = False
+            client.load_cert_chain(cfg.tls_cert_file, cfg.tls_key_file or None)
+            _TLS = (server, client)
+    return _TLS
