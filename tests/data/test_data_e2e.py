@@ -96,6 +96,8 @@ def test_udf_error_is_the_users_type_and_names_the_operator():
     assert "Map(boom)" in str(info.value) and "'id': 3" in str(info.value)
     with pytest.raises(TypeError, match="MapBatches"):
         rd.range(10).map_batches(lambda b: 42).take_all()
+    with pytest.raises(raylite.exceptions.TaskUnschedulableError, match="MapBatches.*GPU: 1"):
+        rd.range(10).map_batches(lambda b: b, num_gpus=1).take_all()  # at once, not a hang
     assert rd.range(5).count() == 5  # the cluster still works
 
 
