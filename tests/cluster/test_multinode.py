@@ -119,6 +119,15 @@ def test_cli_status_and_stop(three_nodes):
     out = subprocess.run([*cli, "status"], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "Active: 3" in out.stdout and "0/3 CPU" in out.stdout
+    ray.init(address="auto")  # more work than CPUs: the rest shows as pending demand
+    refs = [where.remote(4.0) for _ in range(6)]
+
+    def status_shows_pending():
+        res = subprocess.run([*cli, "status"], env=env, capture_output=True, text=True, timeout=60)
+        return "pending: {CPU: 1}" in res.stdout and "3/3 CPU" in res.stdout
+    wait_until(status_shows_pending, 15, "pending demand in raylite status")
+    ray.shutdown()
+    del refs
     # port in use: a clear error naming the fix
     port = three_nodes.address.rsplit(":", 1)[1]
     out = subprocess.run([*cli, "start", "--head", "--port", port, "--node-ip-address", "127.0.0.1"],
