@@ -142,6 +142,8 @@ if __name__ == "__main__":
     )
     result = trainer.fit()
     print(f"Final loss: {result.metrics['loss']:.4f}")
+    # train_loader is built once and looped over per epoch: every epoch must see batches
+    print(f"Loss per epoch: {[round(x, 3) for x in result.metrics_dataframe['loss']]}")
 
     trainer = TorchTrainer(
         train_loop_per_worker=train_fn_deepspeed,

@@ -80,4 +80,7 @@ def test_llm_sft_with_data_and_deepspeed_style(tmp_path):
     out = run_example("train_llm_sft.py", tmp_path)
     assert "tokenized batch: (8, 16)" in out
     assert "Final loss:" in out
+    line = next(x for x in out.splitlines() if x.startswith("Loss per epoch:"))
+    losses = eval(line.split(":", 1)[1])  # noqa: S307 - our own example's output
+    assert len(losses) == 3 and all(loss > 0 for loss in losses)  # each epoch trained on batches
     assert "DeepSpeed-style run: model DistributedDataParallel" in out
