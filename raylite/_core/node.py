@@ -605,8 +605,9 @@ class NodeDaemon:
             if freed is not None and oid not in self._spilling:
                 shm_files.release(self.store, freed)
 
-    async def _on_create_object(self, conn, msg: P.CreateObject, rid):
-        """Room for a new object: spill LRU objects if needed, hand over a warm segment."""
+    def _on_create_object(self, conn, msg: P.CreateObject, rid):
+        """Room for a new object: spill LRU objects if needed, hand over a warm segment.
+        Answered at once (no task) unless objects must be spilled first."""
         try:
             res = self.store.reserve(msg.object_id, msg.size, msg.owner_address,
                                      spill_free_bytes=self._spill_free(msg.size),
@@ -614,9 +615,16 @@ class NodeDaemon:
         except Exception as e:  # noqa: BLE001  ObjectStoreFullError
             return P.CreateObjectReply(False, str(e))
         shm_files.drop_pool_files(res.drop_pool)
-        await self._spill_all(res.spill)
+        if res.spill:
+            return self._spill_then_create(res)
         shm_files.take_segment(self.store, res.reuse, msg.object_id)
         return P.CreateObjectReply(True)
+
+    async def _spill_then_create(self, res) -> P.CreateObjectReply:
+        await self._spill_all(res.spill)
+        shm_files.take_segment(self.store, res.reuse, res.object_id)
+        return P.CreateObjectReply(True)
+
 
     async def _on_restore_object(self, conn, msg: P.RestoreObject, rid):
         oid = msg.object_id

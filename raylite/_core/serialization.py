@@ -161,10 +161,10 @@ def stored_size(so: SerializedObject) -> int:
     return _layout(so)[2]
 
 
-def write_file(so: SerializedObject, path: str) -> int:
-    """Write the object to `path` (created; must not exist). Returns its size."""
+def write_file(so: SerializedObject, path: str, *, exclusive: bool = True) -> int:
+    """Write the object to `path` (created; must not exist when `exclusive`). Returns its size."""
     header, spans, total = _layout(so)
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    fd = os.open(path, os.O_CREAT | (os.O_EXCL if exclusive else 0) | os.O_WRONLY, 0o600)
     try:
         pieces: list[Any] = [header, so.meta]
         pos = len(header) + len(so.meta)
@@ -172,7 +172,7 @@ def write_file(so: SerializedObject, path: str) -> int:
             if off > pos:
                 pieces.append(b"\x00" * (off - pos))
             mv = memoryview(b)
-            pieces.append(mv if mv.contiguous else mv.tobytes())
+            pieces.append(_raw(b))
             pos = off + mv.nbytes
         _writev_all(fd, pieces)
     finally:
@@ -192,6 +192,8 @@ def write_into(so: SerializedObject, path: str) -> int:
     """
     header, spans, total = _layout(so)
     seg = _WRITER_MAPS.acquire(path, total)
+    if seg is None:  # a fresh file: write() allocates its pages faster than a mapping
+        return write_file(so, path, exclusive=False)
     try:
         mm = seg.mm
         mm[0:len(header)] = header
@@ -231,7 +233,8 @@ class _WriterMaps:
         self._lock = threading.Lock()
         self._free: dict[tuple[int, int], _Segment] = {}
 
-    def acquire(self, path: str, total: int) -> _Segment:
+    def acquire(self, path: str, total: int) -> _Segment | None:
+        """A mapping of `path` sized `total`; None if the file is new (no pages to reuse)."""
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             st = os.fstat(fd)
@@ -243,6 +246,9 @@ class _WriterMaps:
                     os.close(fd)
                     return seg
                 seg.close()
+            if st.st_size == 0:
+                os.close(fd)
+                return None
             if st.st_size != total:
                 os.ftruncate(fd, total)
             mm = mmap.mmap(fd, total, flags=mmap.MAP_SHARED | _MAP_POPULATE)

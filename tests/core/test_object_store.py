@@ -169,3 +169,18 @@ def test_writing_to_a_zero_copy_tensor_is_private_to_the_writer(cluster):
         return float(t.sum())
 
     assert ray.get(total.remote(ref)) == 0.0
+
+
+def test_objects_of_an_exited_owner_are_freed(cluster):
+    @ray.remote
+    class Maker:
+        def make(self):
+            self.ref = ray.put(np.ones(MIB, dtype=np.uint8))
+            return self.ref.hex()
+
+    maker = Maker.remote()
+    name = ray.get(maker.make.remote())
+    assert name in _object_files()
+    ray.kill(maker)
+    wait_for(lambda: name not in _object_files(), what="the dead owner's object to be freed")
+    wait_for(lambda: all(o[0].hex() != name for o in _node_info().objects), what="the node to forget it")
