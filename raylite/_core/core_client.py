@@ -53,9 +53,19 @@ class _Latch:
             self._lock.release()
 
     def wait(self, timeout: float | None) -> bool:
+        # Wait in slices: an exception injected into this thread (ray.cancel of a task
+        # blocked in get()) is only delivered when Python code runs again.
         if timeout is None:
-            return self._lock.acquire()
-        return self._lock.acquire(timeout=max(0.0, timeout))
+            while not self._lock.acquire(timeout=0.1):
+                pass
+            return True
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            left = deadline - time.monotonic()
+            if self._lock.acquire(timeout=max(0.0, min(left, 0.1))):
+                return True
+            if left <= 0.1:
+                return False
 
 
 @dataclass
@@ -297,6 +307,11 @@ class CoreClient:
         self._closed = True
 
         async def close() -> None:
+            if self.kind == "driver" and self.log_handler is not None and self.node is not None:
+                # one round trip to the node: worker output it still holds for us is
+                # forwarded before its reply, so prints from the last tasks are not lost
+                with contextlib.suppress(Exception):
+                    await self.node.request(P.GetNodeInfo(), 1.0)
             for lease in list(self._leases.values()):
                 try:
                     (lease.node_conn or self.node).send(P.ReturnLease(lease.lease_id))
@@ -1417,6 +1432,10 @@ class CoreClient:
     # ================================================================ cancel
     def cancel(self, ref: ObjectRef, force: bool, recursive: bool) -> None:
         task_id = ObjectID(ref._id).task_id()
+        rec = self._tasks.get(bytes(task_id))
+        if force and rec is not None and rec.spec.kind == KIND_ACTOR_CALL:
+            raise ValueError("force=True is not supported for actor tasks: an actor's process runs "
+                             "its other calls too. Use raylite.kill(actor) to stop the actor.")
         self.loop.call_soon_threadsafe(self._cancel, bytes(task_id), force, recursive)
 
     def _cancel(self, task_id: bytes, force: bool, recursive: bool) -> None:
@@ -1434,8 +1453,6 @@ class CoreClient:
                     st.queue.remove(rec)
             self._finish_with_error(rec, E.TaskCancelledError(task_id.hex()))
             return
-        if rec.spec.kind == KIND_ACTOR_CALL and force:
-            raise ValueError("force=True is not supported for actor tasks; use raylite.kill(actor)")
         if force and rec.lease is not None:
             (rec.lease.node_conn or self.node).send(P.KillWorker(rec.lease.worker_id, "cancelled with force=True"))
             return

@@ -12,11 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import fcntl
 import inspect
 import os
 import queue
+import select
+import struct
 import sys
+import termios
 import threading
+import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -83,6 +88,7 @@ class Worker:
         self.queue_lock = threading.Lock()
         self.setup_error: Exception | None = None  # runtime_env could not be set up here
         self._initial_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        self._output_pipes: list[tuple[int, threading.Lock]] = []  # (read end, pump lock)
 
     # ------------------------------------------------------------ I/O thread side
     def _on_push_task(self, conn, msg: P.PushTask, rid: int):
@@ -108,13 +114,35 @@ class Worker:
 
     def _on_cancel_task(self, conn, msg: P.CancelTask, rid: int):
         self.cancelled.add(msg.task_id)
+        if msg.recursive:  # the tasks it submitted are cancelled too (and theirs, in turn)
+            children = [tid for tid, rec in list(self.client._tasks.items())
+                        if rec.spec.parent_task_id == msg.task_id]
+            for child in children:
+                self.client._cancel(child, msg.force, True)
         tid = self.ctx.task_threads.get(msg.task_id)
         if tid is not None:
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), ctypes.py_object(E.TaskCancelledError))
         return None
 
     def _reply(self, conn, rid: int, msg: P.Message) -> None:
+        self._drain_output()
         self.client.call_soon(_send_reply, conn, msg, -rid)
+
+    def _drain_output(self) -> None:
+        """Hand what the task printed to the I/O loop before its reply, so a driver that
+        exits right after get() still shows the task's output."""
+        if not self._output_pipes:
+            return
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        for _ in range(200):  # bounded: a child process may keep writing forever
+            if not any(_unread_bytes(fd) for fd, _lock in self._output_pipes):
+                break
+            time.sleep(0.001)
+        for _fd, lock in self._output_pipes:
+            with lock:  # a pump that read data has queued it once it lets go
+                pass
 
     # ------------------------------------------------------------ main thread
     def run(self) -> None:
@@ -420,16 +448,21 @@ class Worker:
             r, w = os.pipe()
             os.dup2(w, fd)
             os.close(w)
-            threading.Thread(target=self._pump_output, args=(r, stream), daemon=True,
+            lock = threading.Lock()
+            self._output_pipes.append((r, lock))
+            threading.Thread(target=self._pump_output, args=(r, stream, lock), daemon=True,
                              name=f"raylite-{stream}").start()
         sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
         sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
 
-    def _pump_output(self, fd: int, stream: str) -> None:
-        with os.fdopen(fd, "rb", buffering=0) as f:
-            pending = b""
-            while True:
-                data = f.read(65536)
+    def _pump_output(self, fd: int, stream: str, lock: threading.Lock) -> None:
+        # read only while holding `lock`: data is either still in the pipe or queued for
+        # sending, never in between (see _drain_output)
+        pending = b""
+        while True:
+            select.select([fd], [], [])
+            with lock:
+                data = os.read(fd, 65536)
                 if not data:
                     return
                 pending += data
@@ -439,13 +472,18 @@ class Worker:
                 text = [ln.decode(errors="replace") for ln in lines]
                 msg = P.LogLines(self.ctx.job_id, self.log_prefix, stream, text)
                 with contextlib.suppress(Exception):
-                    self.client.loop.call_soon_threadsafe(self.client._send_node, msg)
+                    self.client.call_soon(self.client._send_node, msg)
 
 
 async def _call_init(actor: Any, args: tuple, kwargs: dict) -> None:
     result = actor.__init__(*args, **kwargs)
     if inspect.isawaitable(result):
         await result
+
+
+def _unread_bytes(fd: int) -> int:
+    buf = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+    return struct.unpack("i", buf)[0]
 
 
 def _send_reply(conn, msg: P.Message, rid: int) -> None:

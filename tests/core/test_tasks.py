@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -324,6 +325,46 @@ def test_cancel_running_task(cluster):
     ray.cancel(ref2, force=True)
     with pytest.raises((TaskCancelledError, WorkerCrashedError)):
         ray.get(ref2, timeout=10)
+
+
+def test_recursive_cancel_stops_child_tasks(cluster, tmp_path):
+    from tests.conftest import wait_for
+
+    marker = tmp_path / "child_cancelled"
+
+    @ray.remote(max_retries=0)
+    def child(path):
+        try:
+            open(path + ".started", "w").close()
+            while True:
+                time.sleep(0.01)
+        except TaskCancelledError:
+            open(path, "w").close()
+            raise
+
+    @ray.remote(max_retries=0)
+    def parent(path):
+        return ray.get(child.remote(path))
+
+    ref = parent.remote(str(marker))
+    started = tmp_path / "child_cancelled.started"
+    wait_for(started.exists, what="the child task to start")
+    ray.cancel(ref, recursive=True)
+    with pytest.raises(TaskCancelledError):
+        ray.get(ref, timeout=10)
+    wait_for(marker.exists, timeout_s=10, what="the child task to see its cancellation")
+
+
+def test_force_cancel_of_an_actor_call_is_refused(cluster):
+    @ray.remote
+    class Slow:
+        def wait(self):
+            time.sleep(2)
+
+    actor = Slow.remote()
+    ref = actor.wait.remote()
+    with pytest.raises(ValueError, match="raylite.kill"):
+        ray.cancel(ref, force=True)
 
 
 def test_object_ref_api(cluster):
