@@ -774,6 +774,7 @@ class CoreClient:
 
     def wait(self, refs: list[ObjectRef], num_returns: int, timeout: float | None,
              fetch_local: bool = True) -> tuple[list[ObjectRef], list[ObjectRef]]:
+        deadline = None if timeout is None else time.monotonic() + timeout
         entries = [self._entry_for(r) for r in refs]
         ready_count = sum(1 for e in entries if e.kind is not None)
         if ready_count < num_returns:
@@ -785,7 +786,39 @@ class CoreClient:
         ready, not_ready = [], []
         for r, e in zip(refs, entries):
             (ready if e.kind is not None and len(ready) < num_returns else not_ready).append(r)
+        if fetch_local and ready:
+            fetched = self._fetch_remote(ready, deadline)
+            if len(fetched) < len(ready):  # still on their way here: not ready yet
+                late = (set(map(id, ready)) - set(map(id, fetched))) | set(map(id, not_ready))
+                not_ready = [r for r in refs if id(r) in late]
+                ready = fetched
         return ready, not_ready
+
+    def _fetch_remote(self, refs: list[ObjectRef], deadline: float | None) -> list[ObjectRef]:
+        """wait(fetch_local=True): pull ready objects that live on other nodes into this
+        node's store (in parallel, until the deadline); returns the refs now local."""
+        remote = {}
+        for r in refs:
+            entry = self.entries.get(r._id)
+            if entry is not None and entry.kind == "s" and entry.payload[0] != self.node_id \
+                    and not os.path.exists(os.path.join(self.store_dir, r._id.hex())):
+                remote[id(r)] = (r, entry.payload)
+        if not remote:
+            return refs
+
+        async def pull_all() -> list:
+            return await asyncio.gather(*(self._pull_object(r._id, loc) for r, loc in remote.values()),
+                                        return_exceptions=True)
+
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            results = self.run_sync(pull_all(), left)
+        except Exception:  # noqa: BLE001  timed out: what arrived so far is local
+            results = [None if os.path.exists(os.path.join(self.store_dir, r._id.hex())) else TimeoutError()
+                       for r, _ in remote.values()]
+        failed = {key for key, res in zip(remote, results)
+                  if isinstance(res, BaseException) and not isinstance(res, E.ObjectLostError)}
+        return [r for r in refs if id(r) not in failed]
 
     def future_of(self, ref: ObjectRef) -> concurrent.futures.Future:
         fut: concurrent.futures.Future = concurrent.futures.Future()
