@@ -196,8 +196,7 @@ class NodeDaemon:
                                                     error="the node was declared dead"), -p.rid)
         self.pending = []
         self.leases.clear()
-        for oid in list(self.store.objects):
-            self.store.free(oid)
+        self._on_free_objects(None, P.FreeObjects(list(self.store.objects)), 0)
         self.total = dict(self.base_total)
         self.available = dict(self.base_total)
         if self.head is not None and not self.head.is_closed():
