@@ -35,12 +35,12 @@ class ObjectState:
     ip: str = ""
     type: str = ""  # DRIVER | WORKER (the owner)
     node_id: str = ""  # the node whose store holds it ("" for inline values)
-    reference_holders: list[dict] = field(default_factory=list)
+    reference_holders: list[dict[str, Any]] = field(default_factory=list)
 
     def __getitem__(self, key: str) -> Any:  # Ray's rows are read both ways
         return getattr(self, key)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -56,7 +56,7 @@ def list_objects(*, filters: list[tuple[str, str, Any]] | None = None, limit: in
 
 
 def summarize_objects(*, timeout: float | None = None, raise_on_missing_output: bool = True,
-                      _explain: bool = False) -> dict:
+                      _explain: bool = False) -> dict[str, Any]:
     """Totals: object count and bytes per location and per owner process."""
     rows = list_objects(timeout=timeout, limit=10**9)
     by_location: dict[str, dict[str, int]] = {}
@@ -73,7 +73,7 @@ def summarize_objects(*, timeout: float | None = None, raise_on_missing_output: 
 
 
 # ------------------------------------------------------------------ gathering
-async def _gather(client: Any) -> tuple[list, dict]:
+async def _gather(client: Any) -> tuple[list[Any], dict[str, Any]]:
     cluster = await asyncio.wait_for(client.head.request(P.GetClusterInfo()), _TIMEOUT_S)
     node_infos = []
     for n in cluster.nodes:
@@ -104,7 +104,7 @@ async def _gather(client: Any) -> tuple[list, dict]:
     return node_infos, processes
 
 
-def _join(node_infos: list, processes: dict) -> list[ObjectState]:
+def _join(node_infos: list[Any], processes: dict[str, Any]) -> list[ObjectState]:
     stored: dict[bytes, tuple[int, str, str, str]] = {}  # oid -> (size, owner, where, node id)
     for n, info in node_infos:
         for oid, size, owner, where in info.objects:
@@ -112,7 +112,7 @@ def _join(node_infos: list, processes: dict) -> list[ObjectState]:
             if prev is None or prev[2] != "shared_memory":
                 stored[oid] = (size, owner, where, n["node_id"].hex())
     rows: dict[bytes, ObjectState] = {}
-    holders: dict[bytes, list[dict]] = {}
+    holders: dict[bytes, list[dict[str, Any]]] = {}
     for address, (kind, pid, ip, objects) in processes.items():
         for oid, owned, _owner, okind, size, local, submitted, borrowers, contained in objects:
             holders.setdefault(oid, []).append({
@@ -138,7 +138,7 @@ def _join(node_infos: list, processes: dict) -> list[ObjectState]:
     return out
 
 
-def _location(kind: str, stored: tuple | None) -> str:
+def _location(kind: str, stored: tuple[int, str, str, str] | None) -> str:
     if kind == "v":
         return "INLINE"
     if kind == "e":

@@ -322,7 +322,7 @@ class ObjectStore:
         obj = self.objects.get(object_id)
         return "" if obj is None else ("spilled" if obj.state in (SPILLED, RESTORING) else "shared_memory")
 
-    def listing(self) -> list[list]:
+    def listing(self) -> list[list[object]]:
         return [[oid, o.size, o.owner_address, self.where(oid)] for oid, o in self.objects.items()]
 
     def stats(self) -> dict[str, int]:
