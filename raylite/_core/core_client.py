@@ -518,26 +518,31 @@ class CoreClient:
                 self.refs.add_contained(object_id, [(r._id, r._owner) for r in so.contained_refs])
         return ref
 
-    def _store_value(self, object_id: bytes, so: ser.SerializedObject) -> tuple[str, Any]:
-        """Inline small values; write big ones to this node's shared-memory store."""
+    def _store_value(self, object_id: bytes, so: ser.SerializedObject,
+                     owner_address: str = "") -> tuple[str, Any]:
+        """Inline small values; write big ones to this node's shared-memory store.
+
+        owner_address: who owns the object when not this process (a task's return value
+        belongs to its caller); the node frees an owner's objects when the owner exits."""
         kind = "e" if so.kind == ser.KIND_ERROR else "v"
         if so.total_bytes() <= self.config.inline_threshold_bytes:
             return kind, so.to_inline()
         path = os.path.join(self.store_dir, object_id.hex())
-        size = self._write_to_store(object_id, so, path)
-        msg = P.ObjectSealed(object_id, size, self.address)
+        owner = owner_address or self.address
+        size = self._write_to_store(object_id, so, path, owner)
+        msg = P.ObjectSealed(object_id, size, owner)
         if threading.current_thread() is self._thread:
             self.node.send(msg)
         else:
             self.loop.call_soon_threadsafe(self._send_node, msg)
         return "s", [self.node_id, self.node_public_address or self.node_address, size]
 
-    def _write_to_store(self, object_id: bytes, so: ser.SerializedObject, path: str) -> int:
+    def _write_to_store(self, object_id: bytes, so: ser.SerializedObject, path: str, owner: str) -> int:
         """Ask the node for room first (it spills LRU objects when full and hands over a
         recycled, already-faulted segment), then write the object once, in place."""
         if threading.current_thread() is self._thread:
             return ser.write_file(so, path)  # the loop cannot wait on the node; counted when sealed
-        reply = self.run_sync(self.node.request(P.CreateObject(object_id, ser.stored_size(so), self.address)))
+        reply = self.run_sync(self.node.request(P.CreateObject(object_id, ser.stored_size(so), owner)))
         if not reply.ok:
             raise E.ObjectStoreFullError(reply.error)
         try:

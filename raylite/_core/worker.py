@@ -324,11 +324,12 @@ class Worker:
                                      f"'{spec.method_name}'") from None
         return self.client.load_function(spec.function.function_id)
 
-    def _store(self, object_id: bytes, value: Any) -> list:
+    def _store(self, object_id: bytes, value: Any, spec: TaskSpec | None = None) -> list:
         so = ser.serialize(value, what=f"the return value of {self.ctx.task_name}")
         if so.contained_refs:
             self._pin_for_caller(so.contained_refs)
-        kind, payload = self.client._store_value(object_id, so)
+        spec = spec or self.ctx.current_spec  # the caller owns what its task returns
+        kind, payload = self.client._store_value(object_id, so, spec.owner_address if spec else "")
         if so.contained_refs:  # the caller keeps them alive while the returned object lives
             return [object_id, kind, payload, [[r._id, r._owner] for r in so.contained_refs]]
         return [object_id, kind, payload]
@@ -351,12 +352,12 @@ class Worker:
         if spec.num_returns == 0:
             return []
         if spec.num_returns == 1:
-            return [self._store(ids[0], result)]
+            return [self._store(ids[0], result, spec)]
         if not isinstance(result, (tuple, list)) or len(result) != spec.num_returns:
             raise ValueError(f"Task {spec.display_name()} has num_returns={spec.num_returns} but returned "
                              f"{type(result).__name__} {'of length ' + str(len(result)) if hasattr(result, '__len__') else ''}; "
                              f"return a tuple of {spec.num_returns} values.")
-        return [self._store(oid, v) for oid, v in zip(ids, result)]
+        return [self._store(oid, v, spec) for oid, v in zip(ids, result)]
 
     def _stream(self, conn, spec: TaskSpec, result: Any) -> P.PushTaskReply:
         if not inspect.isgenerator(result) and not hasattr(result, "__iter__"):
@@ -365,7 +366,7 @@ class Worker:
         index = 0
         for value in result:
             oid = ObjectID.for_return(spec.task_id, index + 2)
-            item = self._store(oid, value)
+            item = self._store(oid, value, spec)
             msg = P.GeneratorItem(spec.task_id, index, item)
             self.client.loop.call_soon_threadsafe(_send_quietly, conn, msg)
             index += 1

@@ -184,3 +184,18 @@ def test_objects_of_an_exited_owner_are_freed(cluster):
     ray.kill(maker)
     wait_for(lambda: name not in _object_files(), what="the dead owner's object to be freed")
     wait_for(lambda: all(o[0].hex() != name for o in _node_info().objects), what="the node to forget it")
+
+
+def test_return_values_outlive_the_worker_that_wrote_them(cluster):
+    @ray.remote
+    class Maker:
+        def make(self):
+            return np.full(MIB, 7, dtype=np.uint8)
+
+    maker = Maker.remote()
+    ref = maker.make.remote()
+    ray.wait([ref])
+    ray.kill(maker)  # the writer exits; the caller owns the return value
+    gc.collect()
+    assert int(ray.get(ref)[123]) == 7
+    assert ref.hex() in _object_files()
