@@ -2,6 +2,7 @@
 
     python bench/train.py                      # raylite, raw mp.spawn, and Ray from /opt/rayvenv
     python bench/train.py --no-ray --reps 1    # quicker
+    python bench/train.py --preload ''         # without the 'raylite+preload' column
 
 The job (issue 5): an MLP on 200,000 synthetic rows, 3 epochs, 2 workers on gloo, a
 checkpoint per epoch written by rank 0. The loop is the same function for raylite and
@@ -209,8 +210,9 @@ def run_worker(name: str, reps: int) -> None:
 # parent mode
 
 
-def run_framework(name: str, python: str, reps: int, timeout_s: float) -> dict[str, float]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", RAY_USAGE_STATS_ENABLED="0")
+def run_framework(name: str, python: str, reps: int, timeout_s: float,
+                  extra_env: dict[str, str] | None = None, label: str | None = None) -> dict[str, float]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", RAY_USAGE_STATS_ENABLED="0", **(extra_env or {}))
     if name == "ray":
         env.pop("PYTHONPATH", None)  # keep raylite's paths out of Ray's interpreter
     cmd = [python, os.path.abspath(__file__), "--worker", name, "--reps", str(reps)]
@@ -222,8 +224,10 @@ def run_framework(name: str, python: str, reps: int, timeout_s: float) -> dict[s
         return results
     for line in proc.stdout.splitlines():
         if line.startswith("{"):
-            print(line, flush=True)
             record = json.loads(line)
+            if label:
+                record["framework"] = label
+            print(json.dumps(record), flush=True)
             results[record["metric"]] = record["value"]
     if proc.returncode != 0:
         print(f"bench: {name} exited with {proc.returncode}:\n{proc.stderr[-3000:]}", file=sys.stderr)
@@ -237,22 +241,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-ray", action="store_true")
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--timeout-s", type=float, default=600.0, help="per framework")
+    parser.add_argument("--preload", default="torch,torch._dynamo", metavar="MODULES",
+                        help="also run raylite with RAYLITE_PRELOAD_MODULES=MODULES (column "
+                             "'raylite+preload'; '' to skip): DDP's constructor imports "
+                             "torch._dynamo, which raylite's default preload (torch) leaves out")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         run_worker(args.worker, args.reps)
         return 0
 
-    runs = [("raylite", sys.executable), ("torch", sys.executable)]
+    # (column, interpreter, worker mode, extra environment)
+    runs: list[tuple[str, str, str, dict[str, str]]] = [
+        ("raylite", sys.executable, "raylite", {}), ("torch", sys.executable, "torch", {})]
     if args.ray_python and not args.no_ray:
-        runs.append(("ray", args.ray_python))
-    results = {name: run_framework(name, python, args.reps, args.timeout_s) for name, python in runs}
+        runs.append(("ray", args.ray_python, "ray", {}))
+    if args.preload:
+        runs.append(("raylite+preload", sys.executable, "raylite", {"RAYLITE_PRELOAD_MODULES": args.preload}))
+    results = {label: run_framework(worker, python, args.reps, args.timeout_s, env, label)
+               for label, python, worker, env in runs}
     raw_total = results["torch"].get("total_s")
     for name, values in results.items():
         if raw_total and "total_s" in values:
             values["overhead_vs_raw"] = values["total_s"] / raw_total
             emit({"framework": name, "metric": "overhead_vs_raw", "value": values["overhead_vs_raw"]})
-    names = [name for name, _ in runs]
+    names = [label for label, *_ in runs]
     with contextlib.suppress(BrokenPipeError):
         print(f"\nTrain benchmark: {WORKERS} workers, {ROWS:,} rows, {EPOCHS} epochs, "
               f"{os.cpu_count()} cores, medians of {args.reps}. 'torch' is raw mp.spawn.\n",

@@ -234,6 +234,17 @@ class DataParallelTrainer:
     def _pickle_for_restore(self, storage: StorageContext) -> bytes:
         clone = copy.copy(self)
         clone._restored_state = None
+        if self.run_config.callbacks:
+            try:
+                cloudpickle.dumps(self.run_config.callbacks)
+            except Exception as e:  # noqa: BLE001 - callbacks often hold clients or files
+                clone.run_config = replace(self.run_config, callbacks=None)
+                warnings.warn(
+                    f"RunConfig(callbacks=...) cannot be saved for restore() ({type(e).__name__}: "
+                    f"{e}); the run goes on with them, but a restored run has none unless you pass "
+                    "run_config= to restore().",
+                    stacklevel=4,
+                )
         try:
             cloudpickle.dumps(self.datasets)
             clone._missing_datasets = []

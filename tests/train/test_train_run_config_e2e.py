@@ -63,3 +63,17 @@ def test_checkpoint_frequency_is_accepted_with_a_warning(tmp_path):
     with pytest.warns(UserWarning, match="checkpoint_frequency=2.*has no effect"):
         result = _fit(tmp_path, "freq", verbose=0, checkpoint_config=CheckpointConfig(checkpoint_frequency=2))
     assert result.metrics["epoch"] == 2
+
+
+def test_unpicklable_callback_still_runs_and_restore_warns(tmp_path):
+    import threading
+
+    class Locked(LossLog):
+        def __init__(self):
+            super().__init__()
+            self.lock = threading.Lock()  # cannot be pickled into trainer.pkl
+
+    log = Locked()
+    with pytest.warns(UserWarning, match="cannot be saved for restore"):
+        _fit(tmp_path, "locked", callbacks=[log], verbose=0)
+    assert len(log.losses) == 3
