@@ -65,7 +65,7 @@ def test_object_on_dead_node_raises_object_lost(make_cluster):
         return b"x" * (1 << 20)
 
     ref = big.remote()
-    ray.wait([ref], timeout=30)
+    ray.wait([ref], timeout=30, fetch_local=False)  # (fetch_local would copy it here first)
     c.kill_node(victim)
     wait_until(lambda: _node_ids(c).get(victim.node_id) is False, timeout_s=5, what="node dead")
     with pytest.raises(ray.exceptions.ObjectLostError):

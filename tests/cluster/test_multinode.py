@@ -32,7 +32,11 @@ def test_tasks_and_actors_land_on_every_node(three_nodes):
     ray.init(address="auto")
     all_nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
     assert len(all_nodes) == 3
-    spread = set(ray.get([where.options(scheduling_strategy="SPREAD").remote(0.3) for _ in range(9)]))
+    spread: set[str] = set()
+    for _ in range(3):  # SPREAD is best effort (a busy node is skipped); a few rounds cover all
+        spread |= set(ray.get([where.options(scheduling_strategy="SPREAD").remote(0.3) for _ in range(9)]))
+        if spread == all_nodes:
+            break
     assert spread == all_nodes
     # custom resources from --resources route work to their node
     by_res = {r: ray.get(where.options(resources={r: 1}).remote()) for r in ("head_r", "w1", "w2")}
