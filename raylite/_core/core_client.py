@@ -461,7 +461,7 @@ class CoreClient:
                 pass
 
     def _send_release(self, stored: list, unborrow: list) -> None:
-        local = [oid for oid, loc in stored if loc[0] == self.node_id]
+        local = [oid for oid, loc in stored if loc[0] == self.node_id or self._cached_here(oid)]
         if local:
             try:
                 self.node.send(P.FreeObjects(local))
@@ -702,7 +702,7 @@ class CoreClient:
         try:
             if not await self._bulk_pull(oid, location):
                 await self._pull_chunks(oid, location)
-        except E.ObjectLostError:
+        except (E.ObjectLostError, E.ObjectStoreFullError):
             raise
         except Exception as e:  # noqa: BLE001
             raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} is unreachable ({e}); it "
@@ -719,13 +719,28 @@ class CoreClient:
         if not addr:
             return False
         path = os.path.join(self.store_dir, oid.hex())
-        tmp = path + f".part{os.getpid()}_{threading.get_ident() & 0xffff}"
-        total = await self.loop.run_in_executor(None, self._bulk_pull_blocking, addr, oid, tmp)
-        if total is None:
-            raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} no longer has it")
-        os.replace(tmp, path)
-        self.node.send(P.ObjectSealed(oid, total, ""))
+        # room in our store under a scratch id: the node makes space (spilling if it must) and
+        # hands over a recycled segment whose pages are already faulted in; renamed when done,
+        # so readers on this node never see a half-written object
+        scratch = os.urandom(20)
+        reply = await self.node.request(P.CreateObject(scratch, location[2], ""))
+        if not reply.ok:
+            raise E.ObjectStoreFullError(reply.error)
+        tmp = os.path.join(self.store_dir, scratch.hex())
+        try:
+            total = await self.loop.run_in_executor(None, self._bulk_pull_blocking, addr, oid, tmp)
+            if total is None:
+                raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} no longer has it")
+            os.replace(tmp, path)
+            self.node.send(P.ObjectSealed(oid, total, ""))
+        finally:
+            self.node.send(P.FreeObjects([scratch]))  # its reservation; the file moved on (or is recycled)
         return True
+
+    def _cached_here(self, oid: bytes) -> bool:
+        """Multi-node: a copy of a remote object was pulled into our node's store."""
+        return self.node_public_address != self.node_address and \
+            os.path.exists(os.path.join(self.store_dir, oid.hex()))
 
     def _bulk_pull_blocking(self, addr: str, oid: bytes, tmp: str) -> int | None:
         from raylite._core.transport.bulk import BulkClient

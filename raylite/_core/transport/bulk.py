@@ -135,7 +135,7 @@ class BulkClient:
                 raise BulkRefused("the peer node refused the transfer: wrong or missing cluster token")
             if total < 0:
                 return None
-            fd = os.open(dest_path, os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o600)
+            fd = os.open(dest_path, os.O_CREAT | os.O_RDWR, 0o600)  # a recycled segment keeps its pages
             try:
                 if total:
                     os.ftruncate(fd, total)
