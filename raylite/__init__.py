@@ -32,7 +32,6 @@ _LAZY_ATTRIBUTES = {
     "get": ("raylite.api", "get"),
     "get_actor": ("raylite.api", "get_actor"),
     "get_gpu_ids": ("raylite.api", "get_gpu_ids"),
-    "init": ("raylite.api", "init"),
     "is_initialized": ("raylite.api", "is_initialized"),
     "kill": ("raylite.api", "kill"),
     "list_named_actors": ("raylite.api", "list_named_actors"),
@@ -51,6 +50,23 @@ _LAZY_ATTRIBUTES = {
 __version__ = "0.1.0"
 
 _LAZY_SUBMODULES = {"data", "train", "serve", "util", "dag", "tune", "job_submission", "dashboard"}
+
+
+def init(address: str | None = None, **kwargs: Any) -> Any:
+    """Start a local cluster (or connect to one) and make this process its driver.
+
+    Takes Ray's `init()` arguments (see `raylite.api.init`). A local cluster's daemon is
+    spawned before the driver's own modules are imported, so the two start-ups overlap.
+    """
+    from raylite._core import launch
+
+    launch.prestart(address, kwargs)
+    try:
+        from raylite.api import init as init_driver
+
+        return init_driver(address, **kwargs)
+    finally:
+        launch.drop_prestarted()  # not adopted (init failed, or it connected elsewhere)
 
 
 def remote(*args: Any, **options: Any) -> Any:

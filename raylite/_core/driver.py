@@ -8,19 +8,14 @@ disconnects, so a crashed driver leaves nothing behind.
 from __future__ import annotations
 
 import atexit
-import contextlib
-import json
 import os
-import secrets
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass
 
+from raylite._core import launch, runtime
 from raylite._core import protocol as P
-from raylite._core import resources as R
-from raylite._core import runtime
 from raylite._core.config import Config, get_config
 from raylite._core.core_client import CoreClient
 from raylite._core.ids import JobID, WorkerID
@@ -28,6 +23,9 @@ from raylite._core.protocol import RegisterJob
 from raylite._core.transport.base import ConnectionBrokenError
 
 CLUSTER_FILE = "current_cluster.json"
+
+
+detect_resources = launch.detect_resources  # used by `raylite start`
 
 
 @dataclass
@@ -44,76 +42,15 @@ class DriverInfo:
     log_to_driver: bool
 
 
-def detect_resources(num_cpus: float | None, num_gpus: float | None, resources: dict | None,
-                     memory: float | None = None) -> dict[str, int]:
-    import psutil
-
-    cpus = (os.cpu_count() or 1) if num_cpus is None else num_cpus
-    gpus = _detect_gpus() if num_gpus is None else num_gpus
-    total: dict[str, float] = {"CPU": cpus}
-    if gpus:
-        total["GPU"] = gpus
-    total["memory"] = memory if memory is not None else psutil.virtual_memory().total * 0.7
-    for k, v in (resources or {}).items():
-        total[k] = v
-    total["node:__internal_head__"] = 1
-    return R.to_fixed(total)
-
-
-def _detect_gpus() -> int:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([d for d in visible.split(",") if d.strip()])
-    with contextlib.suppress(Exception):
-        return len([d for d in os.listdir("/dev") if d.startswith("nvidia") and d[6:].isdigit()])
-    return 0
-
-
 def start_local(config: Config, *, num_cpus, num_gpus, resources, namespace: str,
                 object_store_memory: int | None, log_to_driver: bool, labels: dict | None = None) -> DriverInfo:
-    base = config.temp_dir
-    os.makedirs(base, exist_ok=True)
-    session = os.path.join(base, f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}_{secrets.token_hex(2)}")
-    os.makedirs(os.path.join(session, "sockets"), exist_ok=True)
-    os.makedirs(os.path.join(session, "logs"), exist_ok=True)
-    token = secrets.token_hex(16)
-    token_path = os.path.join(session, "token")
-    with open(os.open(token_path, os.O_CREAT | os.O_WRONLY, 0o600), "w") as f:
-        f.write(token)
-    total = detect_resources(num_cpus, num_gpus, resources)
-    env = dict(os.environ)
-    env["RAYLITE_TOKEN"] = token
-    env["RAYLITE_PRELOAD_MODULES"] = config.preload_modules or ",".join(_heavy_modules_in_use())
-    if object_store_memory:
-        env["RAYLITE_OBJECT_STORE_BYTES"] = str(int(object_store_memory))
-    env.setdefault("PYTHONPATH", "")
-    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    cwd = os.getcwd()
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [pkg_root, cwd, env["PYTHONPATH"]] if p)
-    cmd = [sys.executable, "-m", "raylite._core.node_main", "--session-dir", session, "--head",
-           "--resources", json.dumps(total), "--labels", json.dumps(labels or {}), "--exit-with-creator"]
-    stderr_path = os.path.join(session, "logs", "node.err")
-    with open(stderr_path, "wb") as errf:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True, close_fds=True)
-    line = proc.stdout.readline().decode()
-    if not line.startswith("READY "):
-        proc.kill()
-        with contextlib.suppress(Exception):
-            err = open(stderr_path).read()[-4000:]
-        raise RuntimeError(f"the local raylite node failed to start:\n{err}")
-    info = json.loads(line[len("READY "):])
-    proc.stdout.close()
-    return DriverInfo(session, proc, info["node_address"], info["head_address"], info["node_id"],
-                      token, namespace, JobID.from_random(), True, log_to_driver)
-
-
-# Libraries slow to import that workers almost surely need when the driver already uses them.
-_PRELOADABLE = ("torch", "pyarrow", "pandas")
-
-
-def _heavy_modules_in_use() -> list[str]:
-    return [name for name in _PRELOADABLE if name in sys.modules]
+    key = launch.node_key(num_cpus, num_gpus, resources, object_store_memory, labels)
+    node = launch.take_prestarted(key) or launch.spawn_node(
+        config, num_cpus=num_cpus, num_gpus=num_gpus, resources=resources,
+        object_store_memory=object_store_memory, labels=labels)
+    info = launch.wait_ready(node)
+    return DriverInfo(node.session_dir, node.process, info["node_address"], info["head_address"],
+                      info["node_id"], node.token, namespace, JobID.from_random(), True, log_to_driver)
 
 
 def connect_client(config: Config, info: DriverInfo) -> CoreClient:

@@ -42,6 +42,23 @@ def test_init_twice_and_resources():
         ray.shutdown()
 
 
+def test_failed_init_leaves_no_daemon_behind(tmp_path):
+    """init() starts its daemon before checking every argument; a rejected call stops it."""
+    if ray.is_initialized():
+        ray.shutdown()
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        ray.init(num_cpus=1, not_a_ray_option=1)
+    wait_for(lambda: not {p.pid for p in psutil.Process().children(recursive=True)
+                          if p.status() != psutil.STATUS_ZOMBIE} - before,
+             what="the prestarted daemon to be stopped")
+    ray.init(num_cpus=1)  # and a correct call afterwards works
+    try:
+        assert ray.cluster_resources()["CPU"] == 1
+    finally:
+        ray.shutdown()
+
+
 def test_shutdown_leaves_no_processes():
     if ray.is_initialized():
         ray.shutdown()

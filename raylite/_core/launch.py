@@ -1,0 +1,162 @@
+"""Start the local cluster's daemon process, early and cheaply.
+
+`init()` spends most of its time waiting: for a fresh interpreter to import the node
+daemon, and for the driver to import its own client (asyncio, the protocol, the
+serializer). This module needs none of those, so `raylite.init` spawns the daemon here
+first and the two start-ups overlap; the driver then adopts the process it started
+(`take_prestarted`), or spawns one now if the arguments turned out different.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from raylite._core import resources as R
+from raylite._core.config import Config
+
+# Libraries slow to import that workers almost surely need when the driver already uses them.
+_PRELOADABLE = ("torch", "pyarrow", "pandas")
+
+
+@dataclass
+class NodeProcess:
+    """A daemon spawned for a local cluster, not yet known to be ready."""
+
+    key: tuple
+    session_dir: str
+    token: str
+    process: subprocess.Popen
+    stderr_path: str
+
+
+def detect_resources(num_cpus: float | None, num_gpus: float | None, resources: dict | None,
+                     memory: float | None = None) -> dict[str, int]:
+    import psutil
+
+    cpus = (os.cpu_count() or 1) if num_cpus is None else num_cpus
+    gpus = _detect_gpus() if num_gpus is None else num_gpus
+    total: dict[str, float] = {"CPU": cpus}
+    if gpus:
+        total["GPU"] = gpus
+    total["memory"] = memory if memory is not None else psutil.virtual_memory().total * 0.7
+    for k, v in (resources or {}).items():
+        total[k] = v
+    total["node:__internal_head__"] = 1
+    return R.to_fixed(total)
+
+
+def _detect_gpus() -> int:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip()])
+    with contextlib.suppress(Exception):
+        return len([d for d in os.listdir("/dev") if d.startswith("nvidia") and d[6:].isdigit()])
+    return 0
+
+
+def heavy_modules_in_use() -> list[str]:
+    return [name for name in _PRELOADABLE if name in sys.modules]
+
+
+def node_key(num_cpus, num_gpus, resources, object_store_memory, labels) -> tuple:
+    """What a local daemon is started with; a prestarted one is used only if this matches."""
+    return (num_cpus, num_gpus, json.dumps(resources or {}, sort_keys=True, default=str),
+            object_store_memory, json.dumps(labels or {}, sort_keys=True, default=str))
+
+
+def spawn_node(config: Config, *, num_cpus=None, num_gpus=None, resources=None,
+               object_store_memory=None, labels=None) -> NodeProcess:
+    base = config.temp_dir
+    os.makedirs(base, exist_ok=True)
+    session = os.path.join(base, f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}_{secrets.token_hex(2)}")
+    os.makedirs(os.path.join(session, "sockets"), exist_ok=True)
+    os.makedirs(os.path.join(session, "logs"), exist_ok=True)
+    token = secrets.token_hex(16)
+    with open(os.open(os.path.join(session, "token"), os.O_CREAT | os.O_WRONLY, 0o600), "w") as f:
+        f.write(token)
+    total = detect_resources(num_cpus, num_gpus, resources)
+    env = dict(os.environ)
+    env["RAYLITE_TOKEN"] = token
+    env["RAYLITE_PRELOAD_MODULES"] = config.preload_modules or ",".join(heavy_modules_in_use())
+    if object_store_memory:
+        env["RAYLITE_OBJECT_STORE_BYTES"] = str(int(object_store_memory))
+    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [pkg_root, os.getcwd(), env.get("PYTHONPATH", "")] if p)
+    cmd = [sys.executable, "-m", "raylite._core.node_main", "--session-dir", session, "--head",
+           "--resources", json.dumps(total), "--labels", json.dumps(labels or {}), "--exit-with-creator"]
+    stderr_path = os.path.join(session, "logs", "node.err")
+    with open(stderr_path, "wb") as errf:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True, close_fds=True)
+    key = node_key(num_cpus, num_gpus, resources, object_store_memory, labels)
+    return NodeProcess(key, session, token, proc, stderr_path)
+
+
+def wait_ready(node: NodeProcess) -> dict:
+    """Block until the daemon prints READY; returns what it announced."""
+    line = node.process.stdout.readline().decode()
+    if not line.startswith("READY "):
+        discard(node)
+        err = ""
+        with contextlib.suppress(Exception):
+            err = open(node.stderr_path).read()[-4000:]
+        raise RuntimeError(f"the local raylite node failed to start:\n{err or line}")
+    node.process.stdout.close()
+    return json.loads(line[len("READY "):])
+
+
+def discard(node: NodeProcess) -> None:
+    import shutil
+
+    with contextlib.suppress(Exception):
+        node.process.kill()
+        node.process.wait(2)
+    shutil.rmtree(node.session_dir, ignore_errors=True)
+
+
+_prestarted: NodeProcess | None = None
+
+
+def prestart(address: str | None, kwargs: dict) -> None:
+    """Spawn the daemon that init(**kwargs) is about to need, if it will start a local one."""
+    global _prestarted
+    if _prestarted is not None or address not in (None, "", "local"):
+        return
+    if os.environ.get("RAYLITE_ADDRESS") or os.environ.get("RAY_ADDRESS"):
+        return
+    rt = sys.modules.get("raylite._core.runtime")
+    if rt is not None and (rt.client() is not None or rt.is_worker()):
+        return  # already initialized, or inside a worker: init() will not start a node
+    resources = kwargs.get("resources")
+    if resources and ("CPU" in resources or "GPU" in resources):
+        return  # init() rejects this; do not start anything
+    from raylite._core.config import get_config
+
+    try:
+        _prestarted = spawn_node(get_config(), num_cpus=kwargs.get("num_cpus"), num_gpus=kwargs.get("num_gpus"),
+                                 resources=resources, object_store_memory=kwargs.get("object_store_memory"),
+                                 labels=kwargs.get("labels"))
+    except Exception:  # noqa: BLE001  init() will try again and report the error itself
+        _prestarted = None
+
+
+def take_prestarted(key: tuple) -> NodeProcess | None:
+    """The prestarted daemon if it was started with `key`; a mismatched one is stopped."""
+    global _prestarted
+    node, _prestarted = _prestarted, None
+    if node is not None and node.key != key:
+        discard(node)
+        return None
+    return node
+
+
+def drop_prestarted() -> None:
+    """init() failed before adopting the daemon: stop it and remove its session dir."""
+    take_prestarted(())  # no real key matches (): the daemon is stopped
