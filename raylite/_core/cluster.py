@@ -211,6 +211,12 @@ def _public(res: dict) -> dict:
     return {k: v for k, v in res.items() if "_group_" not in k and not k.startswith("node:")}
 
 
+def _describe(total: dict) -> str:
+    res = R.from_fixed(_public(total))
+    parts = [f"{k}: {v / 2**30:.1f} GiB" if k == "memory" else f"{k}: {v:g}" for k, v in sorted(res.items())]
+    return "{" + ", ".join(parts) + "}"
+
+
 def format_status(st: dict) -> str:
     lines = [f"======== raylite cluster status ({st['address']}) ========", "Node status"]
     alive = [n for n in st["nodes"] if n["alive"]]
@@ -218,7 +224,7 @@ def format_status(st: dict) -> str:
     lines.append(f" Active: {len(alive)}")
     for n in alive:
         head = " (head)" if "node:__internal_head__" in n["total"] else ""
-        lines.append(f"  {n['node_id'].hex()[:12]}  {n['ip']}{head}  {R.describe(_public(n['total']))}")
+        lines.append(f"  {n['node_id'].hex()[:12]}  {n['ip']}{head}  {_describe(n['total'])}")
     lines.append(f" Dead: {len(dead)}")
     for n in dead:
         lines.append(f"  {n['node_id'].hex()[:12]}  {n['ip']}  ({n.get('death_cause') or 'dead'})")

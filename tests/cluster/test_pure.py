@@ -44,3 +44,14 @@ def test_address_forms():
     assert CF.normalize_address("10.0.0.5:6379") == "10.0.0.5:6379"
     with pytest.raises(ValueError, match="HOST:PORT"):
         CF.normalize_address("10.0.0.5")
+
+
+def test_head_refuses_a_node_of_another_version():
+    from raylite._core import protocol as P
+    from raylite._core.config import Config
+    from raylite._core.head import Head
+
+    head = Head(Config(), token="t")
+    msg = P.RegisterNode(b"n" * 16, "tcp://10.0.0.2:1", "10.0.0.2", {}, {}, "", "0.0.1-other")
+    reply = head._on_register_node(None, msg, 1)
+    assert not reply.ok and "version mismatch" in reply.error and "same raylite version" in reply.error
