@@ -17,6 +17,7 @@ class Config:
     object_store_bytes: int = 0  # 0 = a fraction of RAM, decided by the node
     object_store_fraction: float = 0.3  # of RAM (or /dev/shm if smaller) when object_store_bytes is 0
     object_spill_bytes: int = 0  # room for spilled objects on disk; 0 = whatever the disk has free
+    recycled_segment_idle_s: float = 10.0  # freed segments kept warm for reuse this long
     # workers and leases
     lease_idle_timeout_s: float = 0.5
     worker_start_timeout_s: float = 30.0

@@ -250,6 +250,13 @@ class CoreClient:
         self.node_public_address = reply.node_tcp_address or self.node_address
         self.head = await rpc.connect(reply.head_address, self.handlers, token=self.token, role=self.kind)
         self.head.on_close.append(self._on_head_lost)
+        self.loop.call_later(2.0, self._trim_writer_maps)
+
+    def _trim_writer_maps(self) -> None:
+        """Unmap cached writer segments the node has deleted, so their memory really goes back."""
+        ser.drop_stale_writer_maps()
+        if not self._closed:
+            self.loop.call_later(2.0, self._trim_writer_maps)
 
     def _on_head_lost(self, conn: rpc.Connection) -> None:
         if not self._closed and self.head_address.startswith("tcp://"):

@@ -115,6 +115,7 @@ class NodeDaemon:
             raise RuntimeError(f"the head refused this node: {reply.error}")
         self._spawn(self._heartbeat_loop())
         self._spawn(self._memory_monitor_loop())
+        self._spawn(self._pool_trim_loop())
         if self.config.prestart_workers:
             for _ in range(max(1, min(int(self.total.get("CPU", 0) // 10000), 8))):
                 self._start_worker("", {})
@@ -708,6 +709,9 @@ class NodeDaemon:
             snapshot = _memory_snapshot()
             if not MM.over_threshold(snapshot, self.config.memory_usage_threshold):
                 continue
+            if self.store.pool:  # recycled segments are the cheapest memory to give back
+                shm_files.drop_pool_files(self.store.trim_pool(0.0))
+                continue
             candidates = [MM.Candidate(r.worker_id, r.pid, "", seen[(r.worker_id, r.lease_id or r.actor_id)],
                                        is_actor=r.state == "ACTOR", retriable=r.state != "ACTOR")
                           for r in busy if r.pid]
@@ -717,6 +721,13 @@ class NodeDaemon:
             killed = self.pool.workers.get(victim.worker_id)
             if killed is not None:
                 self._kill_for_memory(killed, victim, snapshot)
+
+    async def _pool_trim_loop(self) -> None:
+        """Recycled segments make a put() loop fast; an idle node gives their memory back."""
+        idle_s = self.config.recycled_segment_idle_s
+        while True:
+            await asyncio.sleep(max(0.5, idle_s / 2))
+            shm_files.drop_pool_files(self.store.trim_pool(idle_s))
 
     def _kill_for_memory(self, rec: WorkerRecord, victim: MM.Candidate, snapshot: MM.MemorySnapshot) -> None:
         reason = MM.oom_reason(snapshot, self.config.memory_usage_threshold, self.ip, victim.is_actor)

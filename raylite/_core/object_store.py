@@ -29,6 +29,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from raylite._core.clock import Clock, MonotonicClock
 from raylite.exceptions import ObjectStoreFullError
 
 CREATING = "creating"
@@ -92,7 +93,9 @@ class Freed:
 
 class ObjectStore:
     def __init__(self, directory: str, capacity_bytes: int, *, spill_dir: str = "",
-                 spill_capacity_bytes: int = 0, pool_max_bytes: int | None = None) -> None:
+                 spill_capacity_bytes: int = 0, pool_max_bytes: int | None = None,
+                 clock: Clock | None = None) -> None:
+        self.clock: Clock = clock or MonotonicClock()
         self.directory = directory
         self.pool_dir = os.path.join(directory, "pool")
         self.spill_dir = spill_dir
@@ -103,6 +106,7 @@ class ObjectStore:
         self.used_bytes = 0
         self.spilled_bytes = 0
         self.pool: dict[str, int] = {}  # recycled segment path -> size
+        self._pool_since: dict[str, float] = {}  # when it was recycled
         self.pool_bytes = 0
         self._tick = 0
         self._pool_seq = 0
@@ -302,6 +306,7 @@ class ObjectStore:
         self._pool_seq += 1
         path = os.path.join(self.pool_dir, f"seg{self._pool_seq}")
         self.pool[path] = size
+        self._pool_since[path] = self.clock.monotonic()
         self.pool_bytes += size
         return path
 
@@ -316,6 +321,17 @@ class ObjectStore:
 
     def _drop_pool_file(self, path: str) -> None:
         self.pool_bytes -= self.pool.pop(path, 0)
+        self._pool_since.pop(path, None)
+
+    def trim_pool(self, idle_s: float) -> list[str]:
+        """Recycled segments nobody reused for `idle_s`: give their memory back (paths to delete).
+
+        The pool makes a busy put() loop fast; an idle node should not sit on that memory."""
+        now = self.clock.monotonic()
+        old = [p for p, t in self._pool_since.items() if now - t >= idle_s]
+        for p in old:
+            self._drop_pool_file(p)
+        return old
 
     # ------------------------------------------------------------ listing
     def where(self, object_id: bytes) -> str:

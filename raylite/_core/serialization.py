@@ -257,6 +257,13 @@ class _WriterMaps:
             raise
         return _Segment(fd, ino, mm)
 
+    def drop_stale(self) -> None:
+        with self._lock:
+            stale = [ino for ino, s in self._free.items() if os.fstat(s.fd).st_nlink == 0]
+            drop = [self._free.pop(ino) for ino in stale]
+        for d in drop:
+            d.close()
+
     def release(self, seg: _Segment) -> None:
         drop = []
         with self._lock:
@@ -272,6 +279,11 @@ class _WriterMaps:
 
 
 _WRITER_MAPS = _WriterMaps()
+
+
+def drop_stale_writer_maps() -> None:
+    """Unmap cached segments whose files were deleted (called periodically by the client)."""
+    _WRITER_MAPS.drop_stale()
 if hasattr(os, "register_at_fork"):  # a forked worker starts with no parent's mappings
     os.register_at_fork(after_in_child=lambda: _WRITER_MAPS._free.clear())
 

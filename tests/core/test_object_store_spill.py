@@ -23,15 +23,17 @@ SPILL = 96 * MIB
 def small_store():
     if ray.is_initialized():
         ray.shutdown()
-    old = os.environ.get("RAYLITE_OBJECT_SPILL_BYTES")
-    os.environ["RAYLITE_OBJECT_SPILL_BYTES"] = str(SPILL)
+    env = {"RAYLITE_OBJECT_SPILL_BYTES": str(SPILL), "RAYLITE_RECYCLED_SEGMENT_IDLE_S": "1"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         ray.init(num_cpus=2, object_store_memory=STORE)
     finally:
-        if old is None:
-            os.environ.pop("RAYLITE_OBJECT_SPILL_BYTES", None)
-        else:
-            os.environ["RAYLITE_OBJECT_SPILL_BYTES"] = old
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     yield ray
     ray.shutdown()
 
@@ -116,3 +118,14 @@ def test_list_objects_reports_spilled_objects(small_store):
     where = {r.object_id: r.location for r in list_objects()}
     assert where[refs[0].hex()] == "SPILLED" and where[refs[-1].hex()] == "SHARED_MEMORY"
     del refs
+
+
+def test_idle_recycled_segments_give_their_memory_back(small_store):
+    ref = ray.put(_block(7))
+    del ref
+    gc.collect()
+    wait_for(lambda: _info().store_stats["pool_bytes"] > 0 or _info().store_used_bytes == 0,
+             what="the freed segment to be recycled")
+    pool_dir = os.path.join(runtime.client().store_dir, "pool")
+    wait_for(lambda: _info().store_stats["pool_bytes"] == 0 and not os.listdir(pool_dir), timeout_s=15,
+             what="idle recycled segments to be deleted")

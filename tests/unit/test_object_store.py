@@ -143,3 +143,17 @@ def test_restore_counts_its_own_spill_file_as_room():
     _put(s, b"b", 6)  # spills a: the spill space is now full
     res = s.restore(b"a")  # b must go to disk where a's file was
     assert res is not None and res.spill == [b"b"]
+
+
+def test_idle_recycled_segments_are_trimmed():
+    from raylite._core.clock import FakeClock
+
+    clock = FakeClock()
+    s = ObjectStore("/dev/shm/x", 100 * MIB, clock=clock)
+    first = s.offer_pool_file(10 * MIB)
+    clock.advance(8)
+    second = s.offer_pool_file(10 * MIB)
+    clock.advance(3)
+    assert s.trim_pool(idle_s=10) == [first]
+    assert s.pool_bytes == 10 * MIB and list(s.pool) == [second]
+    assert s.trim_pool(idle_s=0) == [second] and s.pool_bytes == 0
