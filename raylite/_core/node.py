@@ -224,10 +224,13 @@ class NodeDaemon:
         partition, and the head has declared us dead by then, so fence before it heals."""
         while True:
             await asyncio.sleep(self.config.heartbeat_interval_s)
+            now = self.clock.monotonic()
+            if now - last > max(1.0, 4 * self.config.heartbeat_interval_s):
+                self._last_ack = max(self._last_ack, now)  # our own loop stalled, not the link
+            last = now
             head = self.head
             if head is None or head.is_closed():
                 continue
-            now = self.clock.monotonic()
             if now - self._last_ack > self.config.node_dead_timeout_s and self.head_address.startswith("tcp://"):
                 self._fence(f"no heartbeat answer from the head for {now - self._last_ack:.1f}s")
                 continue
@@ -624,7 +627,6 @@ class NodeDaemon:
         await self._spill_all(res.spill)
         shm_files.take_segment(self.store, res.reuse, res.object_id)
         return P.CreateObjectReply(True)
-
 
     async def _on_restore_object(self, conn, msg: P.RestoreObject, rid):
         oid = msg.object_id
