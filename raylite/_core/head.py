@@ -151,9 +151,18 @@ class Head:
 
     async def _liveness_loop(self) -> None:
         """Declare nodes dead whose heartbeats stopped (a cut link keeps TCP open)."""
+        interval = min(0.25, self.config.heartbeat_interval_s)
+        last = self.clock.monotonic()
         while True:
-            await asyncio.sleep(min(0.25, self.config.heartbeat_interval_s))
-            for node_id in expired_nodes(self.nodes, self.clock.monotonic(), self.config.node_dead_timeout_s):
+            await asyncio.sleep(interval)
+            now = self.clock.monotonic()
+            if now - last > max(1.0, 4 * interval):
+                # this loop itself was stalled, so heartbeats that arrived meanwhile are unread:
+                # give every node a fresh timeout rather than declare them dead
+                for n in self.nodes.values():
+                    n.last_seen = max(n.last_seen, now)
+            last = now
+            for node_id in expired_nodes(self.nodes, now, self.config.node_dead_timeout_s):
                 self._node_lost(node_id, f"no heartbeat for {self.config.node_dead_timeout_s:g}s "
                                 "(its host is down or its network link is cut)")
 
@@ -658,8 +667,12 @@ def new_actor_id() -> bytes:
 
 
 def expired_nodes(nodes: dict[bytes, NodeRecord], now: float, timeout_s: float) -> list[bytes]:
-    """Alive nodes whose last heartbeat is older than timeout_s (pure; tested with plain calls)."""
-    return [nid for nid, n in nodes.items() if n.alive and now - n.last_seen > timeout_s]
+    """Alive nodes whose last heartbeat is older than timeout_s (pure; tested with plain calls).
+
+    Nodes on a unix socket share the head's machine (a local cluster: the same process), so
+    only their connection closing says they died."""
+    return [nid for nid, n in nodes.items()
+            if n.alive and now - n.last_seen > timeout_s and not n.address.startswith("unix://")]
 
 
 def raylite_version() -> str:

@@ -55,3 +55,10 @@ def test_head_refuses_a_node_of_another_version():
     msg = P.RegisterNode(b"n" * 16, "tcp://10.0.0.2:1", "10.0.0.2", {}, {}, "", "0.0.1-other")
     reply = head._on_register_node(None, msg, 1)
     assert not reply.ok and "version mismatch" in reply.error and "same raylite version" in reply.error
+
+
+def test_local_unix_node_never_expires():
+    clock = FakeClock()
+    nodes = {b"u": NodeRecord(b"u", "unix:///tmp/x/node", "", {}, {}, {}, "", None, last_seen=clock.monotonic())}
+    clock.advance(100.0)
+    assert expired_nodes(nodes, clock.monotonic(), 5.0) == []
