@@ -49,6 +49,18 @@ class RuntimeContext:
         w = runtime.worker()
         return w.ctx.actor_id.hex() if w is not None and w.ctx.actor_id else None
 
+    @property
+    def current_actor(self):
+        """A handle to the actor this code runs in (only inside an actor)."""
+        w = runtime.worker()
+        if w is None or w.actor_spec is None:
+            raise RuntimeError("current_actor is only available inside an actor's methods.")
+        from raylite.actor import ActorHandle
+
+        spec = w.actor_spec
+        return ActorHandle(spec.actor_id, spec.function.qualname, dict(spec.method_meta),
+                           spec.max_task_retries, owned=False)
+
     def get_actor_name(self) -> str | None:
         w = runtime.worker()
         return (w.ctx.actor_name or None) if w is not None else None

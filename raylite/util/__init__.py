@@ -10,9 +10,37 @@ from raylite.placement_group import (
 )
 from raylite.util import queue, scheduling_strategies
 from raylite.util.actor_pool import ActorPool
+from raylite.util.inspect import inspect_serializability
+
+
+def get_node_ip_address() -> str:
+    """The IP address of the node this process runs on (Ray's name)."""
+    from raylite._core import runtime
+
+    client = runtime.client()
+    if client is not None and client.node_ip:
+        return client.node_ip
+    from raylite._core.config import get_config
+
+    return get_config().node_ip_address or "127.0.0.1"
+
+
+def list_named_actors(all_namespaces: bool = False) -> list:
+    """Names of the live named actors (with namespaces when `all_namespaces`)."""
+    from raylite.api import list_named_actors as _list
+
+    return _list(all_namespaces)
+
+
+def __getattr__(name: str):
+    if name == "state":  # raylite.util.state loads on first use
+        import importlib
+
+        return importlib.import_module("raylite.util.state")
+    raise AttributeError(f"module 'raylite.util' has no attribute {name!r}")
 
 __all__ = [
     "ActorPool", "PlacementGroup", "get_current_placement_group", "get_placement_group",
     "placement_group", "placement_group_table", "remove_placement_group", "queue",
-    "scheduling_strategies",
+    "scheduling_strategies", "get_node_ip_address", "list_named_actors", "inspect_serializability",
 ]
