@@ -143,3 +143,21 @@ def test_cli_status_and_stop(three_nodes):
         wait_until(lambda n=n: n.process.poll() is not None, 10, "node process exit")
     out = subprocess.run([*cli, "status"], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "no running raylite cluster" in out.stderr
+
+
+def test_node_affinity_strict_pack_and_infeasible_across_nodes(three_nodes):
+    from raylite.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    ray.init(address="auto")
+    others = [n["NodeID"] for n in ray.nodes() if n["Alive"] and "w2" in n["Resources"]]
+    target = others[0]
+    pinned = where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(target, soft=False))
+    assert set(ray.get([pinned.remote() for _ in range(3)])) == {target}
+    pg = placement_group([{"CPU": 0.5}, {"CPU": 0.5}], strategy="STRICT_PACK")
+    assert pg.wait(20)
+    nodes = ray.get([where.options(num_cpus=0.5, scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, placement_group_bundle_index=i)).remote() for i in range(2)])
+    assert len(set(nodes)) == 1
+    remove_placement_group(pg)
+    with pytest.raises(ray.exceptions.TaskUnschedulableError, match="w3"):
+        ray.get(where.options(resources={"w3": 1}).remote(), timeout=20)
