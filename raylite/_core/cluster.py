@@ -109,7 +109,8 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
             tail = open(err_path).read()[-3000:]
         raise StartError(f"the raylite node did not start (see {err_path}):\n{tail}")
     info = json.loads(line[len("READY "):])
-    proc.stdout.close()
+    if proc.stdout is not None:
+        proc.stdout.close()
     CF.write_node_file(session, proc.pid, head, hostport)
     if head:
         CF.write_address_file(temp_dir, hostport, token_file, session)
@@ -129,6 +130,7 @@ def _check_port_free(ip: str, port: int) -> None:
 
 def _read_line(proc: subprocess.Popen, timeout_s: float) -> str:
     deadline = time.monotonic() + timeout_s
+    assert proc.stdout is not None
     fd = proc.stdout.fileno()
     buf = b""
     while time.monotonic() < deadline:
