@@ -170,6 +170,16 @@ def stop_nodes(config: Config, force: bool = False, grace_s: float = 10.0) -> li
     return procs
 
 
+def forget_node(config: Config, node: StartedNode) -> None:
+    """A node stopped by other means than stop_nodes (e.g. --block and Ctrl-C): drop its files."""
+    with contextlib.suppress(OSError):
+        os.unlink(os.path.join(node.session_dir, CF.NODE_FILE))
+    info = CF.read_address_file(config.temp_dir)
+    if node.head and info is not None and info.get("session_dir") == node.session_dir:
+        with contextlib.suppress(OSError):
+            os.unlink(CF.address_file(config.temp_dir))
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

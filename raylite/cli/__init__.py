@@ -76,6 +76,7 @@ def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: f
         signal.signal(signal.SIGINT, lambda *a: node.process.terminate())
         signal.signal(signal.SIGTERM, lambda *a: node.process.terminate())
         node.process.wait()
+        C.forget_node(get_config(), node)
 
 
 @main.command()
