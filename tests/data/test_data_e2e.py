@@ -85,6 +85,19 @@ def test_actor_pool_udf_uses_the_cpus_its_actors_reserve():
         assert {(r["torch"], r["omp"]) for r in rows} == {(cpus, cpus)}
 
 
+def test_task_whose_worker_dies_is_retried(tmp_path):
+    marker = str(tmp_path / "died_once")
+
+    def die_once(batch):
+        if batch["id"][0] == 0 and not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(1)  # the worker process dies mid-task
+        return batch
+
+    ids = [r["id"] for r in rd.range(20, override_num_blocks=2).map_batches(die_once).take_all()]
+    assert ids == list(range(20)) and os.path.exists(marker)
+
+
 def test_udf_error_is_the_users_type_and_names_the_operator():
     def boom(row):
         if row["id"] == 3:
