@@ -1155,6 +1155,19 @@ class CoreClient:
             rec.spec = rec.spec.replace(attempt=rec.spec.attempt + 1)
             self._requeue(rec)
             return
+        if rec.lease is not None:  # ask its node how it ended, for an error that says so
+            self.loop.create_task(self._report_worker_crash(rec, rec.lease, exc))
+        else:
+            self._fail_crashed(rec, exc, "")
+
+    async def _report_worker_crash(self, rec: TaskRecord, lease: Lease, exc: BaseException) -> None:
+        how = ""
+        with contextlib.suppress(Exception):
+            reply = await (lease.node_conn or self.node).request(P.GetWorkerExit(lease.worker_id), 3.0)
+            how = describe_worker_exit(reply)
+        self._fail_crashed(rec, exc, how)
+
+    def _fail_crashed(self, rec: TaskRecord, exc: BaseException, how: str) -> None:
         oom = self._oom_kills.get(rec.lease.worker_id) if rec.lease is not None else None
         if oom is not None:
             self._finish_with_error(rec, E.OutOfMemoryError(
@@ -1162,9 +1175,9 @@ class CoreClient:
                 f"{rec.spec.attempt + 1} time(s) (max_retries)."))
             return
         detail = f" ({exc})" if isinstance(exc, (RemoteError,)) else ""
+        how = how or "died unexpectedly (the process exited, crashed, or was killed, e.g. by the OOM killer)"
         self._finish_with_error(rec, E.WorkerCrashedError(
-            f"The worker running {rec.spec.display_name()} died unexpectedly{detail} "
-            f"(the process exited, crashed, or was killed, e.g. by the OOM killer). "
+            f"The worker running {rec.spec.display_name()} {how}{detail}. "
             f"It was tried {rec.spec.attempt + 1} time(s); set max_retries to retry it more."))
 
     def owned_objects(self) -> list:
@@ -1534,6 +1547,28 @@ class CoreClient:
 
     def new_task_id(self) -> bytes:
         return TaskID.from_random()
+
+
+_SIGNAL_HINTS = {
+    "SIGSEGV": "a crash in native code, e.g. a C extension or a library bug",
+    "SIGBUS": "a crash in native code, or shared memory (/dev/shm) ran out",
+    "SIGABRT": "native code aborted, e.g. a failed assertion in a C++ library",
+    "SIGKILL": "killed from outside: often the kernel's OOM killer when memory ran out",
+    "SIGTERM": "asked to stop by another process",
+}
+
+
+def describe_worker_exit(reply: P.WorkerExitReply) -> str:
+    """'died unexpectedly: killed by signal SIGSEGV (a crash in native code ...)'."""
+    pid = f" (pid {reply.pid})" if reply.pid else ""
+    if reply.kill_reason:
+        return f"was stopped by raylite{pid}: {reply.kill_reason}"
+    if not reply.exit_info:
+        return ""
+    hint = next((h for sig, h in _SIGNAL_HINTS.items() if reply.exit_info.endswith(sig)), "")
+    if reply.exit_info.startswith("exited with code"):
+        hint = "the task's code or a library called os._exit() / sys.exit(), or the interpreter failed"
+    return f"died unexpectedly{pid}: {reply.exit_info}" + (f" ({hint})" if hint else "")
 
 
 # tasks whose push-to-reply time averages below this are pipelined (see _pipeline_depth)

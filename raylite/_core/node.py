@@ -49,6 +49,7 @@ class NodeDaemon:
         self.ip = ip
         self.total = dict(resources)
         self.available = dict(resources)
+        self._exits: dict[bytes, tuple] = {}  # worker id -> (exit info, pid, kill reason)
         self.gpus = GpuIds(node_device_ids(self.total.get("GPU", 0), os.environ.get("CUDA_VISIBLE_DEVICES")))
         self.base_total = dict(resources)  # restored when the node fences itself
         self.bulk = None  # multi-node: serves object bytes to other nodes (transport/bulk.py)
@@ -89,6 +90,7 @@ class NodeDaemon:
             P.ObjectSealed: self._on_object_sealed,
             P.FreeObjects: self._on_free_objects,
             P.KillWorker: self._on_kill_worker,
+            P.GetWorkerExit: self._on_get_worker_exit,
             P.LogLines: self._on_log_lines,
             P.StartActor: self._on_start_actor,
             P.ReserveBundles: self._on_reserve_bundles,
@@ -222,6 +224,7 @@ class NodeDaemon:
     async def _heartbeat_loop(self) -> None:
         """Heartbeats are requests: no answer for node_dead_timeout_s on an open link means a
         partition, and the head has declared us dead by then, so fence before it heals."""
+        last = self.clock.monotonic()
         while True:
             await asyncio.sleep(self.config.heartbeat_interval_s)
             now = self.clock.monotonic()
@@ -300,7 +303,21 @@ class NodeDaemon:
         self._try_grant()
 
     def _on_worker_exit(self, rec: WorkerRecord) -> None:
+        self._exits[rec.worker_id] = (rec.exit_info, rec.pid, rec.kill_reason)
+        while len(self._exits) > 1000:  # a bounded memory of recent deaths
+            self._exits.pop(next(iter(self._exits)))
         self._worker_gone(rec, rec.exit_info)
+
+    async def _on_get_worker_exit(self, conn, msg: P.GetWorkerExit, rid):
+        # the owner often sees the broken link before the zygote reports the exit status
+        for _ in range(40):
+            known = self._exits.get(msg.worker_id)
+            if known is not None:
+                return P.WorkerExitReply(*known)
+            if msg.worker_id not in self.pool.workers and _ > 10:
+                break
+            await asyncio.sleep(0.025)
+        return P.WorkerExitReply()
 
     def _worker_gone(self, rec: WorkerRecord, why: str) -> None:
         if rec.state == "DEAD":

@@ -318,6 +318,20 @@ class ListOwnedObjectsReply(Message):
     objects: list
 
 
+@message(42)
+class GetWorkerExit(Message):
+    """Client -> node: how did this worker process end? (for the error of its task)"""
+
+    worker_id: bytes
+
+
+@message(43)
+class WorkerExitReply(Message):
+    exit_info: str = ""  # "killed by signal SIGSEGV", "exited with code 1", "" when unknown
+    pid: int = 0
+    kill_reason: str = ""  # set when raylite itself stopped it (memory monitor, cancel, ...)
+
+
 @message(30)
 class PushTask(Message):
     spec: list  # TaskSpec.to_wire()

@@ -109,8 +109,39 @@ def test_worker_crash_is_retried_then_reported(cluster, tmp_path):
     def always_crash():
         os.kill(os.getpid(), 9)
 
-    with pytest.raises(WorkerCrashedError, match="died unexpectedly"):
+    with pytest.raises(WorkerCrashedError, match="SIGKILL .*OOM killer"):
         ray.get(always_crash.remote(), timeout=30)
+
+
+def test_segfaulting_worker_is_retried_then_reported(cluster, tmp_path):
+    marker = tmp_path / "segfaulted"
+
+    @ray.remote(max_retries=1)
+    def segfault_once(path):
+        if not os.path.exists(path):
+            open(path, "w").write("x")
+            import ctypes
+
+            ctypes.string_at(0)  # SIGSEGV
+        return "recovered"
+
+    assert ray.get(segfault_once.remote(str(marker)), timeout=60) == "recovered"
+
+    @ray.remote(max_retries=0)
+    def always_segfault():
+        import ctypes
+
+        ctypes.string_at(0)
+
+    with pytest.raises(WorkerCrashedError, match=r"died unexpectedly \(pid \d+\): killed by signal SIGSEGV "
+                                                 r"\(a crash in native code"):
+        ray.get(always_segfault.remote(), timeout=30)
+
+    @ray.remote
+    def still_fine():
+        return "ok"
+
+    assert ray.get(still_fine.remote(), timeout=30) == "ok"  # the node survived
 
 
 def test_infeasible_request_fails_fast_naming_capacity(cluster):
