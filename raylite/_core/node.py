@@ -285,6 +285,11 @@ class NodeDaemon:
         client = conn.context.get("client")
         if client and client[2]:
             self._free_owned_by(client[2])
+        # objects it was writing and never sealed (it crashed mid-write): their room comes back
+        for oid in conn.context.get("writing", ()):
+            obj = self.store.objects.get(oid)
+            if obj is not None and obj.state == "creating":
+                self._on_free_objects(None, P.FreeObjects([oid]), 0)
         # leases held by this client: its tasks' owner is gone, stop those workers
         for rec in list(self.pool.workers.values()):
             if rec.lessee is conn and rec.state == "LEASED":
@@ -606,6 +611,8 @@ class NodeDaemon:
     # ------------------------------------------------------------ objects
     def _on_object_sealed(self, conn, msg: P.ObjectSealed, rid):
         self.store.sealed(msg.object_id, msg.size, msg.owner_address)
+        if conn is not None:
+            conn.context.get("writing", set()).discard(msg.object_id)
         return P.Ack() if rid else None
 
     def _on_free_objects(self, conn, msg: P.FreeObjects, rid):
@@ -634,6 +641,7 @@ class NodeDaemon:
                                      is_mapped=self._is_mapped)
         except Exception as e:  # noqa: BLE001  ObjectStoreFullError
             return P.CreateObjectReply(False, str(e))
+        conn.context.setdefault("writing", set()).add(msg.object_id)
         shm_files.drop_pool_files(res.drop_pool)
         if res.spill:
             return self._spill_then_create(res)

@@ -199,3 +199,19 @@ def test_return_values_outlive_the_worker_that_wrote_them(cluster):
     gc.collect()
     assert int(ray.get(ref)[123]) == 7
     assert ref.hex() in _object_files()
+
+
+def test_room_reserved_by_a_writer_that_dies_mid_write_comes_back(cluster):
+    @ray.remote(max_retries=0)
+    def reserve_and_die(oid: bytes, owner: str):
+        from raylite._core import protocol as _P
+        from raylite._core import runtime as _rt
+
+        # like a task writing its return value, which the caller (still alive) owns
+        _rt.client().node_request(_P.CreateObject(oid, 32 * MIB, owner), timeout=10)
+        os._exit(1)
+
+    oid = os.urandom(20)
+    with pytest.raises(ray.exceptions.RayError):
+        ray.get(reserve_and_die.remote(oid, runtime.client().address))
+    wait_for(lambda: all(o[0] != oid for o in _node_info().objects), what="the half-written object to be dropped")
