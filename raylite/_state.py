@@ -44,18 +44,19 @@ class ObjectState:
         return asdict(self)
 
 
-def list_objects(*, filters: list[tuple[str, str, Any]] | None = None, limit: int = 10_000,
-                 timeout: float | None = None, detail: bool = False, raise_on_missing_output: bool = True,
-                 _explain: bool = False) -> list[ObjectState]:
+def list_objects(address: str | None = None, filters: list[tuple[str, str, Any]] | None = None,
+                 limit: int = 100, timeout: int = 30, detail: bool = False,
+                 raise_on_missing_output: bool = True, _explain: bool = False) -> list[ObjectState]:
+    """Ray's signature; `address` is accepted for compatibility (the connected cluster is used)."""
     client = runtime.client()
-    nodes, processes = client.run_sync(_gather(client), timeout=(timeout or _TIMEOUT_S) * 3)
+    nodes, processes = client.run_sync(_gather(client), timeout=timeout)
     rows = _join(nodes, processes)
     for key, op, value in filters or []:
         rows = [r for r in rows if _matches(getattr(r, key, None), op, value)]
     return rows[:limit]
 
 
-def summarize_objects(*, timeout: float | None = None, raise_on_missing_output: bool = True,
+def summarize_objects(address: str | None = None, timeout: int = 30, raise_on_missing_output: bool = True,
                       _explain: bool = False) -> dict[str, Any]:
     """Totals: object count and bytes per location and per owner process."""
     rows = list_objects(timeout=timeout, limit=10**9)
@@ -170,10 +171,10 @@ def _reference_type(row: ObjectState) -> str:
 
 
 def _matches(actual: Any, op: str, value: Any) -> bool:
-    if op in ("=", "=="):
-        return str(actual) == str(value)
+    if op in ("=", "=="):  # string values compare case-insensitively, as in Ray
+        return str(actual).lower() == str(value).lower()
     if op == "!=":
-        return str(actual) != str(value)
+        return str(actual).lower() != str(value).lower()
     raise ValueError(f"unsupported filter operator {op!r}: use '=' or '!='")
 
 
