@@ -101,7 +101,12 @@ class Hosts:
         return self
 
     def __exit__(self, *exc) -> None:
+        import glob
+
         subprocess.run([TOOL, "down", "--prefix", self.prefix], capture_output=True)
+        for session in glob.glob(f"{self.base}/*/session_*"):  # stores of killed raylite nodes
+            for path in glob.glob(f"/dev/shm/raylite_{os.path.basename(session)}_*"):
+                shutil.rmtree(path, ignore_errors=True)
         shutil.rmtree(self.base, ignore_errors=True)
 
     @property
@@ -245,6 +250,8 @@ def measure_loopback() -> dict[str, float]:
         for n in nodes:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(n.pid, signal.SIGKILL)
+            for path in __import__("glob").glob(f"/dev/shm/raylite_{os.path.basename(n.session_dir)}_*"):
+                shutil.rmtree(path, ignore_errors=True)
         shutil.rmtree(temp, ignore_errors=True)
     for name, value in results.items():
         emit({"framework": "raylite", "metric": name, "value": round(value, 3), "mode": "loopback"})

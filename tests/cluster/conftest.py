@@ -61,9 +61,11 @@ class Cluster:
         return {n["node_id"].hex() for n in self.node_table() if n["alive"]}
 
     def kill_node(self, node: C.StartedNode, sig: int = signal.SIGKILL) -> None:
-        """Kill the node daemon and every process it started (its process group)."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(node.pid, sig)
+        """Kill the node daemon and every process it started (its process group). Only while
+        the daemon (our child) is unreaped: its pid, and so its group, cannot be anyone else's."""
+        if node.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(node.pid, sig)
         with contextlib.suppress(Exception):
             node.process.wait(10)
 
@@ -72,6 +74,17 @@ class Cluster:
             C.stop_nodes(self.config, grace_s=5)
         for n in self.nodes:
             self.kill_node(n)
+        remove_node_stores(self.nodes, self.config.shm_dir)
+
+
+def remove_node_stores(nodes, shm_dir: str) -> None:
+    """A killed node leaves its shared-memory store behind: remove it (named after its session)."""
+    import glob
+    import shutil
+
+    for n in nodes:
+        for path in glob.glob(os.path.join(shm_dir, f"raylite_{os.path.basename(n.session_dir)}_*")):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -67,6 +67,7 @@ class NetnsCluster:
 
     def __exit__(self, *exc) -> None:
         subprocess.run([TOOL, "down", "--prefix", self.prefix], capture_output=True)
+        remove_stores(self.base)
         shutil.rmtree(self.base, ignore_errors=True)
 
     def temp_dir(self, i: int) -> str:
@@ -129,3 +130,10 @@ def go(proc: subprocess.Popen) -> None:
     """Tell a waiting driver (blocked in input()) the wall-clock time the fault happened."""
     proc.stdin.write(f"{time.time()}\n")
     proc.stdin.flush()
+
+
+def remove_stores(base: str) -> None:
+    """Killed hosts leave their nodes' shared-memory stores (named after the session) behind."""
+    for session in glob.glob(os.path.join(base, "*", "session_*")):
+        for path in glob.glob(f"/dev/shm/raylite_{os.path.basename(session)}_*"):
+            shutil.rmtree(path, ignore_errors=True)

@@ -132,8 +132,7 @@ def _head_restart_keeps_detached_actor(make_cluster, db: str) -> None:
     a = Counter.options(name="counter", lifetime="detached").remote()
     assert ray.get(a.incr.remote()) == 1
     ray.shutdown()
-    c.kill_node(head)  # the head process and its node die
-    c.nodes.remove(head)
+    c.kill_node(head)  # the head process and its node die (its store is removed at teardown)
     c.add_head(num_cpus=1, persist=db, port=port)
     wait_until(lambda: worker.node_id in c.alive_ids(), timeout_s=20, what="worker node rejoined")
     ray.init(address="auto", namespace="keep")
