@@ -266,6 +266,16 @@ def available_resources() -> dict[str, float]:
     return {k: float(v) for k, v in R.from_fixed(total).items() if v > 0}
 
 
+def node_ip_address() -> str:
+    """This process's node IP (backs raylite.util.get_node_ip_address)."""
+    client = runtime.client()
+    if client is not None and client.node_ip:
+        return client.node_ip
+    from raylite._core.config import get_config
+
+    return get_config().node_ip_address or "127.0.0.1"
+
+
 def get_gpu_ids() -> list[int]:
     """The GPU device ids given to the current task or actor ([] in the driver)."""
     if runtime.is_worker():

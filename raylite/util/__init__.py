@@ -15,14 +15,9 @@ from raylite.util.inspect import inspect_serializability
 
 def get_node_ip_address() -> str:
     """The IP address of the node this process runs on (Ray's name)."""
-    from raylite._core import runtime
+    from raylite.api import node_ip_address
 
-    client = runtime.client()
-    if client is not None and client.node_ip:
-        return client.node_ip
-    from raylite._core.config import get_config
-
-    return get_config().node_ip_address or "127.0.0.1"
+    return node_ip_address()
 
 
 def list_named_actors(all_namespaces: bool = False) -> list:

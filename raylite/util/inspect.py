@@ -20,8 +20,6 @@ def inspect_serializability(base_obj: Any, name: str | None = None, depth: int =
     Each failure names the innermost member that cannot be pickled (an attribute,
     an item of a container, or a variable a function closes over), so the fix is clear.
     """
-    from raylite._core.serialization import _picklable
-
     label = name or getattr(base_obj, "__qualname__", None) or type(base_obj).__name__
     failures: set[FailureTuple] = set()
     if _picklable(base_obj):
@@ -57,9 +55,17 @@ def _members(obj: Any, label: str) -> list[tuple[str, Any]]:
     return []
 
 
-def _walk(obj: Any, label: str, parent: Any, depth: int, failures: set) -> None:
-    from raylite._core.serialization import _picklable
+def _picklable(obj: Any) -> bool:
+    import cloudpickle
 
+    try:
+        cloudpickle.dumps(obj, protocol=5, buffer_callback=lambda b: None)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _walk(obj: Any, label: str, parent: Any, depth: int, failures: set) -> None:
     bad = [(n, m) for n, m in _members(obj, label) if not _picklable(m)]
     if not bad or depth <= 0:
         failures.add(_failure(obj, label, parent))
