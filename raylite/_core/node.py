@@ -739,15 +739,27 @@ class NodeDaemon:
             if self.store.pool:  # recycled segments are the cheapest memory to give back
                 shm_files.drop_pool_files(self.store.trim_pool(0.0))
                 continue
-            candidates = [MM.Candidate(r.worker_id, r.pid, "", seen[(r.worker_id, r.lease_id or r.actor_id)],
-                                       is_actor=r.state == "ACTOR", retriable=r.state != "ACTOR")
-                          for r in busy if r.pid]
+            busy = [r for r in busy if r.pid]
+            running = await asyncio.gather(*(self._running_task(r) for r in busy))
+            candidates = [MM.Candidate(r.worker_id, r.pid, name, seen[(r.worker_id, r.lease_id or r.actor_id)],
+                                       is_actor=r.state == "ACTOR", retriable=retriable)
+                          for r, (name, retriable) in zip(busy, running)]
             victim = MM.choose_victim(candidates)
             if victim is None:
                 continue
             killed = self.pool.workers.get(victim.worker_id)
             if killed is not None:
                 self._kill_for_memory(killed, victim, snapshot)
+
+    async def _running_task(self, rec: WorkerRecord) -> tuple[str, bool]:
+        """(task name, retriable) from the worker's I/O thread; a silent worker counts as retriable."""
+        if rec.conn is None:
+            return "", True
+        try:
+            reply = await asyncio.wait_for(rec.conn.request(P.GetRunningTask()), 0.5)
+            return reply.task_name, reply.retriable
+        except Exception:  # noqa: BLE001  exiting, or too busy to answer
+            return "", True
 
     async def _pool_trim_loop(self) -> None:
         """Recycled segments make a put() loop fast; an idle node gives their memory back."""
@@ -758,7 +770,7 @@ class NodeDaemon:
 
     def _kill_for_memory(self, rec: WorkerRecord, victim: MM.Candidate, snapshot: MM.MemorySnapshot) -> None:
         reason = MM.oom_reason(snapshot, self.config.memory_usage_threshold, self.ip, victim.is_actor)
-        log.warning("memory monitor: killing worker pid %d: %s", rec.pid, reason)
+        log.warning("memory monitor: killing worker pid %d (%s): %s", rec.pid, victim.description or "?", reason)
         if rec.lessee is not None:
             with contextlib.suppress(Exception):
                 rec.lessee.send(P.WorkerOutOfMemory(reason, rec.worker_id))

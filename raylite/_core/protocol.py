@@ -310,6 +310,17 @@ class ListOwnedObjects(Message):
     """State API -> any driver or worker: the objects it owns or references (raylite.util.state)."""
 
 
+@message(44)
+class GetRunningTask(Message):
+    """Node -> worker (its memory monitor, under pressure only): what runs there now?"""
+
+
+@message(45)
+class GetRunningTaskReply(Message):
+    task_name: str
+    retriable: bool  # its owner retries it if the worker dies (max_retries / max_task_retries)
+
+
 @message(41)
 class ListOwnedObjectsReply(Message):
     pid: int

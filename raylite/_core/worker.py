@@ -72,6 +72,7 @@ class Worker:
             P.PushTask: self._on_push_task,
             P.CreateActor: self._on_create_actor,
             P.CancelTask: self._on_cancel_task,
+            P.GetRunningTask: self._on_get_running_task,
         }
         self.ctx = WorkerContext()
         self.tasks: queue.SimpleQueue = queue.SimpleQueue()
@@ -111,6 +112,14 @@ class Worker:
             spec = spec.replace(gpu_ids=list(msg.gpu_ids))
         self.tasks.put((conn, rid, spec))
         return None
+
+    def _on_get_running_task(self, conn, msg: P.GetRunningTask, rid: int):
+        """The node's memory monitor picks a worker to kill: retriable tasks go first."""
+        spec = self.ctx.current_spec
+        if spec is None:
+            return P.GetRunningTaskReply("", True)
+        retries = spec.max_task_retries if spec.kind == KIND_ACTOR_CALL else spec.max_retries
+        return P.GetRunningTaskReply(spec.display_name(), retries != 0)
 
     def _on_cancel_task(self, conn, msg: P.CancelTask, rid: int):
         self.cancelled.add(msg.task_id)
