@@ -291,6 +291,12 @@ class CoreClient:
                 c = cache.pop(address, None)
                 if c is not None:
                     c.abort()
+        data = self._data_addresses.get(msg.node_id)
+        if data:  # a pull blocked on a cut link wakes up and reports the object lost
+            with self._bulk_lock:
+                bulk = self._bulk_clients.pop(data, None)
+            if bulk is not None:
+                bulk.close()
 
     def _on_incoming(self, conn: rpc.Connection) -> None:
         conn.on_close.append(self._on_incoming_closed)

@@ -81,6 +81,11 @@ aff = NodeAffinitySchedulingStrategy(victim, soft=True)
 base = os.environ["BASE"]
 b = Beacon.options(scheduling_strategy=aff).remote(base + "/beacon")
 assert ray.get(b.node.remote()) == victim
+@ray.remote(max_retries=0)
+def blob():
+    return np.ones(20 * 1024 * 1024, dtype=np.uint8)
+only_there = blob.options(scheduling_strategy=NodeAffinitySchedulingStrategy(victim, soft=False)).remote()
+ray.wait([only_there], fetch_local=False)
 ref = slow.options(scheduling_strategy=aff).remote(base + "/started")
 while not os.path.exists(base + "/started"):
     time.sleep(0.05)
@@ -91,7 +96,13 @@ while any(n["NodeID"] == victim and n["Alive"] for n in ray.nodes()):
 detect = time.time() - t0
 moved = ray.get(ref, timeout=60)
 actor_node = ray.get(b.node.remote(), timeout=60)
-out(detect_s=detect, task_moved=moved != victim, actor_moved=actor_node != victim, victim=victim,
+t1 = time.monotonic()
+try:
+    ray.get(only_there, timeout=60)
+    lost = "got it"
+except ray.exceptions.ObjectLostError:
+    lost = time.monotonic() - t1
+out(lost=lost, detect_s=detect, task_moved=moved != victim, actor_moved=actor_node != victim, victim=victim,
     actor_node=actor_node)
 """
         victim_ip = c.ips[c.host(3)]
@@ -105,6 +116,7 @@ out(detect_s=detect, task_moved=moved != victim, actor_moved=actor_node != victi
         finally:
             proc.kill()
         assert res["detect_s"] < 10.0 and res["task_moved"] and res["actor_moved"], res
+        assert res["lost"] != "got it" and res["lost"] < 5.0, res  # ObjectLostError, no hang
         # heal: the old node learns it was declared dead, stops its workers, rejoins as new
         old, new = f"{c.base}/beacon_{res['victim']}", f"{c.base}/beacon_{res['actor_node']}"
         c.heal(3)

@@ -110,7 +110,7 @@ class BulkClient:
 
     def __init__(self, address: str, token: str, timeout_s: float = 30.0) -> None:
         host, port = address.rsplit(":", 1)
-        self._sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        self._sock = socket.create_connection((host, int(port)), timeout=min(timeout_s, 10.0))
         self._sock.settimeout(None)  # blocking recv_into: no poll() before every read
         from raylite._core.transport.rpc import tls_contexts
 
@@ -122,6 +122,9 @@ class BulkClient:
         self._lock = threading.Lock()
 
     def close(self) -> None:
+        """Also from another thread: shutdown() wakes a recv blocked on a dead link."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self._sock.close()
 
