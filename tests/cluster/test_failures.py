@@ -138,4 +138,12 @@ def _head_restart_keeps_detached_actor(make_cluster, db: str) -> None:
     ray.init(address="auto", namespace="keep")
     again = ray.get_actor("counter")
     assert ray.get(again.incr.remote(), timeout=30) == 2  # the same actor, state kept
+
+
+    @ray.remote(resources={"w": 0.1})
+    def on_worker(x):
+        return x + 1
+
+    # a new function reaches the old worker node's workers through the restarted head
+    assert ray.get(on_worker.remote(41), timeout=30) == 42
     assert worker.process.poll() is None and os.path.exists(worker.session_dir)
