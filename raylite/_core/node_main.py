@@ -70,6 +70,11 @@ def main(argv: list[str] | None = None) -> None:
     sockets = os.path.join(args.session_dir, "sockets")
     os.makedirs(sockets, exist_ok=True)
     node_address = f"unix://{os.path.join(sockets, 'node_' + node_id.hex()[:8])}"
+    longest = os.path.join(sockets, "0" * 16)  # client sockets are named by 16 hex chars
+    if len(longest.encode()) > 107:
+        _fail(f"the session directory {args.session_dir} is too deep for unix sockets ({len(longest)} "
+              "characters, the limit is 107); set RAYLITE_TEMP_DIR to a shorter path such as "
+              "/tmp/raylite")
     tcp_address = f"tcp://{args.ip}:{args.node_port or _free_port(args.ip)}" if multi_node else ""
     # the zygote must be forked before any thread or event loop exists
     pool_probe = WorkerPool(node_address, token, args.session_dir, lambda rec: None)
@@ -129,9 +134,10 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool) 
     except HandshakeError as e:
         _fail(str(e))
     except ConnectionBrokenError as e:
-        _fail(f"cannot reach the head at {head_address[len('tcp://'):]} ({e.__cause__ or e}). Check the "
-              "address, that the head runs (`raylite status` on its machine) and that its port is "
-              "open from this machine.")
+        hostport = head_address[len("tcp://"):]
+        _fail(f"cannot reach the head at {hostport} ({e.__cause__ or e}). Check the address, that the "
+              f"head runs (`raylite status` on its machine) and that TCP port {hostport.rsplit(':', 1)[-1]} "
+              "on it is open from this machine.")
     except RuntimeError as e:
         _fail(str(e))
     print("READY " + json.dumps({"head_address": head_address, "node_address": node_address,

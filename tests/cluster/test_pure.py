@@ -62,3 +62,31 @@ def test_local_unix_node_never_expires():
     nodes = {b"u": NodeRecord(b"u", "unix:///tmp/x/node", "", {}, {}, {}, "", None, last_seen=clock.monotonic())}
     clock.advance(100.0)
     assert expired_nodes(nodes, clock.monotonic(), 5.0) == []
+
+
+def _cli_start(temp_dir: str, *args: str):
+    import subprocess
+    import sys
+
+    env = {"RAYLITE_TEMP_DIR": temp_dir, "RAYLITE_TOKEN": "x", "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "raylite.cli", "start", "--node-ip-address=127.0.0.1",
+                           "--num-cpus=1", *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_unreachable_head_names_address_and_port():
+    import shutil
+    import tempfile
+
+    temp_dir = tempfile.mkdtemp(prefix="rlc", dir="/tmp")
+    try:
+        out = _cli_start(temp_dir, "--address=127.0.0.1:1")
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    assert out.returncode != 0
+    assert "cannot reach the head at 127.0.0.1:1" in out.stderr and "TCP port 1" in out.stderr
+
+
+def test_too_deep_temp_dir_is_a_clear_error(tmp_path):
+    deep = tmp_path / ("d" * 60)
+    out = _cli_start(str(deep), "--address=127.0.0.1:1")
+    assert out.returncode != 0 and "RAYLITE_TEMP_DIR" in out.stderr and "Traceback" not in out.stderr
