@@ -3,7 +3,11 @@
 Tables: nodes, actors (named, detached), placement groups, the key-value store
 and jobs. The head places actors and placement-group bundles on nodes (the
 node daemons run them), restarts actors whose worker died, and declares nodes
-dead when their connection drops or their heartbeats stop.
+dead when their connection drops or their heartbeats stop (then tells every
+client, so links to that node that may hang are dropped). A node that cannot
+grant a lease asks the head which node should (PickNode: spillback). With a
+Persistence store every table change is written through, and a restarted head
+reloads the tables and gives the nodes one dead-timeout to reconnect.
 
 ActorState: PENDING -> ALIVE [-> RESTARTING -> ALIVE]* -> DEAD (terminal).
 """
