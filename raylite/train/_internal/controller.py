@@ -15,7 +15,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from raylite.train._internal.callbacks import CallbackDispatcher, CallbackFailed
 from raylite.train._internal.checkpoints import CheckpointManager, TrackedCheckpoint
@@ -419,7 +419,7 @@ def build_result(
 def result_from_storage(storage: StorageContext) -> Result:
     """Result of a run on storage (Result.from_path)."""
     state = RunState.from_json(storage.read_bytes(STATE_FILE))
-    order = "min" if state.score_order == "min" else "max"
+    order: Literal["max", "min"] = "min" if state.score_order == "min" else "max"
     config = CheckpointConfig(
         checkpoint_score_attribute=state.score_attribute, checkpoint_score_order=order
     )

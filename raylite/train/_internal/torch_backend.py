@@ -141,7 +141,7 @@ def wrap_model(
             # accelerator; FSDP2's fully_shard shards the same way over gloo on CPU.
             from torch.distributed.fsdp import fully_shard
 
-            return fully_shard(model, **kwargs)
+            return fully_shard(model, **kwargs)  # type: ignore[return-value]  # an nn.Module subclass
         from torch.distributed.fsdp import FullyShardedDataParallel
 
         kwargs.setdefault("device_id", device)
