@@ -46,7 +46,7 @@ METRICS = [
     Metric("ten_tasks_100mib_ms", "10 tasks sharing one 100 MiB ref", "ms", True),
     Metric("ten_tasks_extra_copies", "extra copies made for those 10 tasks", "count", True, 0),
     Metric("loop_put_ms", "put+drop 100 MiB loop, per put", "ms", True),
-    Metric("loop_peak_shm_mib", "put+drop loop, peak /dev/shm", "MiB", True),
+    Metric("loop_peak_shm_mib", "put+drop loop, /dev/shm growth", "MiB", True),
     Metric("spill_put_gbps", "put 1 GiB through a 256 MiB store (spilling)", "GB/s", False),
     Metric("restore_gbps", "get every spilled object back (restoring)", "GB/s", False),
 ]
