@@ -71,6 +71,12 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                 if k in ("CPU", "GPU"):
                     raise ValueError(f"Use num_cpus/num_gpus instead of resources[{k!r}] in init().")
         address = address or os.environ.get("RAYLITE_ADDRESS") or os.environ.get("RAY_ADDRESS") or None
+        if address is None:  # as in Ray: join the cluster `raylite start` left running here
+            from raylite._core.cluster_files import running_cluster_address
+            from raylite._core.config import get_config
+
+            if running_cluster_address(get_config().temp_dir):
+                address = "auto"
         from raylite._core import driver
 
         global _job_runtime_env

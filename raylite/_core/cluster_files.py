@@ -50,6 +50,20 @@ def read_address_file(temp_dir: str) -> dict | None:
         return None
 
 
+def running_cluster_address(temp_dir: str) -> str | None:
+    """The address of the cluster `raylite start` left running on this machine, if its head
+    daemon is still alive (init() with no address joins it, as Ray's does)."""
+    info = read_address_file(temp_dir)
+    if not info or not info.get("session_dir"):
+        return None
+    try:
+        with open(os.path.join(info["session_dir"], NODE_FILE)) as f:
+            pid = json.load(f).get("pid", 0)
+    except (OSError, ValueError):
+        return None
+    return info.get("address") if _is_node_daemon(pid, info["session_dir"]) else None
+
+
 def normalize_address(address: str) -> str:
     """'HOST:PORT', 'raylite://HOST:PORT', 'ray://...' or 'tcp://...' -> 'HOST:PORT'."""
     for prefix in ("raylite://", "ray://", "tcp://"):

@@ -102,6 +102,9 @@ def spawn_node(config: Config, *, num_cpus=None, num_gpus=None, resources=None,
 def wait_ready(node: NodeProcess) -> dict:
     """Block until the daemon prints READY; returns what it announced."""
     line = node.process.stdout.readline().decode()
+    if line.startswith("ERROR "):  # the daemon said why it cannot run
+        discard(node)
+        raise RuntimeError(f"the local raylite node could not start: {line[len('ERROR '):].strip()}")
     if not line.startswith("READY "):
         discard(node)
         err = ""
@@ -131,13 +134,17 @@ def prestart(address: str | None, kwargs: dict) -> None:
         return
     if os.environ.get("RAYLITE_ADDRESS") or os.environ.get("RAY_ADDRESS"):
         return
+    from raylite._core.cluster_files import running_cluster_address
+    from raylite._core.config import get_config
+
+    if address is None and running_cluster_address(get_config().temp_dir):
+        return  # init() joins the cluster `raylite start` left running here
     rt = sys.modules.get("raylite._core.runtime")
     if rt is not None and (rt.client() is not None or rt.is_worker()):
         return  # already initialized, or inside a worker: init() will not start a node
     resources = kwargs.get("resources")
     if resources and ("CPU" in resources or "GPU" in resources):
         return  # init() rejects this; do not start anything
-    from raylite._core.config import get_config
 
     try:
         _prestarted = spawn_node(get_config(), num_cpus=kwargs.get("num_cpus"), num_gpus=kwargs.get("num_gpus"),

@@ -1,0 +1,21 @@
+"""init() with no address joins the cluster `raylite start` left running, as Ray's does."""
+
+from __future__ import annotations
+
+import raylite as ray
+
+from .conftest import wait_until
+
+
+def test_init_without_address_joins_the_running_cluster(make_cluster):
+    c = make_cluster()
+    c.add_head(num_cpus=1, resources={"head_r": 1})
+    c.add_node(num_cpus=1, resources={"w1": 1})
+    wait_until(lambda: len(c.alive_ids()) == 2, what="two alive nodes")
+    ray.init()  # no address: the running cluster, not a new local one
+    try:
+        assert ray.cluster_resources().get("w1") == 1
+        assert len([n for n in ray.nodes() if n["Alive"]]) == 2
+    finally:
+        ray.shutdown()
+    assert len(c.alive_ids()) == 2  # disconnecting left the cluster running
