@@ -91,7 +91,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                                      namespace=namespace or _anon_namespace(),
                                      object_store_memory=object_store_memory, log_to_driver=log_to_driver,
                                      labels=kwargs.get("labels"))
-        if runtime_env and runtime_env.get("working_dir"):  # now there is a cluster to ship it to
+        if runtime_env and (runtime_env.get("working_dir") or runtime_env.get("py_modules")):
+            # now there is a cluster to ship them to
             try:
                 _job_runtime_env = merge_runtime_env(None, runtime_env)
             except BaseException:

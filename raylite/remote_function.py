@@ -58,7 +58,25 @@ def legacy_pg_options(opts: dict) -> dict:
 _shipped: dict[tuple, str] = {}  # (path, excludes, cluster) -> package URI, uploaded once
 
 
+def _ship_py_module(entry: Any) -> str:
+    """A py_modules entry (package dir, .py file, .zip, module object or URI) -> package URI."""
+    if isinstance(entry, str) and packaging.is_package_uri(entry):
+        return entry
+    if hasattr(entry, "__file__"):  # a module object: its package folder, or its file
+        path = entry.__file__ or ""
+        entry = os.path.dirname(path) if os.path.basename(path) == "__init__.py" else path
+    path = os.path.abspath(os.fspath(entry))
+    if not os.path.exists(path):
+        raise ValueError(f"runtime_env py_modules entry {entry!r} does not exist. Pass a local package "
+                         "directory, a .py file, a .zip file or an imported module.")
+    return _ship(path, [], kind="py_module")
+
+
 def _ship_working_dir(path: str, excludes: list) -> str:
+    return _ship(path, excludes, kind="working_dir")
+
+
+def _ship(path: str, excludes: list, kind: str) -> str:
     """Upload a local working_dir to the cluster once; later calls reuse its URI.
 
     Before init() there is no cluster to ship to: the path stays local until init()
@@ -70,11 +88,14 @@ def _ship_working_dir(path: str, excludes: list) -> str:
     client = runtime.client()
     if client is None:
         return path
-    key = (path, tuple(excludes), client.head_address)
+    key = (path, tuple(excludes), kind, client.head_address)
     uri = _shipped.get(key)
     if uri is None:
         if os.path.isdir(path):
-            digest, data = packaging.package_directory(path, excludes)
+            prefix = os.path.basename(path) if kind == "py_module" else ""
+            digest, data = packaging.package_directory(path, excludes, prefix=prefix)
+        elif kind == "py_module" and path.endswith(".py"):
+            digest, data = packaging.package_module_file(path)
         else:
             digest, data = packaging.package_zip_file(path)
         client.head_request(KvPut(packaging.KV_NAMESPACE, digest.encode(), data, False))
@@ -98,6 +119,11 @@ def merge_runtime_env(job_env: dict | None, task_env: dict | None) -> dict:
             raise ValueError(f"runtime_env working_dir {wd!r} is not a local directory or .zip file. "
                              "Pass an existing directory (it is shipped to every worker).")
         merged["working_dir"] = _ship_working_dir(os.path.abspath(wd), merged.get("excludes") or [])
+    if merged.get("py_modules"):
+        if not isinstance(merged["py_modules"], (list, tuple)):
+            raise TypeError("runtime_env py_modules must be a list of package directories, .py files, "
+                            f".zip files or modules, not {type(merged['py_modules']).__name__}")
+        merged["py_modules"] = [_ship_py_module(m) for m in merged["py_modules"]]
     if "env_vars" in merged:
         bad = {k: v for k, v in merged["env_vars"].items() if not isinstance(k, str) or not isinstance(v, str)}
         if bad:

@@ -66,9 +66,12 @@ def _files(root: str, excludes: list[str]) -> list[tuple[str, str, int]]:
 
 
 def package_directory(path: str, excludes: list[str] | None = None,
-                      max_bytes: int = MAX_PACKAGE_BYTES) -> tuple[str, bytes]:
-    """Zip `path` deterministically; returns (digest, zip bytes)."""
+                      max_bytes: int = MAX_PACKAGE_BYTES, prefix: str = "") -> tuple[str, bytes]:
+    """Zip `path` deterministically; returns (digest, zip bytes). Entries go under `prefix`
+    (a py_modules package keeps its own folder name, so `import <name>` works)."""
     files = _files(path, list(excludes or []))
+    if prefix:
+        files = [(f"{prefix}/{rel}", full, size) for rel, full, size in files]
     total = sum(size for _, _, size in files)
     if total > max_bytes:
         biggest = sorted(files, key=lambda f: -f[2])[:5]
@@ -86,6 +89,19 @@ def package_directory(path: str, excludes: list[str] | None = None,
             info.compress_type = zipfile.ZIP_DEFLATED
             with open(full, "rb") as f:
                 zf.writestr(info, f.read())
+    data = buf.getvalue()
+    return hashlib.sha1(data).hexdigest(), data
+
+
+def package_module_file(path: str) -> tuple[str, bytes]:
+    """A single-file py_modules entry (`helpers.py`)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        info = zipfile.ZipInfo(os.path.basename(path), date_time=_FIXED_TIME)
+        info.external_attr = 0o100644 << 16
+        info.compress_type = zipfile.ZIP_DEFLATED
+        with open(path, "rb") as f:
+            zf.writestr(info, f.read())
     data = buf.getvalue()
     return hashlib.sha1(data).hexdigest(), data
 

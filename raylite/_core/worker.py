@@ -170,24 +170,33 @@ class Worker:
                 self._execute_and_reply(conn, rid, spec)
 
     def _enter_working_dir(self) -> None:
-        """Unpack the job's shipped working_dir on this node (once) and run inside it."""
-        digest = self.request.get("working_dir_pkg")
-        if not digest:
-            return
+        """Unpack the job's shipped working_dir and py_modules on this node (once each) and
+        run inside the working_dir, with every package importable."""
+        what = "working_dir"
         try:
-            path = packaging.unpacked_path(self.request["session_dir"], digest)
-            if not os.path.isdir(path):
-                reply = self.client.head_request(P.KvGet(packaging.KV_NAMESPACE, digest.encode()), timeout=120)
-                if reply.value is None:
-                    raise FileNotFoundError(f"package {digest} is not in the cluster's store (was the "
-                                            "driver that uploaded it connected to another cluster?)")
-                path = packaging.unpack(reply.value, self.request["session_dir"], digest)
-            os.chdir(path)
-            sys.path.insert(0, path)
+            for digest in self.request.get("py_module_pkgs") or []:
+                what = f"py_modules (package {digest})"
+                sys.path.insert(0, self._unpacked(digest))
+            digest = self.request.get("working_dir_pkg")
+            if digest:
+                what = f"working_dir (package {digest})"
+                path = self._unpacked(digest)
+                os.chdir(path)
+                sys.path.insert(0, path)
         except Exception as e:  # noqa: BLE001
             self.setup_error = E.RuntimeEnvSetupError(
-                f"could not set up runtime_env working_dir (package {digest}) on node "
-                f"{self.client.node_ip}: {type(e).__name__}: {e}")
+                f"could not set up runtime_env {what} on node {self.client.node_ip}: "
+                f"{type(e).__name__}: {e}")
+
+    def _unpacked(self, digest: str) -> str:
+        path = packaging.unpacked_path(self.request["session_dir"], digest)
+        if os.path.isdir(path):
+            return path
+        reply = self.client.head_request(P.KvGet(packaging.KV_NAMESPACE, digest.encode()), timeout=120)
+        if reply.value is None:
+            raise FileNotFoundError(f"package {digest} is not in the cluster's store (was the driver "
+                                    "that uploaded it connected to another cluster?)")
+        return packaging.unpack(reply.value, self.request["session_dir"], digest)
 
     def _blocked(self, blocked: bool) -> None:
         if threading.current_thread() is threading.main_thread() or self.actor_pool is not None:

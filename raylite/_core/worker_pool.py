@@ -113,6 +113,7 @@ class WorkerPool:
         self.workers[worker_id] = rec
         env = {str(k): str(v) for k, v in (runtime_env.get("env_vars") or {}).items()}
         wd = runtime_env.get("working_dir") or ""
+        mods = runtime_env.get("py_modules") or []
         request = {
             "worker_id": worker_id.hex(),
             "node_address": self.node_address,
@@ -121,7 +122,8 @@ class WorkerPool:
             "env": env,
             "cwd": "" if is_package_uri(wd) else wd,
             "working_dir_pkg": digest_of(wd) if is_package_uri(wd) else "",
-            "py_path": runtime_env.get("py_modules") or [],
+            "py_path": [m for m in mods if not is_package_uri(m)],
+            "py_module_pkgs": [digest_of(m) for m in mods if is_package_uri(m)],
         }
         self._zygote_sock.sendall(json.dumps(request).encode() + b"\n")
         return rec

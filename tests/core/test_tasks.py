@@ -446,6 +446,29 @@ def test_runtime_env_env_vars_and_working_dir(cluster, tmp_path):
     assert ray.get(actor.read.remote()) == "nested file"
 
 
+def test_runtime_env_py_modules_are_shipped(cluster, tmp_path):
+    pkg = tmp_path / "libs" / "shipped_pkg_xyz"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from .core import answer\n")
+    (pkg / "core.py").write_text("def answer():\n    return 42\n")
+    single = tmp_path / "single_mod_xyz.py"
+    single.write_text("NAME = 'single file'\n")
+
+    @ray.remote
+    def use_modules():
+        import shipped_pkg_xyz
+        import single_mod_xyz
+
+        return shipped_pkg_xyz.answer(), single_mod_xyz.NAME, shipped_pkg_xyz.__file__
+
+    env = {"py_modules": [str(pkg), str(single)]}
+    answer, name, where = ray.get(use_modules.options(runtime_env=env).remote())
+    assert (answer, name) == (42, "single file")
+    assert not where.startswith(str(tmp_path))  # imported from the shipped copy
+    with pytest.raises(ValueError, match="does not exist"):
+        use_modules.options(runtime_env={"py_modules": [str(tmp_path / "nope")]}).remote()
+
+
 def test_runtime_env_bad_working_dir_is_a_clear_error(cluster, tmp_path):
     @ray.remote
     def f():
