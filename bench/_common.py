@@ -218,3 +218,54 @@ def render_table(metrics: Iterable[Metric], results: dict[str, dict[str, float]]
             row = ["-" * w for w in widths]
         lines.append("| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " |")
     return "\n".join(lines)
+
+
+def collect_worker_metrics(module_name: str, cmd: list[str], metric_names: set[str] | dict,
+               timeout_s: float) -> dict[str, float]:
+    """Run one framework's measuring subprocess; echo its JSON lines and collect its metrics.
+
+    Ray's side gets no raylite PYTHONPATH and no usage-stats calls. A worker that runs past
+    `timeout_s` is killed with every process it started (its cluster may not stop itself).
+    """
+    import contextlib
+    import signal
+    import subprocess
+    import tempfile
+    import threading
+
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no network calls from the Ray side
+    if module_name != "raylite":
+        env.pop("PYTHONPATH", None)  # keep raylite's paths out of the other interpreter
+
+    def kill_tree(pid: int) -> None:
+        for child in reversed(descendants(pid)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+
+    results: dict[str, float] = {}
+    with tempfile.TemporaryFile() as errors:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
+        watchdog = threading.Timer(timeout_s, kill_tree, (proc.pid,))
+        watchdog.start()
+        try:
+            for line in proc.stdout:
+                line = line.strip()
+                if not line.startswith("{"):
+                    continue
+                print(line, flush=True)
+                record = json.loads(line)
+                if record.get("metric") in metric_names:
+                    results[record["metric"]] = record["value"]
+            code = proc.wait()
+        finally:
+            watchdog.cancel()
+        if code != 0:
+            errors.seek(0)
+            tail = errors.read().decode(errors="replace")[-3000:]
+            why = f"was stopped after {timeout_s:.0f} s" if code < 0 else f"exited with {code}"
+            print(f"bench: the {module_name} worker {why}:\n{tail}", file=sys.stderr)
+            emit({"framework": module_name, "metric": "error", "exit_code": code})
+    return results
+

@@ -24,17 +24,15 @@ import contextlib
 import importlib
 import json
 import os
-import signal
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import (  # noqa: E402  (this folder is not a package)
     MIB,
     Metric,
+    collect_worker_metrics,
     descendants,
     emit,
     median,
@@ -314,45 +312,10 @@ def run_worker(module_name: str, num_cpus: int, quick: bool) -> None:
 
 def run_framework(module_name: str, python: str, num_cpus: int, quick: bool,
                   timeout_s: float) -> dict[str, float]:
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no network calls from the Ray side
-    if module_name != "raylite":
-        env.pop("PYTHONPATH", None)  # keep raylite's paths out of the other interpreter
     cmd = [python, os.path.abspath(__file__), "--worker", module_name, "--num-cpus", str(num_cpus)]
     if quick:
         cmd.append("--quick")
-    results: dict[str, float] = {}
-    with tempfile.TemporaryFile() as errors:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
-        watchdog = threading.Timer(timeout_s, kill_tree, (proc.pid,))
-        watchdog.start()
-        try:
-            for line in proc.stdout:
-                line = line.strip()
-                if not line.startswith("{"):
-                    continue
-                print(line, flush=True)
-                record = json.loads(line)
-                if record.get("metric") in METRICS_BY_NAME:
-                    results[record["metric"]] = record["value"]
-            code = proc.wait()
-        finally:
-            watchdog.cancel()
-        if code != 0:
-            errors.seek(0)
-            tail = errors.read().decode(errors="replace")[-3000:]
-            why = f"was stopped after {timeout_s:.0f} s" if code < 0 else f"exited with {code}"
-            print(f"bench: the {module_name} worker {why}:\n{tail}", file=sys.stderr)
-            emit({"framework": module_name, "metric": "error", "exit_code": code})
-    return results
-
-
-def kill_tree(pid: int) -> None:
-    """SIGKILL a stuck worker and every process it started (its cluster may not stop itself)."""
-    for child in reversed(descendants(pid)):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child, signal.SIGKILL)
+    return collect_worker_metrics(module_name, cmd, METRICS_BY_NAME, timeout_s)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,17 +17,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import json
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import MIB, Metric, emit, median, render_table  # noqa: E402  (not a package)
+from _common import MIB, Metric, collect_worker_metrics, emit, median, render_table  # noqa: E402  (not a package)
 
 DEFAULT_RAY_PYTHON = "/opt/rayvenv/bin/python"
 SPILL_STORE_BYTES = 256 * MIB
@@ -190,38 +186,11 @@ def run_worker(module_name: str, num_cpus: int, quick: bool, loop: int) -> None:
 
 
 def run_framework(module_name: str, python: str, args) -> dict[str, float]:
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if module_name != "raylite":
-        env.pop("PYTHONPATH", None)
     cmd = [python, os.path.abspath(__file__), "--worker", module_name, "--num-cpus", str(args.num_cpus),
            "--loop", str(args.loop)]
     if args.quick:
         cmd.append("--quick")
-    results: dict[str, float] = {}
-    with tempfile.TemporaryFile() as errors:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
-        watchdog = threading.Timer(args.timeout_s, proc.kill)
-        watchdog.start()
-        try:
-            for line in proc.stdout:
-                line = line.strip()
-                if not line.startswith("{"):
-                    continue
-                print(line, flush=True)
-                record = json.loads(line)
-                if record.get("metric") in METRICS_BY_NAME:
-                    results[record["metric"]] = record["value"]
-            code = proc.wait()
-        finally:
-            watchdog.cancel()
-        if code != 0:
-            errors.seek(0)
-            print(f"bench: the {module_name} worker exited with {code}:\n"
-                  f"{errors.read().decode(errors='replace')[-3000:]}", file=sys.stderr)
-            emit({"framework": module_name, "metric": "error", "exit_code": code})
-    return results
+    return collect_worker_metrics(module_name, cmd, METRICS_BY_NAME, args.timeout_s)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -745,7 +745,7 @@ class CoreClient:
             if total is None:
                 raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} no longer has it")
             os.replace(tmp, path)
-            self.node.send(P.ObjectSealed(oid, total, ""))
+            self.node.send(P.ObjectSealed(oid, total, "", True))
         finally:
             self.node.send(P.FreeObjects([scratch]))  # its reservation; the file moved on (or is recycled)
         return True
@@ -803,7 +803,7 @@ class CoreClient:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        self.node.send(P.ObjectSealed(oid, total, ""))
+        self.node.send(P.ObjectSealed(oid, total, "", True))
 
     def wait(self, refs: list[ObjectRef], num_returns: int, timeout: float | None,
              fetch_local: bool = True) -> tuple[list[ObjectRef], list[ObjectRef]]:

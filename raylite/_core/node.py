@@ -610,7 +610,7 @@ class NodeDaemon:
 
     # ------------------------------------------------------------ objects
     def _on_object_sealed(self, conn, msg: P.ObjectSealed, rid):
-        self.store.sealed(msg.object_id, msg.size, msg.owner_address)
+        self.store.sealed(msg.object_id, msg.size, msg.owner_address, copy=msg.copy)
         if conn is not None:
             conn.context.get("writing", set()).discard(msg.object_id)
         return P.Ack() if rid else None
@@ -642,6 +642,7 @@ class NodeDaemon:
         except Exception as e:  # noqa: BLE001  ObjectStoreFullError
             return P.CreateObjectReply(False, str(e))
         conn.context.setdefault("writing", set()).add(msg.object_id)
+        self._drop_evicted(res.evict)
         shm_files.drop_pool_files(res.drop_pool)
         if res.spill:
             return self._spill_then_create(res)
@@ -672,6 +673,7 @@ class NodeDaemon:
         fut = self._restoring[oid] = asyncio.get_running_loop().create_future()
         ok = False
         try:
+            self._drop_evicted(res.evict)
             shm_files.drop_pool_files(res.drop_pool)
             await self._spill_all(res.spill)
             ok = await asyncio.to_thread(shm_files.restore, self.store, oid, res.reuse)
@@ -682,6 +684,11 @@ class NodeDaemon:
         if oid not in self.store.objects:  # freed while restoring
             shm_files.release(self.store, _untracked(oid))
         return P.RestoreObjectReply(ok, "" if ok else "restoring it from the spill directory failed")
+
+    def _drop_evicted(self, evicted: list) -> None:
+        """Copies of remote objects gave their room up: their primaries live on other nodes."""
+        for freed in evicted:
+            shm_files.release(self.store, freed)
 
     def _spill_free(self, size: int) -> int | None:
         s = self.store

@@ -63,6 +63,7 @@ class StoredObject:
     owner_address: str
     state: str = SHM
     last_access: int = 0
+    copy: bool = False  # pulled from another node: dropped (not spilled) when room is needed
 
 
 @dataclass
@@ -70,6 +71,7 @@ class Reservation:
     """What the node must do before the writer may write `object_id`'s file.
 
     spill: objects to copy to disk and unlink from shared memory, in this order.
+    evict: copies of remote objects given up for room (their files go, nothing is spilled).
     drop_pool: recycled segment files to delete (their room is needed).
     reuse: a recycled segment file to rename to the object's path ("" = none).
     """
@@ -77,6 +79,7 @@ class Reservation:
     object_id: bytes
     size: int
     spill: list[bytes] = field(default_factory=list)
+    evict: list[Freed] = field(default_factory=list)
     drop_pool: list[str] = field(default_factory=list)
     reuse: str = ""
 
@@ -168,6 +171,10 @@ class ObjectStore:
             return res
         if size > self.capacity_bytes:
             raise self._full_error(object_id, size, what, "it is larger than the whole store")
+        res.evict = self._evict_copies(over, is_mapped)
+        over -= sum(f.size for f in res.evict)
+        if over <= 0:
+            return res
         victims = self._spill_candidates(over, is_mapped)
         freed = sum(self.objects[v].size for v in victims)
         if freed < over:
@@ -185,6 +192,23 @@ class ObjectStore:
             self.objects[v].state = SPILLING
         res.spill = victims
         return res
+
+    def _evict_copies(self, need: int, is_mapped: Callable[[bytes], bool] | None) -> list[Freed]:
+        """Drop least-recently-used copies of remote objects (unmapped first) for `need` bytes."""
+        copies = sorted((o.last_access, oid) for oid, o in self.objects.items() if o.copy and o.state == SHM)
+        order = [oid for _t, oid in copies]
+        if is_mapped is not None:
+            order = [oid for oid in order if not is_mapped(oid)] + [oid for oid in order if is_mapped(oid)]
+        out: list[Freed] = []
+        got = 0
+        for oid in order:
+            if got >= need:
+                break
+            freed = self.free(oid)
+            if freed is not None:
+                out.append(freed)
+                got += freed.size
+        return out
 
     def _spill_candidates(self, need: int, is_mapped: Callable[[bytes], bool] | None) -> list[bytes]:
         sealed = sorted((o.last_access, oid) for oid, o in self.objects.items() if o.state == SHM)
@@ -220,11 +244,11 @@ class ObjectStore:
             "(del ref), raise object_store_memory in raylite.init() / `raylite start`, or free disk "
             "space in the spill directory.")
 
-    def sealed(self, object_id: bytes, size: int, owner_address: str) -> None:
+    def sealed(self, object_id: bytes, size: int, owner_address: str, *, copy: bool = False) -> None:
         """The writer finished the file. Objects written without a reservation are counted now."""
         obj = self.objects.get(object_id)
         if obj is None:
-            obj = self.objects[object_id] = StoredObject(size, owner_address, SHM)
+            obj = self.objects[object_id] = StoredObject(size, owner_address, SHM, copy=copy)
             self.used_bytes += size
         elif obj.state == CREATING:
             obj.state = SHM

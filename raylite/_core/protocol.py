@@ -221,6 +221,7 @@ class ObjectSealed(Message):
     object_id: bytes
     size: int
     owner_address: str
+    copy: bool = False  # a copy pulled from the node holding the primary (evictable)
 
 
 @message(19)

@@ -40,6 +40,18 @@ def test_full_store_spills_least_recently_used_first():
     assert s.used_bytes == 8 * MIB and s.spilled_bytes == 4 * MIB
 
 
+def test_copies_of_remote_objects_are_dropped_before_anything_is_spilled():
+    s = _store()
+    _put(s, b"own", 4)
+    s.sealed(b"copy", 4 * MIB, "", copy=True)  # pulled from the node holding the primary
+    s.accessed(b"copy")  # even the most recently used copy goes before a primary
+    res = _put(s, b"new", 4)
+    assert res.spill == [] and [f.object_id for f in res.evict] == [b"copy"]
+    assert res.evict[0].shm and not res.evict[0].spill_file
+    assert s.where(b"copy") != "shared_memory" and s.where(b"own") == "shared_memory"
+    assert s.used_bytes == 8 * MIB and s.spilled_bytes == 0
+
+
 def test_mapped_objects_are_spilled_last():
     s = _store()
     _put(s, b"a", 4)
