@@ -81,27 +81,24 @@ def package_directory(path: str, excludes: list[str] | None = None,
             f"{max_bytes / 2**20:.0f} MiB raylite ships to workers. Largest: {listing}. Leave data out "
             "with runtime_env={'working_dir': ..., 'excludes': ['data/', '*.ckpt']}, and read large "
             "files from shared storage instead.")
+    return _zip([(rel, full) for rel, full, _ in files])
+
+
+def package_module_file(path: str) -> tuple[str, bytes]:
+    """A single-file py_modules entry (`helpers.py`)."""
+    return _zip([(os.path.basename(path), path)])
+
+
+def _zip(entries: list[tuple[str, str]]) -> tuple[str, bytes]:
+    """Deterministic zip of (name in archive, file) pairs: fixed timestamps, modes kept."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
-        for rel, full, _ in files:
+        for rel, full in entries:
             info = zipfile.ZipInfo(rel, date_time=_FIXED_TIME)
             info.external_attr = (os.stat(full).st_mode & 0o777 | 0o100000) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             with open(full, "rb") as f:
                 zf.writestr(info, f.read())
-    data = buf.getvalue()
-    return hashlib.sha1(data).hexdigest(), data
-
-
-def package_module_file(path: str) -> tuple[str, bytes]:
-    """A single-file py_modules entry (`helpers.py`)."""
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
-        info = zipfile.ZipInfo(os.path.basename(path), date_time=_FIXED_TIME)
-        info.external_attr = 0o100644 << 16
-        info.compress_type = zipfile.ZIP_DEFLATED
-        with open(path, "rb") as f:
-            zf.writestr(info, f.read())
     data = buf.getvalue()
     return hashlib.sha1(data).hexdigest(), data
 
