@@ -7,7 +7,7 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "raylite"
 ROLES = {"head", "node", "worker", "driver"}
-PURE = {"object_store", "reference_counter", "scheduling"}
+PURE = {"control_store", "object_store", "reference_counter", "scheduling"}
 
 
 def _imports(path: pathlib.Path) -> set[str]:

@@ -1,15 +1,14 @@
-"""The head: the cluster's control store served over rpc.
+"""The head's I/O shell: the control store (control_store.py) served over rpc.
 
-Tables: nodes, actors (named, detached), placement groups, the key-value store
-and jobs. The head places actors and placement-group bundles on nodes (the
-node daemons run them), restarts actors whose worker died, and declares nodes
-dead when their connection drops or their heartbeats stop (then tells every
-client, so links to that node that may hang are dropped). A node that cannot
-grant a lease asks the head which node should (PickNode: spillback). With a
-Persistence store every table change is written through, and a restarted head
-reloads the tables and gives the nodes one dead-timeout to reconnect.
-
-ActorState: PENDING -> ALIVE [-> RESTARTING -> ALIVE]* -> DEAD (terminal).
+The store holds the tables (nodes, actors, named actors, placement groups, the
+key-value store, jobs) and decides; this module listens, turns protocol messages
+into store calls, and carries out the effects the store returns: it sends to
+nodes and clients, runs the placement attempts that wait on a node's reply,
+wakes callers waiting on an actor or a placement group, writes persistence rows,
+and runs the heartbeat check. A node that cannot grant a lease asks the head which
+node should (PickNode: spillback). With a Persistence store every table change is
+written through, and a restarted head reloads the tables and gives the nodes one
+dead-timeout to reconnect.
 """
 
 from __future__ import annotations
@@ -17,75 +16,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 
-import msgpack
-
+from raylite._core import control_store as CS
 from raylite._core import protocol as P
-from raylite._core import resources as R
 from raylite._core import scheduling as S
 from raylite._core.clock import Clock, MonotonicClock
 from raylite._core.config import Config
-from raylite._core.ids import ActorID
+from raylite._core.control_store import NodeRecord, expired_nodes  # noqa: F401  (tests import them here)
 from raylite._core.persistence import Persistence
 from raylite._core.task_spec import TaskSpec
 from raylite._core.transport import rpc
 
 log = logging.getLogger("raylite.head")
-
-
-@dataclass
-class NodeRecord:
-    node_id: bytes
-    address: str
-    ip: str
-    total: dict
-    available: dict
-    labels: dict
-    store_dir: str
-    conn: rpc.Connection | None
-    alive: bool = True
-    last_seen: float = 0.0
-    death_cause: str = ""
-    local_address: str = ""
-    data_address: str = ""
-    pending: list = field(default_factory=list)  # resource demands queued on the node
-
-    def view(self) -> S.NodeView:
-        return S.NodeView(self.node_id, self.total, self.available, self.alive)
-
-
-@dataclass
-class ActorRecord:
-    spec: TaskSpec
-    state: str = "PENDING"
-    address: str = ""
-    worker_id: bytes = b""
-    node_id: bytes = b""
-    pid: int = 0
-    num_restarts: int = 0
-    death_cause: str = ""
-    creation_error: object = None
-    no_restart: bool = False
-    waiters: list = field(default_factory=list)
-
-
-@dataclass
-class PlacementGroupRecord:
-    pg_id: bytes
-    bundles: list
-    strategy: str
-    name: str
-    namespace: str
-    detached: bool
-    state: str = "PENDING"
-    bundle_nodes: list = field(default_factory=list)
-    error: str = ""
-    waiters: list = field(default_factory=list)
-
-    def info(self) -> P.PlacementGroupInfo:
-        return P.PlacementGroupInfo(self.pg_id, self.state, self.bundles, self.strategy,
-                                    self.bundle_nodes, self.name, self.error)
 
 
 class Head:
@@ -95,17 +38,14 @@ class Head:
         self.token = token
         self.clock = clock or MonotonicClock()
         self.persist = persist
+        self.store = CS.ControlStore(self.clock, config.node_dead_timeout_s)
         self._clients: set[rpc.Connection] = set()
         self._liveness: asyncio.Task | None = None
-        self.nodes: dict[bytes, NodeRecord] = {}
-        self.actors: dict[bytes, ActorRecord] = {}
-        self.named: dict[tuple[str, str], bytes] = {}
-        self.kv: dict[tuple[str, bytes], bytes] = {}
-        self.pgs: dict[bytes, PlacementGroupRecord] = {}
-        self.jobs: dict[bytes, dict] = {}
-        self._spread = 0
         self._servers: list[asyncio.AbstractServer] = []
         self._bg: set[asyncio.Task] = set()
+        self._actor_waiters: dict[bytes, list[tuple[asyncio.Future, int]]] = {}
+        self._pg_waiters: dict[bytes, list[asyncio.Future]] = {}
+        self._restored = False
         self.handlers = {
             P.RegisterNode: self._on_register_node,
             P.Heartbeat: self._on_heartbeat,
@@ -130,14 +70,20 @@ class Head:
             P.PickNode: self._on_pick_node,
         }
         if persist is not None:
-            self._restore(persist)
+            self.store.restore(persist.load)
+            s = self.store
+            log.warning("head restored %d nodes, %d actors, %d kv entries", len(s.nodes), len(s.actors),
+                        len(s.kv))
+            self._restored = True
 
     async def listen(self, address: str) -> None:
         self._servers.append(await rpc.listen(address, self.handlers, token=self.token,
                                               on_connect=self._on_connect))
         if self._liveness is None:
             self._liveness = asyncio.get_running_loop().create_task(self._liveness_loop())
-            self._resume_restored()
+            if self._restored:
+                self._restored = False
+                self._apply(self.store.resume())
 
     def _on_connect(self, conn: rpc.Connection) -> None:
         self._clients.add(conn)
@@ -161,21 +107,42 @@ class Head:
             await asyncio.sleep(interval)
             now = self.clock.monotonic()
             if now - last > max(1.0, 4 * interval):
-                # this loop itself was stalled, so heartbeats that arrived meanwhile are unread:
-                # give every node a fresh timeout rather than declare them dead
-                for n in self.nodes.values():
-                    n.last_seen = max(n.last_seen, now)
+                self.store.grant_fresh_timeout()  # this loop stalled: heartbeats are unread
             last = now
-            for node_id in expired_nodes(self.nodes, now, self.config.node_dead_timeout_s):
-                self._node_lost(node_id, f"no heartbeat for {self.config.node_dead_timeout_s:g}s "
-                                "(its host is down or its network link is cut)")
+            self._apply(self.store.expire_silent_nodes())
 
     def _spawn(self, coro) -> None:
         t = asyncio.get_running_loop().create_task(coro)
         self._bg.add(t)
         t.add_done_callback(self._bg.discard)
 
-    # ------------------------------------------------------------ persistence
+    # ------------------------------------------------------------ effects
+    def _apply(self, effects: Iterable[CS.Effect]) -> None:
+        for e in effects:
+            match e:
+                case CS.Persist(table, key, value):
+                    self._save(table, key, value)
+                case CS.Unpersist(table, key):
+                    self._drop(table, key)
+                case CS.MarkNodeDead(node_id, cause):
+                    self._fence(node_id, cause)
+                case CS.Broadcast(msg):
+                    self._broadcast(msg)
+                case CS.ScheduleActor(actor_id):
+                    self._spawn(self._start_actor(actor_id))
+                case CS.ActorChanged(actor_id):
+                    self._wake_actor_waiters(actor_id)
+                case CS.KillWorkerOn(node_id, worker_id, reason):
+                    self._send_to_node(node_id, P.KillWorker(worker_id, reason))
+                case CS.PlacePlacementGroup(pg_id):
+                    self._spawn(self._place_pg(pg_id))
+                case CS.ReleaseBundlesOn(node_id, pg_id, indexes):
+                    self._send_to_node(node_id, P.ReleaseBundles(pg_id, indexes))
+                case CS.PlacementGroupChanged(pg_id):
+                    self._wake_pg_waiters(pg_id)
+                case _:  # StartActorOn, ReserveBundles, RetryPlacement: only inside their attempt loops
+                    raise TypeError(f"the head cannot carry out {e!r} here")
+
     def _save(self, table: str, key: bytes, value) -> None:
         if self.persist is not None:
             try:
@@ -188,58 +155,44 @@ class Head:
             with contextlib.suppress(Exception):
                 self.persist.delete(table, key)
 
-    def _save_node(self, n: NodeRecord) -> None:
-        self._save("nodes", n.node_id, [n.address, n.ip, n.total, n.labels, n.store_dir, n.alive,
-                                        n.death_cause, n.local_address, n.data_address])
+    def _fence(self, node_id: bytes, cause: str) -> None:
+        log.warning("node %s is dead: %s", node_id.hex()[:8], cause)
+        conn = self.store.nodes[node_id].link
+        if conn is not None and not conn.is_closed():
+            # a partitioned node may come back: it must learn it is dead and fence itself
+            with contextlib.suppress(Exception):
+                conn.send(P.HeartbeatReply(False))
+            conn.abort()
 
-    def _save_actor(self, a: ActorRecord) -> None:
-        self._save("actors", a.spec.actor_id, [a.spec.to_wire(), a.state, a.address, a.worker_id,
-                                               a.node_id, a.pid, a.num_restarts, a.death_cause,
-                                               a.no_restart])
+    def _broadcast(self, msg: P.Message) -> None:
+        for c in list(self._clients):
+            if c.peer_role in ("driver", "worker") and not c.is_closed():
+                with contextlib.suppress(Exception):
+                    c.send(msg)
 
-    def _save_pg(self, pg: PlacementGroupRecord) -> None:
-        if pg.state == "REMOVED":
-            self._drop("pgs", pg.pg_id)
-            return
-        self._save("pgs", pg.pg_id, [pg.bundles, pg.strategy, pg.name, pg.namespace, pg.detached,
-                                     pg.state, pg.bundle_nodes])
+    def _send_to_node(self, node_id: bytes, msg: P.Message) -> None:
+        node = self.store.nodes.get(node_id)
+        if node is not None and node.alive:
+            with contextlib.suppress(Exception):
+                node.link.send(msg)
 
-    def _restore(self, store: Persistence) -> None:
-        """Reload tables after a restart; nodes get one dead-timeout to reconnect."""
-        now = self.clock.monotonic()
-        for node_id, v in store.load("nodes"):
-            address, ip, total, labels, store_dir, alive, cause, local, data = v
-            self.nodes[node_id] = NodeRecord(node_id, address, ip, total, dict(total) if alive else {},
-                                             labels, store_dir, None, alive, now, cause, local, data)
-        for actor_id, v in store.load("actors"):
-            spec_wire, state, address, worker_id, node_id, pid, restarts, cause, no_restart = v
-            self.actors[actor_id] = ActorRecord(TaskSpec.from_wire(spec_wire), state, address, worker_id,
-                                                node_id, pid, restarts, cause, no_restart=no_restart)
-        for k, actor_id in store.load("named"):
-            ns, name = _unkey(k)
-            if actor_id in self.actors:
-                self.named[(ns, name)] = actor_id
-        for k, value in store.load("kv"):
-            ns, key = _unkey(k)
-            self.kv[(ns, key)] = value
-        for pg_id, v in store.load("pgs"):
-            bundles, strategy, name, ns, detached, state, bundle_nodes = v
-            self.pgs[pg_id] = PlacementGroupRecord(pg_id, bundles, strategy, name, ns, detached, state,
-                                                   bundle_nodes)
-        for job_id, v in store.load("jobs"):
-            self.jobs[job_id] = {**v, "alive": False}
-        log.warning("head restored %d nodes, %d actors, %d kv entries", len(self.nodes), len(self.actors),
-                    len(self.kv))
-        self._restored = True
+    def _wake_actor_waiters(self, actor_id: bytes) -> None:
+        waiters = self._actor_waiters.pop(actor_id, [])
+        keep = []
+        for fut, after in waiters:
+            if fut.done():
+                continue
+            if self.store.actor_settled(actor_id, after):
+                fut.set_result(None)
+            else:
+                keep.append((fut, after))
+        if keep:
+            self._actor_waiters.setdefault(actor_id, []).extend(keep)
 
-    def _resume_restored(self) -> None:
-        if not getattr(self, "_restored", False):
-            return
-        self._restored = False
-        for actor_id, a in self.actors.items():
-            if a.state in ("PENDING", "RESTARTING"):
-                self._spawn(self._schedule_actor(actor_id))
-        self._retry_pending()
+    def _wake_pg_waiters(self, pg_id: bytes) -> None:
+        for fut in self._pg_waiters.pop(pg_id, []):
+            if not fut.done():
+                fut.set_result(None)
 
     # ------------------------------------------------------------ nodes
     def _on_register_node(self, conn: rpc.Connection, msg: P.RegisterNode, rid: int):
@@ -247,408 +200,31 @@ class Head:
             return P.RegisterNodeReply(False, f"version mismatch: the head runs raylite {raylite_version()}, "
                                        f"this node runs {msg.version}; install the same raylite version "
                                        "on every node")
-        old = self.nodes.get(msg.node_id)
-        if old is not None and not old.alive:
-            return P.RegisterNodeReply(False, f"node {msg.node_id.hex()[:8]} was declared dead "
-                                       f"({old.death_cause}); rejoin under a new node id")
-        rec = NodeRecord(msg.node_id, msg.address, msg.ip, dict(msg.resources), dict(msg.resources),
-                         dict(msg.labels), msg.store_dir, conn, last_seen=self.clock.monotonic(),
-                         local_address=msg.local_address, data_address=msg.data_address)
-        self.nodes[msg.node_id] = rec
+        error, effects = self.store.register_node(msg.node_id, msg.address, msg.ip, msg.resources, msg.labels,
+                                                  msg.store_dir, conn, msg.local_address, msg.data_address)
+        if error:
+            return P.RegisterNodeReply(False, error)
         conn.context["node_id"] = msg.node_id
-        conn.on_close.append(lambda c: self._node_conn_closed(msg.node_id, c))
-        self._save_node(rec)
-        self._retry_pending()
+        conn.on_close.append(lambda c: self._apply(self.store.link_closed(msg.node_id, c)))
+        self._apply(effects)
         return P.RegisterNodeReply(True)
 
-    def _node_conn_closed(self, node_id: bytes, conn: rpc.Connection) -> None:
-        rec = self.nodes.get(node_id)
-        if rec is not None and rec.conn is conn:
-            self._node_lost(node_id, "its connection to the head closed (its processes died)")
-
     def _on_heartbeat(self, conn, msg: P.Heartbeat, rid):
-        rec = self.nodes.get(msg.node_id)
-        if rec is not None and rec.alive:
-            rec.available = dict(msg.available)
-            if msg.total is not None:
-                rec.total = dict(msg.total)
-            rec.pending = list(msg.pending)
-            rec.last_seen = self.clock.monotonic()
-        if rid:
-            return P.HeartbeatReply(rec is None or rec.alive)
-        return None
+        alive = self.store.heartbeat(msg.node_id, msg.available, msg.total, msg.pending)
+        return P.HeartbeatReply(alive) if rid else None
 
     def _on_pick_node(self, conn, msg: P.PickNode, rid):
         """Spillback: choose the node for a lease its requester cannot (or should not) grant."""
-        views = self.alive_views()
-        choice = S.pick_node(msg.resources, views, msg.strategy, local_node=msg.requester,
-                             spread_counter=self._spread)
-        if msg.strategy and msg.strategy[0] == "SPREAD":
-            self._spread += 1
+        choice = self.store.pick_node(msg.resources, msg.strategy, msg.requester)
         if isinstance(choice, S.Infeasible):
             return P.PickNodeReply(error_type="TaskUnschedulableError",
                                    error=f"{msg.description} cannot be scheduled: {choice.reason}. Lower "
                                    "the request (num_cpus/num_gpus/resources) or start a node that has it.")
-        if choice is None:  # nobody has room now: queue where it fits, the requester first
-            feasible = S.feasible_nodes(msg.resources, views)
-            mine = [n for n in feasible if n.node_id == msg.requester]
-            choice = mine[0] if mine else feasible[self._spread % len(feasible)]
-            self._spread += 1
-        rec = self.nodes[choice.node_id]
-        R.subtract(rec.available, msg.resources)  # optimistic until its next heartbeat
-        return P.PickNodeReply(rec.node_id, rec.address)
+        return P.PickNodeReply(choice.node_id, choice.address)
 
     def _on_node_shutdown(self, conn, msg: P.NodeShutdown, rid):
-        self._node_lost(msg.node_id, "it was stopped")
+        self._apply(self.store.node_lost(msg.node_id, "it was stopped"))
 
-    def _node_lost(self, node_id: bytes, cause: str) -> None:
-        rec = self.nodes.get(node_id)
-        if rec is None or not rec.alive:
-            return
-        rec.alive = False
-        rec.death_cause = cause
-        rec.available = {}
-        rec.pending = []
-        log.warning("node %s is dead: %s", node_id.hex()[:8], cause)
-        self._save_node(rec)
-        if rec.conn is not None and not rec.conn.is_closed():
-            # a partitioned node may come back: it must learn it is dead and fence itself
-            with contextlib.suppress(Exception):
-                rec.conn.send(P.HeartbeatReply(False))
-            rec.conn.abort()
-        died = P.NodeDied(node_id, rec.address, cause)
-        for c in list(self._clients):
-            if c.peer_role in ("driver", "worker") and not c.is_closed():
-                with contextlib.suppress(Exception):
-                    c.send(died)
-        for actor_id, a in list(self.actors.items()):
-            if a.node_id == node_id and a.state in ("ALIVE", "PENDING", "RESTARTING"):
-                self._actor_died(actor_id, f"its node {node_id.hex()[:8]} died ({cause})")
-        for pg in self.pgs.values():
-            if pg.state == "CREATED" and node_id in pg.bundle_nodes:
-                pg.state = "PENDING"
-                pg.bundle_nodes = []
-                self._spawn(self._place_pg(pg))
-
-    def alive_views(self) -> list[S.NodeView]:
-        return [n.view() for n in self.nodes.values() if n.alive]
-
-    def _retry_pending(self) -> None:
-        for pg in self.pgs.values():
-            if pg.state in ("PENDING", "INFEASIBLE"):
-                self._spawn(self._place_pg(pg))
-
-    # ------------------------------------------------------------ actors
-    def _on_register_actor(self, conn, msg: P.RegisterActor, rid):
-        spec = TaskSpec.from_wire(msg.spec)
-        if spec.actor_name:
-            key = (spec.namespace, spec.actor_name)
-            existing = self.named.get(key)
-            if existing is not None and self.actors[existing].state != "DEAD":
-                if msg.get_if_exists:
-                    return P.RegisterActorReply(existing, True, spec=self.actors[existing].spec.to_wire())
-                return P.RegisterActorReply(b"", False, "ValueError",
-                                            f"The name {spec.actor_name!r} (namespace={spec.namespace!r}) "
-                                            "is already taken by a live actor. Pick another name, kill the "
-                                            "existing actor, or pass get_if_exists=True to reuse it.")
-            self.named[key] = spec.actor_id
-            self._save("named", _key(*key), spec.actor_id)
-        rec = ActorRecord(spec)
-        self.actors[spec.actor_id] = rec
-        self._save_actor(rec)
-        self._spawn(self._schedule_actor(spec.actor_id))
-        return P.RegisterActorReply(spec.actor_id, False)
-
-    async def _schedule_actor(self, actor_id: bytes) -> None:
-        rec = self.actors.get(actor_id)
-        while rec is not None and rec.state in ("PENDING", "RESTARTING"):
-            spec = rec.spec
-            need = dict(spec.resources)
-            # actors without an explicit CPU request need one CPU to be placed, hold none after
-            placement_need = need if need.get("CPU") else {**need, "CPU": 10000}
-            views = self.alive_views()
-            choice = S.pick_node(placement_need if spec.resources.get("CPU") is None else need,
-                                 views, spec.strategy, spread_counter=self._spread)
-            if isinstance(choice, S.Infeasible) and not spec.resources.get("CPU"):
-                choice = S.pick_node(need, views, spec.strategy, spread_counter=self._spread)
-            if isinstance(choice, S.Infeasible):
-                self._actor_dead(actor_id, f"The actor {spec.function.qualname} cannot be scheduled: "
-                                 f"{choice.reason}. Lower its resource request or add nodes with "
-                                 "those resources.", unschedulable=True)
-                return
-            if choice is None:  # no room right now: queue it on a node that can ever fit it
-                feasible = S.feasible_nodes(need, views)
-                choice = feasible[self._spread % len(feasible)]
-            self._spread += 1
-            node = self.nodes[choice.node_id]
-            try:
-                reply = await node.conn.request(P.StartActor(actor_id, spec.to_wire(), need))
-            except Exception as e:  # noqa: BLE001  the node died while starting it
-                log.info("starting actor on node %s failed: %s", node.node_id.hex()[:8], e)
-                await asyncio.sleep(0.05)
-                continue
-            rec = self.actors.get(actor_id)
-            if rec is None or rec.state == "DEAD":
-                return
-            if reply.ok:
-                rec.state = "ALIVE"
-                rec.address = reply.address
-                rec.worker_id = reply.worker_id
-                rec.node_id = node.node_id
-                rec.pid = reply.pid
-                self._notify(rec)
-                return
-            if reply.system_error:
-                self._actor_dead(actor_id, reply.system_error)
-            else:
-                rec.creation_error = reply.error
-                self._actor_dead(actor_id, "The actor's constructor (__init__) raised an exception.")
-            return
-
-    def _notify(self, rec: ActorRecord) -> None:
-        self._save_actor(rec)
-        waiters, rec.waiters = rec.waiters, []
-        for fut, after in waiters:
-            if fut.done():
-                continue
-            if rec.state == "DEAD" or (rec.state == "ALIVE" and rec.num_restarts > after):
-                fut.set_result(None)
-            else:
-                rec.waiters.append((fut, after))
-
-    def _actor_info(self, rec: ActorRecord) -> P.ActorInfo:
-        s = rec.spec
-        return P.ActorInfo(s.actor_id, rec.state, rec.address, rec.worker_id, rec.node_id,
-                           rec.num_restarts, rec.death_cause, s.actor_name, s.namespace,
-                           s.function.qualname, rec.pid, rec.creation_error)
-
-    async def _on_get_actor_info(self, conn, msg: P.GetActorInfo, rid):
-        rec = self.actors.get(msg.actor_id)
-        if rec is None:
-            return P.ActorInfo(msg.actor_id, "DEAD", "", b"", b"", 0,
-                               "The actor is unknown to this cluster (it was never created here, "
-                               "or the head restarted without persistence).")
-        if msg.wait_alive and not (rec.state == "DEAD" or (rec.state == "ALIVE" and rec.num_restarts > msg.after_restarts)):
-            fut = asyncio.get_running_loop().create_future()
-            rec.waiters.append((fut, msg.after_restarts))
-            await fut
-        return self._actor_info(rec)
-
-    def _on_get_named_actor(self, conn, msg: P.GetNamedActor, rid):
-        actor_id = self.named.get((msg.namespace, msg.name))
-        if actor_id is None or self.actors[actor_id].state == "DEAD":
-            return P.GetNamedActorReply(b"", None)
-        return P.GetNamedActorReply(actor_id, self.actors[actor_id].spec.to_wire())
-
-    def _on_list_named(self, conn, msg: P.ListNamedActors, rid):
-        out = []
-        for (ns, name), actor_id in self.named.items():
-            if self.actors[actor_id].state == "DEAD":
-                continue
-            if msg.all_namespaces or ns == msg.namespace:
-                out.append({"name": name, "namespace": ns})
-        return P.ListNamedActorsReply(out)
-
-    def _on_list_actors(self, conn, msg, rid):
-        out = []
-        for rec in self.actors.values():
-            info = self._actor_info(rec)
-            d = {f: getattr(info, f) for f in info._FIELDS if f != "creation_error"}
-            out.append(d)
-        return P.ListActorsReply(out)
-
-    def _on_kill_actor(self, conn, msg: P.KillActor, rid):
-        rec = self.actors.get(msg.actor_id)
-        if rec is None:
-            return P.Ack()
-        if msg.no_restart:
-            rec.no_restart = True
-        if rec.state == "ALIVE" and rec.node_id in self.nodes and self.nodes[rec.node_id].alive:
-            node = self.nodes[rec.node_id]
-            with contextlib.suppress(Exception):
-                node.conn.send(P.KillWorker(rec.worker_id, "killed by raylite.kill()"))
-        elif rec.state in ("PENDING", "RESTARTING") and msg.no_restart:
-            self._actor_dead(msg.actor_id, "The actor was killed by raylite.kill() before it started.")
-        return P.Ack()
-
-    def _on_worker_died(self, conn, msg: P.WorkerDied, rid):
-        if msg.actor_id:
-            rec = self.actors.get(msg.actor_id)
-            if rec is not None and rec.worker_id == msg.worker_id:
-                self._actor_died(msg.actor_id, msg.reason)
-        # actors owned by the dead process die with it unless detached
-        for actor_id, rec in list(self.actors.items()):
-            if rec.spec.owner_worker_id == msg.worker_id and not rec.spec.detached and rec.state != "DEAD":
-                rec.no_restart = True
-                self._kill_everywhere(rec)
-                self._actor_dead(actor_id, "The actor's owner (the process that created it) exited, "
-                                 "so it was stopped. Use lifetime='detached' to keep an actor alive "
-                                 "after its creator exits.")
-        return None
-
-    def _kill_everywhere(self, rec: ActorRecord) -> None:
-        node = self.nodes.get(rec.node_id)
-        if node is not None and node.alive and rec.worker_id:
-            try:
-                node.conn.send(P.KillWorker(rec.worker_id, "owner died"))
-            except Exception:  # noqa: BLE001
-                pass
-
-    def _actor_died(self, actor_id: bytes, reason: str) -> None:
-        """The actor's process is gone: restart it if allowed, else mark it DEAD."""
-        rec = self.actors[actor_id]
-        if rec.state == "DEAD":
-            return
-        limit = rec.spec.max_restarts
-        if not rec.no_restart and (limit == -1 or rec.num_restarts < limit):
-            rec.state = "RESTARTING"
-            rec.num_restarts += 1
-            rec.address = ""
-            rec.worker_id = b""
-            rec.node_id = b""
-            self._save_actor(rec)
-            self._spawn(self._schedule_actor(actor_id))
-            return
-        self._actor_dead(actor_id, f"The actor died: {reason}")
-
-    def _actor_dead(self, actor_id: bytes, cause: str, unschedulable: bool = False) -> None:
-        rec = self.actors[actor_id]
-        rec.state = "DEAD"
-        rec.death_cause = ("UNSCHEDULABLE: " if unschedulable else "") + cause
-        rec.address = ""
-        self._notify(rec)
-
-    # ------------------------------------------------------------ kv
-    def _on_kv_put(self, conn, msg: P.KvPut, rid):
-        key = (msg.namespace, msg.key)
-        existed = key in self.kv
-        if msg.overwrite or not existed:
-            self.kv[key] = msg.value
-            self._save("kv", _key(*key), msg.value)
-        return P.KvReply(existed)
-
-    def _on_kv_get(self, conn, msg: P.KvGet, rid):
-        return P.KvReply(self.kv.get((msg.namespace, msg.key)))
-
-    def _on_kv_del(self, conn, msg: P.KvDel, rid):
-        if msg.by_prefix:
-            keys = [k for k in self.kv if k[0] == msg.namespace and k[1].startswith(msg.key)]
-        else:
-            keys = [(msg.namespace, msg.key)] if (msg.namespace, msg.key) in self.kv else []
-        for k in keys:
-            del self.kv[k]
-            self._drop("kv", _key(*k))
-        return P.KvReply(len(keys))
-
-    def _on_kv_keys(self, conn, msg: P.KvKeys, rid):
-        return P.KvReply([k[1] for k in self.kv if k[0] == msg.namespace and k[1].startswith(msg.prefix)])
-
-    # ------------------------------------------------------------ placement groups
-    def _on_create_pg(self, conn, msg: P.CreatePlacementGroup, rid):
-        pg = PlacementGroupRecord(msg.pg_id, msg.bundles, msg.strategy, msg.name, msg.namespace, msg.detached)
-        self.pgs[msg.pg_id] = pg
-        self._save_pg(pg)
-        self._spawn(self._place_pg(pg))
-        return P.Ack()
-
-    async def _place_pg(self, pg: PlacementGroupRecord) -> None:
-        while pg.state in ("PENDING", "INFEASIBLE"):
-            placed = S.place_bundles(pg.bundles, pg.strategy, self.alive_views())
-            if isinstance(placed, S.Infeasible):
-                pg.state = "INFEASIBLE"
-                pg.error = placed.reason
-                self._wake_pg(pg)
-                return
-            if placed is None:
-                await asyncio.sleep(0.05)
-                continue
-            by_node: dict[bytes, list] = {}
-            for i, nid in enumerate(placed):
-                by_node.setdefault(nid, []).append([i, pg.bundles[i]])
-            ok = True
-            done: list[bytes] = []
-            for nid, items in by_node.items():
-                try:
-                    reply = await self.nodes[nid].conn.request(P.ReserveBundles(pg.pg_id, items))
-                    ok = ok and reply.ok
-                    if reply.ok:
-                        done.append(nid)
-                except Exception:  # noqa: BLE001
-                    ok = False
-                if not ok:
-                    break
-            if pg.state == "REMOVED":
-                for nid in done:
-                    self._release_on(nid, pg, [i for i, n in enumerate(placed) if n == nid])
-                return
-            if ok:
-                pg.state = "CREATED"
-                pg.bundle_nodes = placed
-                self._wake_pg(pg)
-                return
-            for nid in done:
-                self._release_on(nid, pg, [i for i, n in enumerate(placed) if n == nid])
-            await asyncio.sleep(0.05)
-
-    def _release_on(self, node_id: bytes, pg: PlacementGroupRecord, indexes: list) -> None:
-        node = self.nodes.get(node_id)
-        if node is not None and node.alive:
-            try:
-                node.conn.send(P.ReleaseBundles(pg.pg_id, indexes))
-            except Exception:  # noqa: BLE001
-                pass
-
-    def _wake_pg(self, pg: PlacementGroupRecord) -> None:
-        self._save_pg(pg)
-        waiters, pg.waiters = pg.waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
-
-    def _on_remove_pg(self, conn, msg: P.RemovePlacementGroup, rid):
-        pg = self.pgs.get(msg.pg_id)
-        if pg is None:
-            return P.Ack()
-        prev = pg.state
-        pg.state = "REMOVED"
-        if prev == "CREATED":
-            nodes = set(pg.bundle_nodes)
-            for nid in nodes:
-                self._release_on(nid, pg, [i for i, n in enumerate(pg.bundle_nodes) if n == nid])
-            for i, nid in enumerate(pg.bundle_nodes):  # optimistic until the node's next heartbeat
-                if nid in self.nodes and self.nodes[nid].alive:
-                    R.add(self.nodes[nid].available, pg.bundles[i])
-        # actors placed in the group die with it
-        hexid = pg.pg_id.hex()
-        for actor_id, rec in list(self.actors.items()):
-            if rec.state != "DEAD" and any(hexid in k for k in rec.spec.resources):
-                rec.no_restart = True
-                self._kill_everywhere(rec)
-                self._actor_dead(actor_id, "Its placement group was removed.")
-        self._wake_pg(pg)
-        return P.Ack()
-
-    async def _on_get_pg(self, conn, msg: P.GetPlacementGroup, rid):
-        pg = self.pgs.get(msg.pg_id)
-        if pg is None and msg.name:
-            pg = next((p for p in self.pgs.values() if p.name == msg.name and p.namespace == msg.namespace
-                       and p.state != "REMOVED"), None)
-        if pg is None:
-            return P.PlacementGroupInfo(msg.pg_id, "REMOVED", [], "", [], "", "unknown placement group")
-        if msg.wait_ready and pg.state == "PENDING":
-            fut = asyncio.get_running_loop().create_future()
-            pg.waiters.append(fut)
-            try:
-                await asyncio.wait_for(fut, None if msg.timeout_s < 0 else msg.timeout_s)
-            except asyncio.TimeoutError:
-                pass
-        return pg.info()
-
-    def _on_list_pgs(self, conn, msg, rid):
-        return P.ListPlacementGroupsReply([
-            {f: getattr(pg.info(), f) for f in P.PlacementGroupInfo._FIELDS} for pg in self.pgs.values()])
-
-    # ------------------------------------------------------------ cluster / jobs
     def _on_cluster_info(self, conn, msg, rid):
         return P.ClusterInfo([
             {"node_id": n.node_id, "address": n.address, "ip": n.ip, "alive": n.alive,
@@ -656,27 +232,169 @@ class Head:
              "death_cause": n.death_cause, "store_dir": n.store_dir,
              "local_address": n.local_address, "data_address": n.data_address,
              "pending": n.pending}
-            for n in self.nodes.values()])
+            for n in self.store.nodes.values()])
 
+    # ------------------------------------------------------------ actors
+    def _on_register_actor(self, conn, msg: P.RegisterActor, rid):
+        try:
+            rec, reused, effects = self.store.register_actor(TaskSpec.from_wire(msg.spec), msg.get_if_exists)
+        except CS.NameTakenError as e:
+            return P.RegisterActorReply(b"", False, "ValueError", str(e))
+        self._apply(effects)
+        if reused:
+            return P.RegisterActorReply(rec.spec.actor_id, True, spec=rec.spec.to_wire())
+        return P.RegisterActorReply(rec.spec.actor_id, False)
+
+    async def _start_actor(self, actor_id: bytes) -> None:
+        """Placement attempts for one actor until a node answers its StartActor."""
+        while True:
+            effects = self.store.place_actor(actor_id)
+            start = next((e for e in effects if isinstance(e, CS.StartActorOn)), None)
+            if start is None:
+                self._apply(effects)
+                return
+            node = self.store.nodes[start.node_id]
+            try:
+                reply = await node.link.request(P.StartActor(actor_id, start.spec.to_wire(), start.resources))
+            except Exception as e:  # noqa: BLE001  the node died while starting it
+                log.info("starting actor on node %s failed: %s", node.node_id.hex()[:8], e)
+                await asyncio.sleep(0.05)
+                continue
+            self._apply(self.store.actor_start_replied(actor_id, start.node_id, reply))
+            return
+
+    def _actor_info(self, rec: CS.ActorRecord) -> P.ActorInfo:
+        s = rec.spec
+        return P.ActorInfo(s.actor_id, rec.state.value, rec.address, rec.worker_id, rec.node_id,
+                           rec.num_restarts, rec.death_cause, s.actor_name, s.namespace,
+                           s.function.qualname, rec.pid, rec.creation_error)
+
+    async def _on_get_actor_info(self, conn, msg: P.GetActorInfo, rid):
+        rec = self.store.actors.get(msg.actor_id)
+        if rec is None:
+            return P.ActorInfo(msg.actor_id, "DEAD", "", b"", b"", 0,
+                               "The actor is unknown to this cluster (it was never created here, "
+                               "or the head restarted without persistence).")
+        if msg.wait_alive and not self.store.actor_settled(msg.actor_id, msg.after_restarts):
+            fut = asyncio.get_running_loop().create_future()
+            self._actor_waiters.setdefault(msg.actor_id, []).append((fut, msg.after_restarts))
+            await fut
+        return self._actor_info(rec)
+
+    def _on_get_named_actor(self, conn, msg: P.GetNamedActor, rid):
+        rec = self.store.named_actor(msg.namespace, msg.name)
+        if rec is None:
+            return P.GetNamedActorReply(b"", None)
+        return P.GetNamedActorReply(rec.spec.actor_id, rec.spec.to_wire())
+
+    def _on_list_named(self, conn, msg: P.ListNamedActors, rid):
+        return P.ListNamedActorsReply(self.store.named_actors(msg.namespace, msg.all_namespaces))
+
+    def _on_list_actors(self, conn, msg, rid):
+        out = []
+        for rec in self.store.actors.values():
+            info = self._actor_info(rec)
+            out.append({f: getattr(info, f) for f in info._FIELDS if f != "creation_error"})
+        return P.ListActorsReply(out)
+
+    def _on_kill_actor(self, conn, msg: P.KillActor, rid):
+        self._apply(self.store.kill_actor(msg.actor_id, msg.no_restart))
+        return P.Ack()
+
+    def _on_worker_died(self, conn, msg: P.WorkerDied, rid):
+        self._apply(self.store.worker_died(msg.worker_id, msg.actor_id, msg.reason))
+        return None
+
+    # ------------------------------------------------------------ kv
+    def _on_kv_put(self, conn, msg: P.KvPut, rid):
+        existed, effects = self.store.kv_put(msg.namespace, msg.key, msg.value, msg.overwrite)
+        self._apply(effects)
+        return P.KvReply(existed)
+
+    def _on_kv_get(self, conn, msg: P.KvGet, rid):
+        return P.KvReply(self.store.kv_get(msg.namespace, msg.key))
+
+    def _on_kv_del(self, conn, msg: P.KvDel, rid):
+        deleted, effects = self.store.kv_del(msg.namespace, msg.key, msg.by_prefix)
+        self._apply(effects)
+        return P.KvReply(deleted)
+
+    def _on_kv_keys(self, conn, msg: P.KvKeys, rid):
+        return P.KvReply(self.store.kv_keys(msg.namespace, msg.prefix))
+
+    # ------------------------------------------------------------ placement groups
+    def _on_create_pg(self, conn, msg: P.CreatePlacementGroup, rid):
+        self._apply(self.store.create_placement_group(msg.pg_id, msg.bundles, msg.strategy, msg.name,
+                                                      msg.namespace, msg.detached))
+        return P.Ack()
+
+    async def _place_pg(self, pg_id: bytes) -> None:
+        """Placement attempts for one group until the store settles it."""
+        while True:
+            effects = self.store.plan_placement_group(pg_id)
+            reserve = _take(effects, CS.ReserveBundles)
+            if reserve is not None:
+                reserved_on, ok = await self._reserve(reserve)
+                effects = self.store.bundles_reserved(reserve, reserved_on, ok)
+            retry = _take(effects, CS.RetryPlacement)
+            self._apply(effects)
+            if retry is None:
+                return
+            await asyncio.sleep(retry.delay_s)
+
+    async def _reserve(self, plan: CS.ReserveBundles) -> tuple[list[bytes], bool]:
+        """Reserve on each node in turn, stopping at the first refusal or failure."""
+        reserved_on: list[bytes] = []
+        for nid, items in plan.by_node.items():
+            try:
+                reply = await self.store.nodes[nid].link.request(P.ReserveBundles(plan.pg_id, items))
+            except Exception:  # noqa: BLE001
+                return reserved_on, False
+            if not reply.ok:
+                return reserved_on, False
+            reserved_on.append(nid)
+        return reserved_on, True
+
+    def _on_remove_pg(self, conn, msg: P.RemovePlacementGroup, rid):
+        self._apply(self.store.remove_placement_group(msg.pg_id))
+        return P.Ack()
+
+    async def _on_get_pg(self, conn, msg: P.GetPlacementGroup, rid):
+        pg = self.store.find_placement_group(msg.pg_id, msg.name, msg.namespace)
+        if pg is None:
+            return P.PlacementGroupInfo(msg.pg_id, "REMOVED", [], "", [], "", "unknown placement group")
+        if msg.wait_ready and pg.state is CS.PlacementGroupState.PENDING:
+            fut = asyncio.get_running_loop().create_future()
+            self._pg_waiters.setdefault(pg.pg_id, []).append(fut)
+            try:
+                await asyncio.wait_for(fut, None if msg.timeout_s < 0 else msg.timeout_s)
+            except asyncio.TimeoutError:
+                pass
+        return _pg_info(pg)
+
+    def _on_list_pgs(self, conn, msg, rid):
+        return P.ListPlacementGroupsReply([
+            {f: getattr(_pg_info(pg), f) for f in P.PlacementGroupInfo._FIELDS}
+            for pg in self.store.pgs.values()])
+
+    # ------------------------------------------------------------ jobs
     def _on_register_job(self, conn, msg: P.RegisterJob, rid):
-        self.jobs[msg.job_id] = {"driver_address": msg.driver_address, "namespace": msg.namespace,
-                                 "entrypoint": msg.entrypoint, "alive": True}
-        self._save("jobs", msg.job_id, {k: v for k, v in self.jobs[msg.job_id].items() if k != "alive"})
-        conn.on_close.append(lambda c: self.jobs[msg.job_id].update(alive=False))
+        self._apply(self.store.register_job(msg.job_id, msg.driver_address, msg.namespace, msg.entrypoint))
+        conn.on_close.append(lambda c: self.store.job_ended(msg.job_id))
         return P.RegisterJobReply(msg.job_id)
 
 
-def new_actor_id() -> bytes:
-    return ActorID.from_random()
+def _pg_info(pg: CS.PlacementGroupRecord) -> P.PlacementGroupInfo:
+    return P.PlacementGroupInfo(pg.pg_id, pg.state.value, pg.bundles, pg.strategy, pg.bundle_nodes,
+                                pg.name, pg.error)
 
 
-def expired_nodes(nodes: dict[bytes, NodeRecord], now: float, timeout_s: float) -> list[bytes]:
-    """Alive nodes whose last heartbeat is older than timeout_s (pure; tested with plain calls).
-
-    Nodes on a unix socket share the head's machine (a local cluster: the same process), so
-    only their connection closing says they died."""
-    return [nid for nid, n in nodes.items()
-            if n.alive and now - n.last_seen > timeout_s and not n.address.startswith("unix://")]
+def _take(effects: list, kind: type):
+    """Remove and return the first effect of `kind` (the ones an attempt loop acts on itself)."""
+    for i, e in enumerate(effects):
+        if isinstance(e, kind):
+            return effects.pop(i)
+    return None
 
 
 def raylite_version() -> str:
@@ -686,11 +404,3 @@ def raylite_version() -> str:
         return metadata.version("raylite")
     except Exception:  # noqa: BLE001  running from a source tree
         return "0+unknown"
-
-
-def _key(*parts) -> bytes:
-    return msgpack.packb(list(parts), use_bin_type=True)
-
-
-def _unkey(data: bytes) -> list:
-    return msgpack.unpackb(data, raw=False)
