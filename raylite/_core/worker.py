@@ -30,8 +30,10 @@ from raylite import exceptions as E
 from raylite._core import packaging
 from raylite._core import protocol as P
 from raylite._core import serialization as ser
+from raylite._core.client_records import ObjectEntry
+from raylite._core.client_tasks import _ArgPlaceholder, _PackedArgs
 from raylite._core.config import get_config
-from raylite._core.core_client import CoreClient, _ArgPlaceholder, _PackedArgs
+from raylite._core.core_client import CoreClient
 from raylite._core.ids import ObjectID
 from raylite._core.refs import ObjectRef
 from raylite._core.task_spec import (
@@ -241,8 +243,6 @@ class Worker:
         to_fetch = []
         for r in spec.arg_refs:
             if len(r) == 5:  # value shipped with the task
-                from raylite._core.core_client import ObjectEntry
-
                 values[r[0]] = self.client._materialize(ObjectRef(r[1], r[2], _borrowed=False), ObjectEntry(r[3], r[4]))
             else:
                 to_fetch.append(r)

@@ -1,0 +1,171 @@
+"""Actor calls of a CoreClient: ordered per caller, sent straight to the actor's worker,
+reconnected after restarts, failed clearly when the actor is dead.
+
+A mixin: CoreClient inherits it, and its methods use the client's state."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from raylite import exceptions as E
+from raylite._core import protocol as P
+from raylite._core import serialization as ser
+from raylite._core.client_records import ActorState, TaskRecord
+from raylite._core.task_spec import TaskSpec
+from raylite._core.transport.base import ConnectionBrokenError
+
+
+class ActorCaller:
+    """Actor method calls (mixed into CoreClient)."""
+
+    def register_actor(self, spec: TaskSpec, get_if_exists: bool) -> P.RegisterActorReply:
+        reply: P.RegisterActorReply = self.run_sync(self.head.request(P.RegisterActor(spec.to_wire(), get_if_exists)))
+        if reply.error_type:
+            raise getattr(E, reply.error_type, None) or ValueError(reply.error) if reply.error_type != "ValueError" else ValueError(reply.error)
+        return reply
+
+    def submit_actor_task(self, spec: TaskSpec, pinned: list) -> Any:
+        return self.submit_task(spec, pinned, False)
+
+    def _send_actor_task(self, rec: TaskRecord) -> None:
+        aid = rec.spec.actor_id
+        st = self._actors.get(aid)
+        if st is None:
+            st = self._actors[aid] = ActorState(aid)
+        if st.dead_error is not None:
+            self._finish_with_error(rec, st.dead_error)
+            return
+        st.queue.append(rec)
+        self._flush_actor(st)
+
+    def _flush_actor(self, st: ActorState) -> None:
+        if st.conn is None or st.conn.is_closed():
+            if not st.connecting:
+                st.connecting = True
+                self.loop.create_task(self._connect_actor(st))
+            return
+        while st.queue:
+            rec = st.queue.popleft()
+            if rec.cancelled:
+                continue
+            st.seq += 1  # one connection per caller keeps calls in order; no per-call copy needed
+            st.in_flight[rec.spec.task_id] = rec
+            rec.worker_conn = st.conn
+            fut = st.conn.request_future(P.PushTask(rec.spec.to_wire()))
+            fut.add_done_callback(lambda f, rec=rec, st=st: self._on_actor_reply(st, rec, f))
+
+    async def _connect_actor(self, st: ActorState) -> None:
+        try:
+            while True:
+                info: P.ActorInfo = await self.head.request(P.GetActorInfo(st.actor_id, True, st.restarts_seen))
+                if info.state == "DEAD":
+                    self._actor_is_dead(st, info)
+                    return
+                st.restarts_seen = info.num_restarts
+                st.node_id = info.node_id
+                try:
+                    conn = await self.connection(info.address)
+                except ConnectionBrokenError:
+                    await asyncio.sleep(0.05)
+                    continue
+                st.conn = conn
+                conn.on_close.append(lambda c, st=st: self._actor_conn_lost(st, c))
+                break
+        except Exception as e:  # noqa: BLE001
+            self._actor_is_dead(st, None, str(e))
+            return
+        finally:
+            st.connecting = False
+        self._flush_actor(st)
+
+    def _actor_is_dead(self, st: ActorState, info: P.ActorInfo | None, why: str = "") -> None:
+        cause = (info.death_cause if info else why) or "The actor died."
+        if info is not None and info.creation_error is not None:
+            try:
+                init_err = ser.from_inline(info.creation_error)
+                cause = f"{cause}\n{init_err}"
+            except Exception:  # noqa: BLE001
+                pass
+        name = info.class_name if info else ""
+        msg = (f"The actor {name + ' ' if name else ''}({st.actor_id.hex()[:12]}) is dead: {cause}")
+        err: E.RayActorError = E.ActorDiedError(msg, st.actor_id.hex())
+        if cause.startswith("UNSCHEDULABLE: "):
+            err = E.ActorUnschedulableError(msg)  # type: ignore[assignment]
+        st.dead_error = err
+        while st.queue:
+            self._finish_with_error(st.queue.popleft(), err)
+        for rec in list(st.in_flight.values()):
+            self._finish_with_error(rec, err)
+        st.in_flight.clear()
+
+    def _actor_conn_lost(self, st: ActorState, conn) -> None:
+        if st.conn is conn:
+            st.conn = None
+        # in-flight calls get their fate in _on_actor_reply (the futures fail with the connection)
+        if st.queue and not st.connecting and st.dead_error is None:
+            st.connecting = True
+            self.loop.create_task(self._connect_actor(st))
+
+    def actor_out_of_scope(self, actor_id: bytes) -> None:
+        """Loop thread: the last handle is gone; stop the actor once submitted calls finish."""
+        st = self._actors.get(actor_id)
+        if st is not None and (st.queue or st.in_flight):
+            st.kill_when_idle = True
+            return
+        self._kill_quietly(actor_id)
+
+    def _kill_quietly(self, actor_id: bytes) -> None:
+        try:
+            self.head.send(P.KillActor(actor_id, True))
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _on_actor_reply(self, st: ActorState, rec: TaskRecord, fut: asyncio.Future) -> None:
+        st.in_flight.pop(rec.spec.task_id, None)
+        if st.kill_when_idle and not st.queue and not st.in_flight:
+            st.kill_when_idle = False
+            self.loop.call_soon(self._kill_quietly, st.actor_id)
+        exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
+        if exc is None:
+            self._task_done(rec, fut.result())
+            return
+        if st.dead_error is not None:
+            self._finish_with_error(rec, st.dead_error)
+            return
+        if rec.cancelled:
+            self._finish_with_error(rec, E.TaskCancelledError(rec.spec.task_id.hex()))
+            return
+        limit = rec.spec.max_task_retries
+        if limit == -1 or rec.spec.attempt < limit:
+            rec.spec = rec.spec.replace(attempt=rec.spec.attempt + 1)
+            st.queue.appendleft(rec)
+            if not st.connecting:
+                st.connecting = True
+                self.loop.create_task(self._connect_actor(st))
+            return
+        self._finish_with_error(rec, E.ActorDiedError(
+            f"The actor ({st.actor_id.hex()[:12]}) died while running {rec.spec.display_name()}: its "
+            "worker process exited or was killed. If the actor has max_restarts > 0 it restarts; set "
+            "max_task_retries to retry calls that were running.", st.actor_id.hex()))
+        if not st.connecting:
+            st.connecting = True
+            self.loop.create_task(self._connect_actor(st))
+
+    def actor_info(self, actor_id: bytes, wait_alive: bool = False) -> P.ActorInfo:
+        return self.run_sync(self.head.request(P.GetActorInfo(actor_id, wait_alive, -1)))
+
+    def kill_actor(self, actor_id: bytes, no_restart: bool) -> None:
+        self.run_sync(self.head.request(P.KillActor(actor_id, no_restart)))
+        if no_restart:
+            self.run_sync(self._mark_killed(actor_id))
+
+    async def _mark_killed(self, actor_id: bytes) -> None:
+        """Calls made after kill() fail at once instead of racing the kill."""
+        st = self._actors.get(actor_id)
+        if st is None:
+            st = self._actors[actor_id] = ActorState(actor_id)
+        st.dead_error = E.ActorDiedError(
+            f"The actor ({actor_id.hex()[:12]}) was killed by raylite.kill(no_restart=True).", actor_id.hex())
+        while st.queue:
+            self._finish_with_error(st.queue.popleft(), st.dead_error)

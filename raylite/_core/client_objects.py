@@ -1,0 +1,409 @@
+"""The object plane of a CoreClient: put, get and wait, reading stored objects zero-copy,
+pulling copies from other nodes, and answering owners' status requests.
+
+A mixin: CoreClient inherits it, and its methods use the client's state."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import os
+import threading
+import time
+from typing import Any
+
+from raylite import exceptions as E
+from raylite._core import protocol as P
+from raylite._core import serialization as ser
+from raylite._core.client_records import ObjectEntry, _Latch
+from raylite._core.ids import ObjectID
+from raylite._core.refs import ObjectRef
+from raylite._core.transport import rpc
+
+
+class ObjectPlane:
+    """put / get / wait and object transfer (mixed into CoreClient)."""
+
+    def put(self, value: Any, *, _owner_address: str | None = None) -> ObjectRef:
+        if isinstance(value, ObjectRef):
+            raise TypeError("Calling put() on an ObjectRef is not allowed: it is already in the object "
+                            "store. Pass the ref itself, or put([ref]) to wrap it in a list.")
+        so = ser.serialize(value, what="the value passed to put()")
+        object_id = ObjectID.for_put()
+        kind, payload = self._store_value(object_id, so)
+        with self._lock:
+            self.refs.own(object_id)
+            self.entries[object_id] = ObjectEntry(kind, payload)
+        ref = ObjectRef(object_id, self.address)
+        if so.contained_refs:
+            with self._lock:
+                self.refs.add_contained(object_id, [(r._id, r._owner) for r in so.contained_refs])
+        return ref
+
+    def _store_value(self, object_id: bytes, so: ser.SerializedObject,
+                     owner_address: str = "") -> tuple[str, Any]:
+        """Inline small values; write big ones to this node's shared-memory store.
+
+        owner_address: who owns the object when not this process (a task's return value
+        belongs to its caller); the node frees an owner's objects when the owner exits."""
+        kind = "e" if so.kind == ser.KIND_ERROR else "v"
+        if so.total_bytes() <= self.config.inline_threshold_bytes:
+            return kind, so.to_inline()
+        path = os.path.join(self.store_dir, object_id.hex())
+        owner = owner_address or self.address
+        size = self._write_to_store(object_id, so, path, owner)
+        msg = P.ObjectSealed(object_id, size, owner)
+        if threading.current_thread() is self._thread:
+            self.node.send(msg)
+        else:
+            self.loop.call_soon_threadsafe(self._send_node, msg)
+        return "s", [self.node_id, self.node_public_address or self.node_address, size]
+
+    def _write_to_store(self, object_id: bytes, so: ser.SerializedObject, path: str, owner: str) -> int:
+        """Ask the node for room first (it spills LRU objects when full and hands over a
+        recycled, already-faulted segment), then write the object once, in place."""
+        if threading.current_thread() is self._thread:
+            return ser.write_file(so, path)  # the loop cannot wait on the node; counted when sealed
+        reply = self.run_sync(self.node.request(P.CreateObject(object_id, ser.stored_size(so), owner)))
+        if not reply.ok:
+            raise E.ObjectStoreFullError(reply.error)
+        try:
+            return ser.write_into(so, path)
+        except BaseException:
+            self.loop.call_soon_threadsafe(self._send_node, P.FreeObjects([object_id]))
+            raise
+
+    def _send_node(self, msg: P.Message) -> None:
+        try:
+            self.node.send(msg)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _set_entry(self, object_id: bytes, kind: str, payload: Any) -> None:
+        """Loop or user thread: an owned object became ready; wake its waiters."""
+        with self._lock:
+            entry = self.entries.get(object_id)
+            if entry is None:
+                # nobody holds a ref any more: free a stored copy at once
+                if kind == "s":
+                    self.loop.call_soon(self._send_release, [(object_id, payload)], [])
+                return
+            if entry.kind is not None:
+                return
+            entry.kind = kind
+            entry.payload = payload
+            waiters, entry.waiters = entry.waiters, []
+        for w in waiters:
+            if isinstance(w, _Latch):
+                w.count_down()
+            else:
+                w(entry)
+
+    # ================================================================ get / wait
+    def _entry_for(self, ref: ObjectRef) -> ObjectEntry:
+        oid = ref._id
+        entry = self.entries.get(oid)
+        if entry is not None:
+            return entry
+        with self._lock:
+            entry = self.entries.get(oid)
+            if entry is not None:
+                return entry
+            entry = self.entries[oid] = ObjectEntry()
+            if ref._owner == self.address or not ref._owner:
+                entry.kind, entry.payload = "e", self._lost_error(oid, "its owner released it")
+                return entry
+        self.loop.call_soon_threadsafe(self._start_fetch, oid, ref._owner)
+        return entry
+
+    def _lost_error(self, oid: bytes, why: str) -> list:
+        err = E.ObjectLostError(oid.hex(), why)
+        return ser.serialize(err, kind=ser.KIND_ERROR).to_inline()
+
+    def _start_fetch(self, oid: bytes, owner: str) -> None:
+        self.loop.create_task(self._fetch_status(oid, owner))
+
+    async def _fetch_status(self, oid: bytes, owner: str) -> None:
+        try:
+            conn = await self.connection(owner)
+            reply: P.GetObjectStatusReply = await conn.request(P.GetObjectStatus(oid, True))
+            kind = {"inline": "v", "error": "e", "store": "s"}.get(reply.kind)
+            if kind is None:
+                self._set_entry(oid, "e", self._lost_error(oid, "its owner no longer has it"))
+            else:
+                self._set_entry(oid, kind, reply.payload)
+        except Exception as e:  # noqa: BLE001
+            err = E.OwnerDiedError(oid.hex(), f"its owner ({owner}) is unreachable: {e}. The process that "
+                                   "created the object exited; keep the creating process alive while "
+                                   "others use its objects.")
+            self._set_entry(oid, "e", ser.serialize(err, kind=ser.KIND_ERROR).to_inline())
+
+    def get(self, refs: list[ObjectRef], timeout: float | None = None) -> list[Any]:
+        entries = [self._entry_for(r) for r in refs]
+        pending = [e for e in entries if e.kind is None]
+        if pending:
+            self._wait_entries(pending, len(pending), timeout, refs)
+        return [self._materialize(r, e) for r, e in zip(refs, entries)]
+
+    def _wait_entries(self, entries: list[ObjectEntry], need: int, timeout: float | None, refs) -> None:
+        latch = _Latch(need)
+        registered = []
+        with self._lock:
+            ready = 0
+            for e in entries:
+                if e.kind is None:
+                    e.waiters.append(latch)
+                    registered.append(e)
+                else:
+                    ready += 1
+            for _ in range(min(ready, need)):
+                latch.count_down()
+        if latch._n <= 0:
+            self._drop_waiter(registered, latch)
+            return
+        hook = self.blocked_hook
+        if hook is not None:
+            hook(True)
+        try:
+            ok = latch.wait(timeout)
+        finally:
+            if hook is not None:
+                hook(False)
+            self._drop_waiter(registered, latch)
+        if not ok:
+            n = sum(1 for e in entries if e.kind is None)
+            raise E.GetTimeoutError(f"get() timed out after {timeout}s: {n} of {len(entries)} objects "
+                                    "were not ready. Raise the timeout, or check `raylite status` for "
+                                    "tasks waiting on resources.")
+
+    def _drop_waiter(self, entries: list[ObjectEntry], latch: _Latch) -> None:
+        with self._lock:
+            for e in entries:
+                if latch in e.waiters:
+                    e.waiters.remove(latch)
+
+    def _materialize(self, ref: ObjectRef, entry: ObjectEntry) -> Any:
+        kind, payload = entry.kind, entry.payload
+        if kind == "v":
+            return ser.from_inline(payload)
+        if kind == "s":
+            value_kind, value = self._read_stored(ref._id, payload)
+            if value_kind == ser.KIND_ERROR:
+                raise value
+            return value
+        if kind == "e":
+            err = ser.from_inline(payload)
+            raise err
+        raise E.RaySystemError(f"object {ref.hex()} has no value (kind={kind})")
+
+    def _read_stored(self, oid: bytes, location: list) -> tuple[int, Any]:
+        node_id = location[0]
+        path = os.path.join(self.store_dir, oid.hex())
+        if node_id != self.node_id and not os.path.exists(path):
+            self.run_sync(self._pull_object(oid, location))
+        try:
+            return ser.read_file(path)
+        except FileNotFoundError:
+            pass
+        # spilled to disk? the node brings it back into shared memory
+        reply: P.RestoreObjectReply = self.run_sync(self.node.request(P.RestoreObject(oid)))
+        if reply.found:
+            try:
+                return ser.read_file(path)
+            except FileNotFoundError:
+                pass
+        if reply.error.startswith("Cannot restore"):
+            raise E.ObjectStoreFullError(reply.error)
+        raise E.ObjectLostError(oid.hex(), "its shared-memory file is gone (it was freed, or its "
+                                f"node's store was cleared){': ' + reply.error if reply.error else ''}")
+
+    async def _pull_object(self, oid: bytes, location: list) -> None:
+        """Copy an object from another node's store into ours (cached there for others)."""
+        if location[0] in self._dead_nodes:
+            raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} died holding its only copy")
+        try:
+            if not await self._bulk_pull(oid, location):
+                await self._pull_chunks(oid, location)
+        except (E.ObjectLostError, E.ObjectStoreFullError):
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} is unreachable ({e}); it "
+                                    "held the only copy") from None
+
+    async def _bulk_pull(self, oid: bytes, location: list) -> bool:
+        """Pull over the peer's bulk stream (sendfile -> mapped file); False if it has none."""
+        addr = self._data_addresses.get(location[0])
+        if addr is None:
+            info = await self.head.request(P.GetClusterInfo())
+            for n in info.nodes:
+                self._data_addresses[n["node_id"]] = n.get("data_address", "")
+            addr = self._data_addresses.get(location[0], "")
+        if not addr:
+            return False
+        path = os.path.join(self.store_dir, oid.hex())
+        # room in our store under a scratch id: the node makes space (spilling if it must) and
+        # hands over a recycled segment whose pages are already faulted in; renamed when done,
+        # so readers on this node never see a half-written object
+        scratch = os.urandom(20)
+        reply = await self.node.request(P.CreateObject(scratch, location[2], ""))
+        if not reply.ok:
+            raise E.ObjectStoreFullError(reply.error)
+        tmp = os.path.join(self.store_dir, scratch.hex())
+        try:
+            total = await self.loop.run_in_executor(None, self._bulk_pull_blocking, addr, oid, tmp)
+            if total is None:
+                raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} no longer has it")
+            os.replace(tmp, path)
+            self.node.send(P.ObjectSealed(oid, total, "", True))
+        finally:
+            self.node.send(P.FreeObjects([scratch]))  # its reservation; the file moved on (or is recycled)
+        return True
+
+    def _cached_here(self, oid: bytes) -> bool:
+        """Multi-node: a copy of a remote object was pulled into our node's store."""
+        return self.node_public_address != self.node_address and \
+            os.path.exists(os.path.join(self.store_dir, oid.hex()))
+
+    def _bulk_pull_blocking(self, addr: str, oid: bytes, tmp: str) -> int | None:
+        from raylite._core.transport.bulk import BulkClient
+
+        with self._bulk_lock:
+            client = self._bulk_clients.get(addr)
+            if client is None:
+                client = self._bulk_clients[addr] = BulkClient(addr, self.token)
+        try:
+            return client.pull(oid, tmp)
+        except BaseException:
+            with self._bulk_lock:
+                if self._bulk_clients.get(addr) is client:
+                    del self._bulk_clients[addr]
+            client.close()
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    async def _pull_chunks(self, oid: bytes, location: list) -> None:
+        """Chunks travel on a connection of their own (so control messages to that node never
+        queue behind them), several requests in flight to keep the link busy."""
+        node_address = location[1]
+        conn = self._data_conns.get(node_address)
+        if conn is None or conn.is_closed():
+            conn = await rpc.connect(node_address, {}, token=self.token, role=self.kind)
+            self._data_conns[node_address] = conn
+        chunk = 4 << 20
+        path = os.path.join(self.store_dir, oid.hex())
+        tmp = path + f".part{os.getpid()}_{id(conn) & 0xffff}"
+        first: P.PullObjectReply = await conn.request(P.PullObject(oid, 0, chunk))
+        if not first.found:
+            raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} no longer has it")
+        total = first.total_size
+        fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+        try:
+            os.pwrite(fd, first.data, 0)
+            offsets = list(range(len(first.data), total, chunk))
+            window = 4
+            for i in range(0, len(offsets), window):
+                futs = [conn.request_future(P.PullObject(oid, off, chunk)) for off in offsets[i:i + window]]
+                for off, fut in zip(offsets[i:i + window], futs):
+                    reply: P.PullObjectReply = await fut
+                    if not reply.found:
+                        raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} no longer has it")
+                    os.pwrite(fd, reply.data, off)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        self.node.send(P.ObjectSealed(oid, total, "", True))
+
+    def wait(self, refs: list[ObjectRef], num_returns: int, timeout: float | None,
+             fetch_local: bool = True) -> tuple[list[ObjectRef], list[ObjectRef]]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        entries = [self._entry_for(r) for r in refs]
+        ready_count = sum(1 for e in entries if e.kind is not None)
+        if ready_count < num_returns:
+            try:
+                self._wait_entries([e for e in entries if e.kind is None], num_returns - ready_count,
+                                   timeout, refs)
+            except E.GetTimeoutError:
+                pass
+        ready, not_ready = [], []
+        for r, e in zip(refs, entries):
+            (ready if e.kind is not None and len(ready) < num_returns else not_ready).append(r)
+        if fetch_local and ready:
+            fetched = self._fetch_remote(ready, deadline)
+            if len(fetched) < len(ready):  # still on their way here: not ready yet
+                late = (set(map(id, ready)) - set(map(id, fetched))) | set(map(id, not_ready))
+                not_ready = [r for r in refs if id(r) in late]
+                ready = fetched
+        return ready, not_ready
+
+    def _fetch_remote(self, refs: list[ObjectRef], deadline: float | None) -> list[ObjectRef]:
+        """wait(fetch_local=True): pull ready objects that live on other nodes into this
+        node's store (in parallel, until the deadline); returns the refs now local."""
+        remote = {}
+        for r in refs:
+            entry = self.entries.get(r._id)
+            if entry is not None and entry.kind == "s" and entry.payload[0] != self.node_id \
+                    and not os.path.exists(os.path.join(self.store_dir, r._id.hex())):
+                remote[id(r)] = (r, entry.payload)
+        if not remote:
+            return refs
+
+        async def pull_all() -> list:
+            return await asyncio.gather(*(self._pull_object(r._id, loc) for r, loc in remote.values()),
+                                        return_exceptions=True)
+
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            results = self.run_sync(pull_all(), left)
+        except Exception:  # noqa: BLE001  timed out: what arrived so far is local
+            results = [None if os.path.exists(os.path.join(self.store_dir, r._id.hex())) else TimeoutError()
+                       for r, _ in remote.values()]
+        failed = {key for key, res in zip(remote, results)
+                  if isinstance(res, BaseException) and not isinstance(res, E.ObjectLostError)}
+        return [r for r in refs if id(r) not in failed]
+
+    def future_of(self, ref: ObjectRef) -> concurrent.futures.Future:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        entry = self._entry_for(ref)
+
+        def resolve(_entry=None) -> None:
+            def work() -> None:
+                try:
+                    fut.set_result(self._materialize(ref, entry))
+                except BaseException as e:  # noqa: BLE001
+                    fut.set_exception(e)
+            threading.Thread(target=work, daemon=True).start() if _needs_thread(entry) else work()
+
+        with self._lock:
+            if entry.kind is None:
+                entry.waiters.append(resolve)
+                return fut
+        resolve()
+        return fut
+
+    # owner service: another process asks for one of our objects
+    async def _on_get_object_status(self, conn, msg: P.GetObjectStatus, rid):
+        oid = msg.object_id
+        entry = self.entries.get(oid)
+        if entry is None:
+            return P.GetObjectStatusReply(oid, "lost", None)
+        if entry.kind is None and msg.wait:
+            fut = self.loop.create_future()
+            with self._lock:
+                if entry.kind is None:
+                    entry.waiters.append(lambda e: fut.done() or self.loop.call_soon_threadsafe(_set_if_pending, fut))
+                else:
+                    fut.set_result(None)
+            await fut
+        kind = {"v": "inline", "e": "error", "s": "store"}.get(entry.kind, "lost")
+        return P.GetObjectStatusReply(oid, kind, entry.payload)
+
+
+def _set_if_pending(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _needs_thread(entry: ObjectEntry) -> bool:
+    return entry.kind == "s"

@@ -1,0 +1,114 @@
+"""What a CoreClient keeps per object, task, lease, scheduling queue, actor and generator."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from raylite._core.task_spec import TaskSpec
+from raylite._core.transport import rpc
+
+
+class _Latch:
+    """Counts down from n; wait() returns when it reaches zero (or times out)."""
+
+    __slots__ = ("_n", "_lock")
+
+    def __init__(self, n: int) -> None:
+        self._n = n
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def count_down(self) -> None:
+        self._n -= 1
+        if self._n == 0:
+            self._lock.release()
+
+    def wait(self, timeout: float | None) -> bool:
+        # Wait in slices: an exception injected into this thread (ray.cancel of a task
+        # blocked in get()) is only delivered when Python code runs again.
+        if timeout is None:
+            while not self._lock.acquire(timeout=0.1):
+                pass
+            return True
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            left = deadline - time.monotonic()
+            if self._lock.acquire(timeout=max(0.0, min(left, 0.1))):
+                return True
+            if left <= 0.1:
+                return False
+
+
+@dataclass
+class ObjectEntry:
+    kind: str | None = None  # None (pending) | "v" | "e" | "s"
+    payload: Any = None
+    waiters: list = field(default_factory=list)  # _Latch or callables(entry)
+
+
+@dataclass
+class TaskRecord:
+    spec: TaskSpec
+    retries_left: int
+    retry_exceptions: Any
+    dep_ids: list  # object ids pinned (submitted count) until the task finishes
+    lease: Any = None
+    cancelled: bool = False
+    worker_conn: Any = None
+
+
+@dataclass
+class Lease:
+    lease_id: bytes
+    worker_id: bytes
+    conn: rpc.Connection
+    queue: SchedulingQueue
+    in_flight: int = 0
+    idle_handle: Any = None
+    dead: bool = False
+    node_conn: Any = None  # the node that granted it (another node after spillback)
+    node_id: bytes = b""
+    blocked: bool = False  # its worker bounced queued tasks while blocked in get()
+    gpu_ids: list = field(default_factory=list)  # devices the node gave this lease
+
+
+@dataclass
+class SchedulingQueue:
+    key: tuple
+    resources: dict
+    runtime_env: dict
+    strategy: list
+    description: str
+    tasks: collections.deque = field(default_factory=collections.deque)
+    leases: list = field(default_factory=list)
+    requesting: int = 0
+    # moving average of push-to-reply seconds; queued tasks are pipelined to a worker
+    # only while tasks are short, so long tasks still spread over every worker
+    avg_task_s: float = 1.0
+
+
+@dataclass
+class ActorState:
+    actor_id: bytes
+    conn: Any = None
+    connecting: bool = False
+    restarts_seen: int = -1
+    queue: collections.deque = field(default_factory=collections.deque)
+    in_flight: dict = field(default_factory=dict)
+    dead_error: Any = None
+    seq: int = 0
+    kill_when_idle: bool = False
+    node_id: bytes = b""
+
+
+@dataclass
+class GeneratorState:
+    items: list = field(default_factory=list)  # ObjectRef
+    done: bool = False
+    error: Any = None  # (kind, payload) of the task's failure
+    waiters: list = field(default_factory=list)
+    dynamic: bool = False
