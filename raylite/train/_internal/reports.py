@@ -28,7 +28,7 @@ class RunReport:
     rank: int
     metrics: dict[str, Any]
     checkpoint_dir: str | None
-    rank_metrics: dict[int, dict[str, Any]] = field(default_factory=dict)  # every rank's, as held
+    rank_metrics: dict[int, dict[str, Any]] = field(default_factory=dict, compare=False)  # every rank's, as held
 
 
 @dataclass(frozen=True)

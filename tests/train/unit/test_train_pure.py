@@ -73,6 +73,7 @@ def test_reports_emit_on_rank0_with_rank0_metrics():
     assert agg.add(rep(1, 0, "c0", loss=2.0)) == []  # held for rank 0
     out = agg.add(rep(0, 0, None, loss=1.0))
     assert out == [RunReport(0, 0, {"loss": 1.0}, "c0")]
+    assert out[0].rank_metrics == {0: {"loss": 1.0}, 1: {"loss": 2.0}}  # what callbacks see
 
 
 def test_rank0_only_reports_never_wait_for_others():
