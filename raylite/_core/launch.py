@@ -62,7 +62,10 @@ def _detect_gpus() -> int:
 
 
 def heavy_modules_in_use() -> list[str]:
-    return [name for name in _PRELOADABLE if name in sys.modules]
+    names = [name for name in _PRELOADABLE if name in sys.modules]
+    if "torch" in names:  # DDP's constructor imports torch._dynamo: seconds per fresh worker
+        names.append("torch._dynamo")
+    return names
 
 
 def node_key(num_cpus, num_gpus, resources, object_store_memory, labels) -> tuple:

@@ -118,7 +118,11 @@ class NodeDaemon:
         self._spawn(self._heartbeat_loop())
         self._spawn(self._memory_monitor_loop())
         self._spawn(self._pool_trim_loop())
-        if self.config.prestart_workers:
+
+    def prestart_workers(self) -> None:
+        """Start idle workers ahead of demand; called once this node has announced itself,
+        so its own start (and its driver's) does not compete with theirs for the CPUs."""
+        if self.config.prestart_workers and not self.stopped.is_set():
             for _ in range(max(1, min(int(self.total.get("CPU", 0) // 10000), 8))):
                 self._start_worker("", {})
 

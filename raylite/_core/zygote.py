@@ -49,7 +49,9 @@ def _zygote_main(sock: socket.socket) -> None:
     set_parent_death_signal()
     with contextlib.suppress(Exception):
         os.setpgid(0, 0)  # our own process group: Ctrl-C at the driver's terminal is the driver's
-    _preimport()
+    # the imports wait for the first fork request: until then the node daemon and the
+    # driver, which start at the same time, have the CPUs to themselves
+    preimported = False
     rpipe, wpipe = os.pipe()
     os.set_blocking(wpipe, False)
     signal.set_wakeup_fd(wpipe)
@@ -73,6 +75,9 @@ def _zygote_main(sock: socket.socket) -> None:
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
                 request = json.loads(line)
+                if not preimported:
+                    _preimport()
+                    preimported = True
                 pid = os.fork()
                 if pid == 0:
                     signal.set_wakeup_fd(-1)
