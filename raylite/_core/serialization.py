@@ -71,7 +71,7 @@ def serialize(value: Any, *, kind: int = KIND_VALUE, what: str = "value") -> Ser
     _local.refs = refs
     try:
         f = io.BytesIO()
-        cls = _torch_pickler() if "torch" in sys.modules else cloudpickle.CloudPickler
+        cls = _pickler_class()
         pickler = cls(f, protocol=5, buffer_callback=buffers.append)
         pickler.dump(value)
         meta = f.getvalue()
@@ -90,25 +90,69 @@ def from_inline(payload: list) -> Any:
     return pickle.loads(payload[0], buffers=payload[1])
 
 
-# ---------------------------------------------------------------- torch tensors, zero-copy
+# ---------------------------------------------------------------- torch tensors, Arrow slices
 # torch pickles a tensor's storage in-band (one copy into the pickle, one out of it).
 # CPU tensors travel as numpy arrays instead, whose buffers go out of band, and come
 # back as tensors over the shared-memory pages (read-only memory: writing to them fails).
-_TORCH_PICKLER: list[Any] = []
+# A sliced Arrow table pickles its parent's whole buffers; one much smaller than its
+# buffers is compacted first (an Arrow IPC round trip writes only the rows in the slice).
+_PICKLERS: dict[tuple[bool, bool], Any] = {}
 
 
-def _torch_pickler() -> Any:
-    if not _TORCH_PICKLER:
+def _pickler_class() -> Any:
+    key = ("torch" in sys.modules, "pyarrow" in sys.modules)
+    cls = _PICKLERS.get(key)
+    if cls is None:
+        cls = _PICKLERS[key] = _make_pickler(*key)
+    return cls
+
+
+def _make_pickler(with_torch: bool, with_arrow: bool) -> Any:
+    if not with_torch and not with_arrow:
+        return cloudpickle.CloudPickler
+    tensor_type = table_types = None
+    if with_torch:
         import torch
 
-        class TorchAwarePickler(cloudpickle.CloudPickler):
-            def reducer_override(self, obj: Any) -> Any:
-                if type(obj) is torch.Tensor:
-                    return _reduce_tensor(obj)
-                return super().reducer_override(obj)
+        tensor_type = torch.Tensor
+    if with_arrow:
+        import pyarrow
 
-        _TORCH_PICKLER.append(TorchAwarePickler)
-    return _TORCH_PICKLER[0]
+        table_types = (pyarrow.Table, pyarrow.RecordBatch)
+
+    class RayliteCloudPickler(cloudpickle.CloudPickler):
+        def reducer_override(self, obj: Any) -> Any:
+            t = type(obj)
+            if t is tensor_type:
+                return _reduce_tensor(obj)
+            if table_types is not None and t in table_types:
+                compact = _compact_arrow(obj)
+                if compact is not None:
+                    return _same, (compact,)
+            return super().reducer_override(obj)
+
+    return RayliteCloudPickler
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _compact_arrow(table: Any) -> Any:
+    """A copy holding only `table`'s rows when its buffers are much larger (a slice)."""
+    try:
+        total = table.get_total_buffer_size()
+        if total <= 2 * table.nbytes + (1 << 16):
+            return None
+        import pyarrow as pa
+
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write(table)
+        result = pa.ipc.open_stream(sink.getvalue()).read_all()
+        return result if isinstance(table, pa.Table) else result.combine_chunks().to_batches()[0]
+    except Exception:  # noqa: BLE001  pickle it as it is
+        return None
 
 
 _TORCH_VIEW_AS = {"bfloat16": "int16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8"}
