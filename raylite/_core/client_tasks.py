@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import pickle
 import time
 from typing import Any
 
@@ -55,6 +56,13 @@ class TaskSubmitter:
 
         Returns (args payload, arg_refs, pinned object ids).
         """
+        if not args and not kwargs:
+            return _NO_ARGS, [], []
+        if all(type(a) in _PLAIN for a in args) and all(type(v) in _PLAIN for v in kwargs.values()):
+            # numbers and short strings: the standard pickler is enough and much cheaper
+            meta = pickle.dumps((args, kwargs), protocol=5)
+            if len(meta) <= self.config.inline_threshold_bytes:
+                return ["inline", meta, []], [], []
         arg_refs: list = []
         pinned: list = []
         if any(isinstance(a, ObjectRef) for a in args) or any(isinstance(v, ObjectRef) for v in kwargs.values()):
@@ -567,6 +575,10 @@ def _payload_size(kind: str, entry: ObjectEntry | None) -> int:
         return len(meta) + sum(len(b) for b in buffers)
     except (TypeError, IndexError, ValueError):
         return 0
+
+
+_NO_ARGS = ["inline", pickle.dumps(((), {}), protocol=5), []]  # shared: never mutated
+_PLAIN = frozenset({int, float, bool, str, bytes, type(None)})
 
 
 class _ArgPlaceholder:
