@@ -273,6 +273,13 @@ def available_resources() -> dict[str, float]:
     return {k: float(v) for k, v in R.from_fixed(total).items() if v > 0}
 
 
+def is_picklable(obj: Any) -> bool:
+    """Whether raylite can send `obj` to a task (backs raylite.util.inspect_serializability)."""
+    from raylite._core.serialization import _picklable
+
+    return _picklable(obj)
+
+
 def node_ip_address() -> str:
     """This process's node IP (backs raylite.util.get_node_ip_address)."""
     client = runtime.client()

@@ -21,17 +21,17 @@ def inspect_serializability(base_obj: Any, name: str | None = None, depth: int =
     an item of a container, or a variable a function closes over), so the fix is clear.
     """
     label = name or getattr(base_obj, "__qualname__", None) or type(base_obj).__name__
-    failures: set[FailureTuple] = set()
     if _picklable(base_obj):
-        return True, failures
-    _walk(base_obj, label, None, depth, failures)
-    if not failures:
-        failures.add(FailureTuple(base_obj, label, None))
+        return True, set()
+    found: list[tuple[Any, str, Any]] = []  # (object, name, parent)
+    _walk(base_obj, label, None, depth, found)
+    if not found:
+        found.append((base_obj, label, None))
     lines = [f"Checking serializability of {label}: it cannot be serialized."]
-    for f in sorted(failures, key=lambda f: f.name):
-        lines.append(f"  {f.name} ({type(f.obj).__name__}) is not serializable")
+    for obj, where, _parent in sorted(found, key=lambda f: f[1]):
+        lines.append(f"  {where} ({type(obj).__name__}) is not serializable")
     print("\n".join(lines), file=print_file)
-    return False, failures
+    return False, {_failure(*f) for f in found}
 
 
 def _members(obj: Any, label: str) -> list[tuple[str, Any]]:
@@ -56,22 +56,18 @@ def _members(obj: Any, label: str) -> list[tuple[str, Any]]:
 
 
 def _picklable(obj: Any) -> bool:
-    import cloudpickle
+    from raylite.api import is_picklable
 
-    try:
-        cloudpickle.dumps(obj, protocol=5, buffer_callback=lambda b: None)
-        return True
-    except Exception:  # noqa: BLE001
-        return False
+    return is_picklable(obj)
 
 
-def _walk(obj: Any, label: str, parent: Any, depth: int, failures: set) -> None:
+def _walk(obj: Any, label: str, parent: Any, depth: int, found: list) -> None:
     bad = [(n, m) for n, m in _members(obj, label) if not _picklable(m)]
     if not bad or depth <= 0:
-        failures.add(_failure(obj, label, parent))
+        found.append((obj, label, parent))
         return
     for n, m in bad:
-        _walk(m, n, obj, depth - 1, failures)
+        _walk(m, n, obj, depth - 1, found)
 
 
 def _failure(obj: Any, name: str, parent: Any) -> FailureTuple:

@@ -44,6 +44,9 @@ def test_inspect_serializability_names_the_culprit(capsys):
     ok, failures = inspect_serializability(uses_lock)
     assert not ok and any("lock" in f.name for f in failures)
     assert inspect_serializability({"a": [1, 2]}) == (True, set())
+    ok, failures = inspect_serializability({"held": lock}, name="config")
+    assert not ok and {f.name for f in failures} == {"config['held']"}
+    assert "config['held'] (lock) is not serializable" in capsys.readouterr().out
 
 
 def test_current_actor_handle_calls_back_into_itself(cluster):
