@@ -103,6 +103,51 @@ def _ship(path: str, excludes: list, kind: str) -> str:
     return uri
 
 
+_RUNTIME_ENV_KEYS = {"env_vars", "working_dir", "py_modules", "excludes", "pip", "uv", "config",
+                     "eager_install"}
+_UNSUPPORTED_ENV_KEYS = {"conda", "container", "image_uri", "java_jars", "nsight", "py_executable"}
+
+
+def _check_runtime_env_keys(env: dict) -> None:
+    """raylite runs workers in the driver's Python environment: it ships files (working_dir,
+    py_modules) but installs nothing. Say so instead of silently running without them."""
+    unsupported = sorted(set(env) & _UNSUPPORTED_ENV_KEYS)
+    if unsupported:
+        raise ValueError(f"runtime_env {unsupported} is not supported by raylite: workers run in the "
+                         "Python environment the node was started with. Install what the tasks need "
+                         "there (on every node), or use working_dir / py_modules for your own code.")
+    unknown = sorted(set(env) - _RUNTIME_ENV_KEYS - _UNSUPPORTED_ENV_KEYS)
+    if unknown:
+        raise ValueError(f"unknown runtime_env field(s) {unknown}; raylite knows "
+                         f"{sorted(_RUNTIME_ENV_KEYS)}.")
+    for key in ("pip", "uv"):
+        if env.get(key):
+            _check_installed(key, env[key])
+
+
+def _check_installed(key: str, spec: Any) -> None:
+    """runtime_env pip/uv: fine when every package is already installed here, else a clear error."""
+    import importlib.metadata
+    import re
+
+    packages = spec.get("packages", []) if isinstance(spec, dict) else spec
+    if isinstance(packages, str):  # a requirements file path, or one requirement
+        packages = [packages]
+    missing = []
+    for req in packages:
+        name = re.split(r"[<>=!~;\[ @]", str(req).strip(), maxsplit=1)[0]
+        if not name or name.startswith(("-", ".", "/")):
+            continue
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(str(req))
+    if missing:
+        raise ValueError(f"runtime_env {key} asks for {missing}, which are not installed. raylite does not "
+                         "install packages at run time: `pip install` them on every node (the driver's and "
+                         "the workers' environment), then run again.")
+
+
 def merge_runtime_env(job_env: dict | None, task_env: dict | None) -> dict:
     if not job_env and not task_env:
         return {}
@@ -112,6 +157,7 @@ def merge_runtime_env(job_env: dict | None, task_env: dict | None) -> dict:
             merged["env_vars"] = {**(merged.get("env_vars") or {}), **(v or {})}
         else:
             merged[k] = v
+    _check_runtime_env_keys(merged)
     wd = merged.get("working_dir")
     if wd and not packaging.is_package_uri(wd):
         wd = os.fspath(wd)

@@ -476,6 +476,13 @@ def test_runtime_env_bad_working_dir_is_a_clear_error(cluster, tmp_path):
 
     with pytest.raises(ValueError, match="not a local directory"):
         f.options(runtime_env={"working_dir": str(tmp_path / "missing")}).remote()
+    assert ray.get(f.options(runtime_env={"pip": ["numpy>=1.0", "msgpack"]}).remote()) == 1  # installed
+    with pytest.raises(ValueError, match=r"not installed.*pip install"):
+        f.options(runtime_env={"pip": ["surely-not-a-real-package-xyz==1.0"]}).remote()
+    with pytest.raises(ValueError, match="conda.*not supported"):
+        f.options(runtime_env={"conda": {"dependencies": ["numpy"]}}).remote()
+    with pytest.raises(ValueError, match="unknown runtime_env field"):
+        f.options(runtime_env={"env_var": {"A": "1"}}).remote()
 
 
 def test_runtime_context_in_task(cluster):
