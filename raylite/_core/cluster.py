@@ -225,7 +225,8 @@ def _public(res: dict) -> dict:
 
 def _describe(total: dict) -> str:
     res = R.from_fixed(_public(total))
-    parts = [f"{k}: {v / 2**30:.1f} GiB" if k == "memory" else f"{k}: {v:g}" for k, v in sorted(res.items())]
+    parts = [f"{k}: {v / 2**30:.1f} GiB" if k in ("memory", "object_store_memory") else f"{k}: {v:g}"
+             for k, v in sorted(res.items())]
     return "{" + ", ".join(parts) + "}"
 
 

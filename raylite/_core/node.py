@@ -69,6 +69,10 @@ class NodeDaemon:
             spill_dir=os.path.join(session_dir, f"spill_{node_id.hex()[:8]}"),
             spill_capacity_bytes=config.object_spill_bytes)
         shm_files.make_dirs(self.store)
+        # reported like Ray's (cluster_resources()["object_store_memory"]); nothing requests it
+        store_fixed = R.to_fixed({"object_store_memory": self.store.capacity_bytes})
+        for table in (self.total, self.available, self.base_total):
+            table.update(store_fixed)
         self._spilling: dict[bytes, asyncio.Future] = {}  # object id -> copy to disk in flight
         self._restoring: dict[bytes, asyncio.Future] = {}
         self.pool = WorkerPool(address, token, session_dir, self._on_worker_exit)

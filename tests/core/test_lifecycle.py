@@ -52,9 +52,10 @@ def test_failed_init_leaves_no_daemon_behind(tmp_path):
     wait_for(lambda: not {p.pid for p in psutil.Process().children(recursive=True)
                           if p.status() != psutil.STATUS_ZOMBIE} - before,
              what="the prestarted daemon to be stopped")
-    ray.init(num_cpus=1)  # and a correct call afterwards works
+    ray.init(num_cpus=1, object_store_memory=300 * 1024 * 1024)  # and a correct call afterwards works
     try:
         assert ray.cluster_resources()["CPU"] == 1
+        assert ray.cluster_resources()["object_store_memory"] == 300 * 1024 * 1024  # reported as Ray does
     finally:
         ray.shutdown()
 
