@@ -7,6 +7,7 @@ Linux and falls back to psutil (RSS only) elsewhere.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -227,7 +228,6 @@ def collect_worker_metrics(module_name: str, cmd: list[str], metric_names: set[s
     Ray's side gets no raylite PYTHONPATH and no usage-stats calls. A worker that runs past
     `timeout_s` is killed with every process it started (its cluster may not stop itself).
     """
-    import contextlib
     import signal
     import subprocess
     import tempfile
@@ -268,4 +268,14 @@ def collect_worker_metrics(module_name: str, cmd: list[str], metric_names: set[s
             print(f"bench: the {module_name} worker {why}:\n{tail}", file=sys.stderr)
             emit({"framework": module_name, "metric": "error", "exit_code": code})
     return results
+
+
+@contextlib.contextmanager
+def section(framework: str, name: str):
+    """Report a failed group of measurements as an error line and go on with the next group."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001
+        emit({"framework": framework, "metric": "error", "section": name,
+              "error": f"{type(e).__name__}: {e}"[:2000]})
 

@@ -38,6 +38,7 @@ from _common import (  # noqa: E402  (this folder is not a package)
     median,
     render_table,
     sample,
+    section,
     tree_memory,
 )
 
@@ -254,14 +255,6 @@ def measure_arrays(fw, name: str, reps: Repeats) -> None:
     report(name, "task_arg_100mib_ms", median(times) * 1e3, to_ms(times))
 
 
-@contextlib.contextmanager
-def section(framework: str, name: str):
-    """Report a failed group of measurements as an error line and go on with the next group."""
-    try:
-        yield
-    except Exception as e:  # noqa: BLE001
-        emit({"framework": framework, "metric": "error", "section": name,
-              "error": f"{type(e).__name__}: {e}"[:2000]})
 
 
 def run_worker(module_name: str, num_cpus: int, quick: bool) -> None:

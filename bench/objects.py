@@ -23,7 +23,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import MIB, Metric, collect_worker_metrics, emit, median, render_table  # noqa: E402  (not a package)
+from _common import MIB, Metric, collect_worker_metrics, emit, median, render_table, section  # noqa: E402  (not a package)
 
 DEFAULT_RAY_PYTHON = "/opt/rayvenv/bin/python"
 SPILL_STORE_BYTES = 256 * MIB
@@ -157,13 +157,6 @@ def measure_spill(fw, name: str, num_cpus: int) -> None:
     del refs
 
 
-@contextlib.contextmanager
-def section(framework: str, name: str):
-    try:
-        yield
-    except Exception as e:  # noqa: BLE001
-        emit({"framework": framework, "metric": "error", "section": name,
-              "error": f"{type(e).__name__}: {e}"[:2000]})
 
 
 def run_worker(module_name: str, num_cpus: int, quick: bool, loop: int) -> None:
