@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 
+from raylite._core import shm_files
 from raylite._core.config import get_config
 from raylite._core.ids import NodeID
 from raylite._core.node import NodeDaemon
@@ -130,7 +131,7 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool) 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
     try:
-        await node.start()
+        await _start_or_clean_up(node)
     except HandshakeError as e:
         _fail(str(e))
     except ConnectionBrokenError as e:
@@ -153,6 +154,14 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool) 
     node.stop()
     if head is not None:
         head.close()
+
+
+async def _start_or_clean_up(node: NodeDaemon) -> None:
+    try:
+        await node.start()
+    except BaseException:
+        shm_files.destroy(node.store)  # it never served: leave no store directory behind
+        raise
 
 
 if __name__ == "__main__":
