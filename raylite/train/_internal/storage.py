@@ -18,7 +18,9 @@ import re
 import shutil
 import tarfile
 import tempfile
+import time
 import uuid
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,11 +146,19 @@ class StorageContext:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def delete_checkpoint(self, dir_name: str) -> None:
+        """Remove a checkpoint num_to_keep let go. Another rank may still be writing its files
+        into the same folder: retry briefly, and never fail the run over an old checkpoint."""
         path = self.checkpoint_fs_path(dir_name)
-        try:
-            self.fs.rm(path, recursive=True)
-        except FileNotFoundError:
-            pass
+        for _ in range(40):
+            try:
+                self.fs.rm(path, recursive=True)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:  # "directory not empty": a file landed while it was being removed
+                time.sleep(0.05)
+        warnings.warn(f"raylite.train could not remove the old checkpoint {path} (files were still being "
+                      "written into it); it is no longer tracked and can be deleted by hand.", stacklevel=2)
 
     def write_bytes(self, name: str, data: bytes) -> None:
         path = f"{self.experiment_fs_path}/{name}"

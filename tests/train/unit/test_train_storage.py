@@ -106,3 +106,31 @@ def test_pack_unpack(tmp_path):
 def test_split_run_path(tmp_path):
     assert split_run_path(str(tmp_path / "exp") + "/") == (str(tmp_path), "exp")
     assert split_run_path("s3://bucket/results/exp") == ("s3://bucket/results", "exp")
+
+
+def test_deleting_an_old_checkpoint_survives_a_rank_still_writing_into_it(tmp_path):
+    import threading
+
+    from raylite.train._internal.storage import StorageContext
+
+    storage = StorageContext.create(str(tmp_path), "race")
+    folder = tmp_path / "race" / "checkpoint_000001"
+    folder.mkdir(parents=True)
+    for i in range(200):
+        (folder / f"rank0_{i}.bin").write_bytes(b"x")
+    stop = threading.Event()
+
+    def late_rank():  # keeps adding its files while the folder is being removed
+        i = 0
+        while not stop.is_set() and i < 400:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"rank1_{i}.bin").write_bytes(b"y")
+            i += 1
+
+    writer = threading.Thread(target=late_rank)
+    writer.start()
+    try:
+        storage.delete_checkpoint("checkpoint_000001")  # must not raise
+    finally:
+        stop.set()
+        writer.join()
