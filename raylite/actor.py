@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import threading
 from typing import Any
-
-import cloudpickle
 
 from raylite._core import options as O
 from raylite._core.ids import ActorID
@@ -19,7 +16,12 @@ from raylite._core.task_spec import (
     FunctionDescriptor,
     TaskSpec,
 )
-from raylite.remote_function import legacy_pg_options, merge_runtime_env, strategy_to_wire
+from raylite.remote_function import (
+    ExportedCode,
+    legacy_pg_options,
+    merge_runtime_env,
+    strategy_to_wire,
+)
 
 
 def method(*args: Any, **kwargs: Any) -> Any:
@@ -62,15 +64,13 @@ def _wire_returns(nr: Any) -> int:
     return int(nr)
 
 
-class ActorClass:
+class ActorClass(ExportedCode):
     """A class that runs as an actor: `Cls.remote(*args)` starts one and returns its handle."""
 
     def __init__(self, cls: type, options: dict[str, Any]) -> None:
         self._cls = cls
         self._options = O.validate(dict(options), O.ACTOR_OPTIONS, f"actor class {cls.__qualname__}")
-        self._pickled: bytes | None = None
-        self._descriptor: FunctionDescriptor | None = None
-        self._exported_by: Any = None
+        ExportedCode.__init__(self, cls)
         self._meta = _method_meta(cls)
         self._async = _is_async(cls)
         self.__name__ = cls.__name__
@@ -94,23 +94,6 @@ class ActorClass:
         from raylite.dag import ClassNode
 
         return ClassNode(self, args, kwargs, self._options)
-
-    def __getstate__(self) -> dict:
-        # Captured by another remote function (called inside a task): the export
-        # bookkeeping names this process's client, which neither pickles nor applies there.
-        state = dict(self.__dict__)
-        state["_exported_by"] = None
-        return state
-
-    def _export(self, client: Any) -> FunctionDescriptor:
-        if self._descriptor is None:
-            self._pickled = cloudpickle.dumps(self._cls)
-            digest = hashlib.sha1(self._pickled).digest()[:16]
-            self._descriptor = FunctionDescriptor(self._cls.__module__, self._cls.__qualname__, digest)
-        if self._exported_by is not client:
-            client.export_function(self._descriptor.function_id, self._pickled)
-            self._exported_by = client
-        return self._descriptor
 
     def _remote(self, args: tuple, kwargs: dict, opts: dict) -> ActorHandle:
         from raylite import api

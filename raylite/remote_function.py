@@ -177,15 +177,42 @@ def merge_runtime_env(job_env: dict | None, task_env: dict | None) -> dict:
     return merged
 
 
-class RemoteFunction:
+class ExportedCode:
+    """Code (a function or an actor class) pickled once and exported to each cluster that
+    runs it; shared by RemoteFunction and ActorClass."""
+
+    def __init__(self, code: Any) -> None:
+        self._code = code
+        self._pickled: bytes | None = None
+        self._descriptor: FunctionDescriptor | None = None
+        self._exported_by: Any = None
+
+    def __getstate__(self) -> dict:
+        # Captured by another remote function (called inside a task): the export
+        # bookkeeping names this process's client, which neither pickles nor applies there.
+        state = dict(self.__dict__)
+        state["_exported_by"] = None
+        return state
+
+    def _export(self, client: Any) -> FunctionDescriptor:
+        if self._descriptor is None:
+            code = self._code
+            self._pickled = cloudpickle.dumps(code)
+            digest = hashlib.sha1(self._pickled).digest()[:16]
+            self._descriptor = FunctionDescriptor(getattr(code, "__module__", "") or "", code.__qualname__, digest)
+        if self._exported_by is not client:
+            client.export_function(self._descriptor.function_id, self._pickled)
+            self._exported_by = client
+        return self._descriptor
+
+
+class RemoteFunction(ExportedCode):
     """A function that runs as a task: `f.remote(*args)` returns an ObjectRef at once."""
 
     def __init__(self, function: Any, options: dict[str, Any]) -> None:
         self._function = function
         self._options = O.validate(dict(options), O.TASK_OPTIONS, f"remote function {function.__qualname__}")
-        self._pickled: bytes | None = None
-        self._descriptor: FunctionDescriptor | None = None
-        self._exported_by: Any = None
+        ExportedCode.__init__(self, function)
         try:
             self._signature = inspect.signature(function)
         except (TypeError, ValueError):
@@ -208,24 +235,6 @@ class RemoteFunction:
         from raylite.dag import FunctionNode
 
         return FunctionNode(self, args, kwargs, self._options)
-
-    def __getstate__(self) -> dict:
-        # Captured by another remote function (called inside a task): the export
-        # bookkeeping names this process's client, which neither pickles nor applies there.
-        state = dict(self.__dict__)
-        state["_exported_by"] = None
-        return state
-
-    def _export(self, client: Any) -> FunctionDescriptor:
-        if self._descriptor is None:
-            self._pickled = cloudpickle.dumps(self._function)
-            digest = hashlib.sha1(self._pickled).digest()[:16]
-            fn = self._function
-            self._descriptor = FunctionDescriptor(getattr(fn, "__module__", "") or "", fn.__qualname__, digest)
-        if self._exported_by is not client:
-            client.export_function(self._descriptor.function_id, self._pickled)
-            self._exported_by = client
-        return self._descriptor
 
     def _remote(self, args: tuple, kwargs: dict, opts: dict) -> Any:
         from raylite import api
