@@ -194,9 +194,7 @@ class NodeDaemon:
         log.error("fencing this node: %s; its workers are stopped and it rejoins as a new node", why)
         self._fenced = True
         for rec in list(self.pool.workers.values()):
-            self.gpus.release(rec.gpu_ids, gpu_amount(rec.held))
-            rec.gpu_ids = []
-            rec.held = {}
+            self._release_held(rec, give_back=False)
             self.pool.kill(rec, "its node was declared dead")
         for p in self.pending:
             if p.actor is not None and not p.actor[2].done():
@@ -332,20 +330,24 @@ class NodeDaemon:
             await asyncio.sleep(0.025)
         return P.WorkerExitReply()
 
+    def _release_held(self, rec: WorkerRecord, give_back: bool = True) -> None:
+        """Drop what a lease or actor holds: its GPU devices, and (give_back) its resources
+        to `available` (a worker blocked in get() already lent its CPU back)."""
+        if give_back and rec.held:
+            held = rec.held if not rec.blocked else {k: v for k, v in rec.held.items() if k != "CPU"}
+            R.add(self.available, held)
+        self.gpus.release(rec.gpu_ids, gpu_amount(rec.held))
+        rec.gpu_ids = []
+        rec.held = {}
+
     def _worker_gone(self, rec: WorkerRecord, why: str) -> None:
         if rec.state == "DEAD":
             return
         prev = rec.state
         rec.state = "DEAD"
         self.pool.workers.pop(rec.worker_id, None)
-        if prev in ("LEASED", "ACTOR") and rec.held:
-            if not rec.blocked:
-                R.add(self.available, rec.held)
-            else:
-                R.add(self.available, {k: v for k, v in rec.held.items() if k != "CPU"})
-            self.gpus.release(rec.gpu_ids, gpu_amount(rec.held))
-            rec.gpu_ids = []
-            rec.held = {}
+        if prev in ("LEASED", "ACTOR"):
+            self._release_held(rec)
         if rec.lease_id:
             self.leases.pop(rec.lease_id, None)
         if prev == "ACTOR" and rec.actor_id:
@@ -497,13 +499,7 @@ class NodeDaemon:
         rec = self.leases.pop(msg.lease_id, None)
         if rec is None or rec.state != "LEASED":
             return None
-        if not rec.blocked:
-            R.add(self.available, rec.held)
-        else:
-            R.add(self.available, {k: v for k, v in rec.held.items() if k != "CPU"})
-        self.gpus.release(rec.gpu_ids, gpu_amount(rec.held))
-        rec.gpu_ids = []
-        rec.held = {}
+        self._release_held(rec)
         rec.blocked = False
         rec.lease_id = b""
         rec.lessee = None
@@ -607,9 +603,7 @@ class NodeDaemon:
         # workers still running inside the removed bundles are stopped
         for rec in list(self.pool.workers.values()):
             if any(hexid in k for k in rec.held):
-                self.gpus.release(rec.gpu_ids, gpu_amount(rec.held))
-                rec.gpu_ids = []
-                rec.held = {}
+                self._release_held(rec, give_back=False)
                 self.pool.kill(rec, "its placement group was removed")
         self._try_grant()
         with contextlib.suppress(Exception):  # the head places the next groups on fresh numbers
