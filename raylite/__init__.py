@@ -49,7 +49,8 @@ _LAZY_ATTRIBUTES = {
 
 __version__ = "0.1.0"
 
-_LAZY_SUBMODULES = {"data", "train", "serve", "util", "dag", "tune", "job_submission", "dashboard"}
+_LAZY_SUBMODULES = {"data", "train", "serve", "util", "dag", "tune", "job_submission", "dashboard",
+                    "experimental"}
 
 
 def init(address: str | None = None, **kwargs: Any) -> Any:
