@@ -17,6 +17,7 @@ import sys
 
 from raylite._core import shm_files
 from raylite._core.config import get_config
+from raylite._core.creator_watch import watch_creator
 from raylite._core.ids import NodeID
 from raylite._core.node import NodeDaemon
 from raylite._core.transport.base import ConnectionBrokenError, HandshakeError
@@ -63,10 +64,8 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=getattr(logging, config.log_level, logging.WARNING),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     token = args.token or os.environ.get("RAYLITE_TOKEN", "")
-    if args.exit_with_creator:
-        from raylite._core.zygote import set_parent_death_signal
-
-        set_parent_death_signal(signal.SIGTERM)
+    # the driver process that spawned a local cluster's daemon; read first, before it can exit
+    creator_pid = os.getppid() if args.exit_with_creator else 0
     node_id = NodeID.from_hex(args.node_id) if args.node_id else NodeID.from_random()
     sockets = os.path.join(args.session_dir, "sockets")
     os.makedirs(sockets, exist_ok=True)
@@ -88,12 +87,13 @@ def main(argv: list[str] | None = None) -> None:
         loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     try:
-        loop.run_until_complete(_serve(args, config, token, node_id, node_address, tcp_address, pool_probe))
+        loop.run_until_complete(_serve(args, config, token, node_id, node_address, tcp_address, pool_probe,
+                                      creator_pid))
     finally:
         pool_probe.shutdown()
 
 
-async def _serve(args, config, token, node_id, node_address, tcp_address, pool) -> None:
+async def _serve(args, config, token, node_id, node_address, tcp_address, pool, creator_pid: int = 0) -> None:
     head = None
     head_address = args.head_address
     if args.head:
@@ -130,6 +130,8 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool) 
     stop = loop.create_future()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
+    if creator_pid:  # a local cluster lives as long as the driver process, not the thread, that made it
+        watch_creator(loop, creator_pid, lambda: stop.done() or stop.set_result(None))
     try:
         await _start_or_clean_up(node)
     except HandshakeError as e:
@@ -141,9 +143,10 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool) 
               "on it is open from this machine.")
     except RuntimeError as e:
         _fail(str(e))
-    print("READY " + json.dumps({"head_address": head_address, "node_address": node_address,
-                                 "node_tcp_address": tcp_address, "node_id": node.node_id.hex(),
-                                 "pid": os.getpid()}), flush=True)
+    with contextlib.suppress(OSError):  # a creator that already exited closed the pipe
+        print("READY " + json.dumps({"head_address": head_address, "node_address": node_address,
+                                     "node_tcp_address": tcp_address, "node_id": node.node_id.hex(),
+                                     "pid": os.getpid()}), flush=True)
     with contextlib.suppress(Exception):
         sys.stdout.close()
         os.close(1)
