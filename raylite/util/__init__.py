@@ -1,6 +1,12 @@
 """raylite.util: ActorPool, queue, placement groups, scheduling strategies (Ray's names)."""
 
-from raylite.placement_group import (
+from raylite.util import queue, scheduling_strategies
+from raylite.util.actor_pool import ActorPool
+from raylite.util.inspect import inspect_serializability
+
+# importing the submodule first binds util.placement_group to it; the names below rebind it
+# to the function, which is what Ray's `ray.util.placement_group(...)` calls
+from raylite.util.placement_group import (
     PlacementGroup,
     get_current_placement_group,
     get_placement_group,
@@ -8,9 +14,6 @@ from raylite.placement_group import (
     placement_group_table,
     remove_placement_group,
 )
-from raylite.util import queue, scheduling_strategies
-from raylite.util.actor_pool import ActorPool
-from raylite.util.inspect import inspect_serializability
 
 
 def get_node_ip_address() -> str:

@@ -62,3 +62,33 @@ def test_node_affinity(cluster):
         ray.get(assigned.options(scheduling_strategy=bad).remote(), timeout=10)
     soft = NodeAffinitySchedulingStrategy("ab" * 16, soft=True)
     assert ray.get(assigned.options(scheduling_strategy=soft).remote(), timeout=10) == {"CPU": 1}
+
+
+def test_ray_util_placement_group_module_path(cluster):
+    """Ray's examples import from the module `ray.util.placement_group`; the names on util stay."""
+    import importlib
+
+    import raylite.util
+    from raylite.util.placement_group import (
+        PlacementGroup,
+        get_current_placement_group,
+        placement_group,
+        placement_group_table,
+        remove_placement_group,
+    )
+
+    module = importlib.import_module("raylite.util.placement_group")
+    assert module.placement_group is placement_group is raylite.util.placement_group
+    assert callable(raylite.util.placement_group)  # the function, not the module
+    pg = placement_group([{"CPU": 1}], strategy="PACK")
+    assert isinstance(pg, PlacementGroup) and pg.wait(10)
+    assert placement_group_table(pg)["state"] == "CREATED"
+
+    @ray.remote(num_cpus=1)
+    def current():
+        return get_current_placement_group() is not None
+
+    strategy = PlacementGroupSchedulingStrategy(pg, placement_group_capture_child_tasks=True)
+    assert ray.get(current.options(scheduling_strategy=strategy).remote(), timeout=10)
+    assert get_current_placement_group() is None  # the driver is in no group
+    remove_placement_group(pg)
