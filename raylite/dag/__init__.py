@@ -8,7 +8,12 @@ making it; `.execute(*inputs)` on the last node runs the whole graph and returns
     raylite.get(dag.execute(5))   # 11
 """
 
-from raylite.dag.class_node import ClassMethodNode, ClassNode
+from raylite.dag.class_node import (
+    PARENT_CLASS_NODE_KEY,
+    PREV_CLASS_METHOD_CALL_KEY,
+    ClassMethodNode,
+    ClassNode,
+)
 from raylite.dag.dag_node import DAGNode
 from raylite.dag.function_node import FunctionNode
 from raylite.dag.input_node import DAGInputData, InputAttributeNode, InputNode
@@ -16,5 +21,6 @@ from raylite.dag.output_node import MultiOutputNode
 
 __all__ = [
     "ClassMethodNode", "ClassNode", "DAGInputData", "DAGNode", "FunctionNode",
-    "InputAttributeNode", "InputNode", "MultiOutputNode",
+    "InputAttributeNode", "InputNode", "MultiOutputNode", "PARENT_CLASS_NODE_KEY",
+    "PREV_CLASS_METHOD_CALL_KEY",
 ]

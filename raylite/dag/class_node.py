@@ -5,6 +5,12 @@ the actor that ClassNode creates. A live handle's `handle.method.bind(...)` also
 ClassMethodNode, which calls that existing actor. Each `execute` of a DAG creates fresh actors
 for its ClassNodes (all method nodes of one ClassNode share that one actor); to keep an actor's
 state across executions, create it with `.remote()` and bind its handle's methods instead.
+
+As in Ray, the method calls bound on one ClassNode form a chain in bind order: each call node
+also depends on the call bound just before it on the same ClassNode. So executing a DAG that
+uses `a1.get.bind()` first runs every call bound earlier on `a1`, such as `a1.inc.bind(2)`,
+even though no node uses their results: they are the actor's state changes, and the DAG's
+answer depends on them.
 """
 
 from __future__ import annotations
@@ -17,6 +23,10 @@ if TYPE_CHECKING:
     from raylite.dag.dag_node import _Execution
 
 
+PARENT_CLASS_NODE_KEY = "parent_class_node"
+PREV_CLASS_METHOD_CALL_KEY = "prev_class_method_call"
+
+
 class ClassNode(DAGNode):
     """`Actor.bind(*args, **kwargs)`: on execute, starts the actor and yields its handle."""
 
@@ -25,6 +35,8 @@ class ClassNode(DAGNode):
                  other_args_to_resolve: dict[str, Any] | None = None) -> None:
         self._body = cls
         super().__init__(cls_args, cls_kwargs, cls_options, other_args_to_resolve)
+        # the call bound last on this actor; the next one bound runs after it (Ray's semantics)
+        self._last_call: ClassMethodNode | None = None
 
     def __getattr__(self, method_name: str) -> _UnboundClassMethodNode:
         # Only called for names the node itself lacks: those are the actor's methods. Private
@@ -62,7 +74,11 @@ class _UnboundClassMethodNode:
         self._options = options
 
     def bind(self, *args: Any, **kwargs: Any) -> ClassMethodNode:
-        return ClassMethodNode(self._actor, self._method_name, args, kwargs, self._options)
+        previous = self._actor._last_call
+        other = {} if previous is None else {PREV_CLASS_METHOD_CALL_KEY: previous}
+        node = ClassMethodNode(self._actor, self._method_name, args, kwargs, self._options, other)
+        self._actor._last_call = node
+        return node
 
     def options(self, **options: Any) -> _UnboundClassMethodNode:
         return _UnboundClassMethodNode(self._actor, self._method_name,
@@ -83,17 +99,17 @@ class ClassMethodNode(DAGNode):
         self._method_name = method_name
         other = dict(other_args_to_resolve or {})
         # Kept with the other values to resolve, so a ClassNode parent is run first.
-        other["parent_class_node"] = actor
+        other[PARENT_CLASS_NODE_KEY] = actor
         super().__init__(method_args, method_kwargs, method_options, other)
 
     @property
     def _parent(self) -> Any:
-        return self._bound_other_args_to_resolve["parent_class_node"]
+        return self._bound_other_args_to_resolve[PARENT_CLASS_NODE_KEY]
 
     def options(self, **options: Any) -> ClassMethodNode:
         """The same call with these method options added (e.g. `num_returns`, `name`)."""
         other = {k: v for k, v in self._bound_other_args_to_resolve.items()
-                 if k != "parent_class_node"}
+                 if k != PARENT_CLASS_NODE_KEY}
         return ClassMethodNode(self._parent, self._method_name, self._bound_args,
                                self._bound_kwargs, {**self._bound_options, **options}, other)
 

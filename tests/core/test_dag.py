@@ -127,6 +127,50 @@ def test_class_node_one_actor_per_execute(cluster):
     assert ray.get(dag.execute(1)) == [101, 202]
 
 
+@ray.remote
+class Acc:
+    def __init__(self, init_value):
+        self.i = init_value
+
+    def inc(self, x):
+        self.i += x
+
+    def get(self):
+        return self.i
+
+
+def test_calls_bound_on_an_actor_node_run_in_bind_order(cluster):
+    """Ray's actor-DAG example: unused `inc` calls still change the actor before `get`."""
+    a1 = Acc.bind(10)
+    val = a1.get.bind()
+    assert ray.get(val.execute()) == 10
+    a2 = Acc.bind(10)
+    a1.inc.bind(2)
+    a1.inc.bind(4)
+    a2.inc.bind(6)
+    dag = add.bind(a1.get.bind(), a2.get.bind())
+    assert ray.get(dag.execute()) == 32  # 10 + (10 + 2 + 4 + 6)
+    assert ray.get(dag.execute()) == 32  # fresh actors each execution: the same answer
+    assert ray.get(val.execute()) == 10  # a call bound before the incs does not run them
+
+
+def test_actor_node_as_constructor_argument_keeps_its_calls(cluster):
+    @ray.remote
+    class Outer:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def inc(self, x):
+            ray.get(self.inner.inc.remote(x))
+
+        def get(self):
+            return ray.get(self.inner.get.remote())
+
+    outer = Outer.bind(Acc.bind(10))
+    outer.inc.bind(2)
+    assert ray.get(outer.get.bind().execute()) == 12
+
+
 def test_class_node_execute_returns_a_handle(cluster):
     handle = Counter.bind(7).execute()
     assert isinstance(handle, ray.ActorHandle)
