@@ -56,6 +56,26 @@ def test_tasks_and_actors_land_on_every_node(three_nodes):
     assert ray.get(c.incr.remote())[0] == 2
 
 
+def test_dynamic_generator_made_on_one_node_read_on_another(three_nodes):
+    """The generator's refs (small inline ones and shared-memory ones) are borrowed across nodes."""
+    ray.init(address="auto")
+
+    @ray.remote(num_returns="dynamic", resources={"w1": 1})
+    def split(array, chunk_size):
+        while len(array) > 0:
+            yield array[:chunk_size]
+            array = array[chunk_size:]
+
+    @ray.remote(resources={"w2": 1})
+    def get_size(ref_generator):
+        return sum(len(ray.get(ref)) for ref in ref_generator)
+
+    array_ref = ray.put(np.zeros(50_000))
+    assert ray.get(get_size.remote(split.remote(array_ref, 1000)), timeout=60) == 50_000
+    assert ray.get(get_size.remote(split.remote(array_ref, 20_000)), timeout=60) == 50_000
+    assert ray.get(get_size.remote(ray.get(split.remote(array_ref, 1000))), timeout=60) == 50_000
+
+
 def test_100mb_object_moves_between_nodes_byte_exact(three_nodes):
     ray.init(address="auto")
 

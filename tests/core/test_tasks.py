@@ -324,6 +324,40 @@ def test_streaming_and_dynamic_generators(cluster):
         ray.get(next(it))
 
 
+@ray.remote(num_returns="dynamic")
+def _split(array, chunk_size):
+    while len(array) > 0:
+        yield array[:chunk_size]
+        array = array[chunk_size:]
+
+
+@ray.remote
+def _get_size(ref_generator):
+    total = 0
+    for ref in ref_generator:
+        chunk = ray.get(ref)
+        assert len(chunk) <= 1000
+        total += len(chunk)
+    return total
+
+
+def test_dynamic_generator_passed_to_another_task(cluster):
+    """Ray's dynamic-generator example: the borrower ray.gets every inner ref (small ones live
+    in the owner's memory, large ones in shared memory)."""
+    array_ref = ray.put(np.zeros(25_000))
+    assert ray.get(_get_size.remote(_split.remote(array_ref, 1000)), timeout=60) == 25_000
+    dynamic_ref = _split.remote(array_ref, 1000)
+    assert ray.get(_get_size.remote(ray.get(dynamic_ref)), timeout=60) == 25_000
+    del dynamic_ref
+    assert ray.get(_get_size.remote(_split.remote(np.zeros(3000), 1000)), timeout=60) == 3000
+
+    @ray.remote
+    def nested(n):  # the owner of the generator's refs is a worker, not the driver
+        return ray.get(_get_size.remote(_split.remote(np.zeros(n), 1000)))
+
+    assert ray.get(nested.remote(5000), timeout=60) == 5000
+
+
 def test_async_iteration_of_streaming_generator(cluster):
     import asyncio
 
