@@ -57,8 +57,12 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
                num_cpus: float | None = None, num_gpus: float | None = None,
                resources: dict | None = None, object_store_memory: int | None = None,
                persist: str = "", token: str = "", tls_cert: str = "", tls_key: str = "",
-               timeout_s: float = 60.0) -> StartedNode:
-    """Start a head node or a worker node as a detached process; wait until it serves."""
+               timeout_s: float = 60.0, labels: dict | None = None, node_port: int = 0,
+               extra_resources: dict | None = None) -> StartedNode:
+    """Start a head node or a worker node as a detached process; wait until it serves.
+
+    `extra_resources` are added to `resources` (e.g. `memory` from `raylite start --memory`);
+    `node_port` fixes the node's TCP port (0: a free one)."""
     temp_dir = config.temp_dir
     ip = node_ip or default_ip()
     session = os.path.join(temp_dir, f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}_"
@@ -80,7 +84,11 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
         hostport, found = CF.resolve(address, temp_dir, token or config.token)
         token = token or config.token or found
         extra = ["--head-address", f"tcp://{hostport}"]
-    total = node_resources(num_cpus, num_gpus, resources, head, ip)
+    total = node_resources(num_cpus, num_gpus, {**(resources or {}), **(extra_resources or {})}, head, ip)
+    if labels:
+        extra += ["--labels", json.dumps(labels)]
+    if node_port:
+        extra += ["--node-port", str(node_port)]
     env = dict(os.environ)
     env["RAYLITE_TOKEN"] = token  # never on the command line, where `ps` shows it
     env["RAYLITE_TEMP_DIR"] = temp_dir

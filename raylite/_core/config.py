@@ -48,6 +48,10 @@ class Config:
     # session
     temp_dir: str = "/tmp/raylite-sessions"
     shm_dir: str = "/dev/shm"
+    spill_dir: str = ""  # where full stores spill; "" = the session directory
+    # credentials of the Redis server given to `--persist redis://HOST:PORT` (Ray's --redis-password)
+    redis_username: str = ""
+    redis_password: str = ""
     # address of a running cluster (RAYLITE_ADDRESS) and its token
     address: str = ""
     token: str = ""

@@ -66,7 +66,7 @@ class NodeDaemon:
             os.path.join(config.shm_dir, f"raylite_{os.path.basename(session_dir)}_{node_id.hex()[:8]}"),
             capacity_bytes=config.object_store_bytes or default_capacity_bytes(config.object_store_fraction,
                                                                                config.shm_dir),
-            spill_dir=os.path.join(session_dir, f"spill_{node_id.hex()[:8]}"),
+            spill_dir=os.path.join(config.spill_dir or session_dir, f"spill_{node_id.hex()[:8]}"),
             spill_capacity_bytes=config.object_spill_bytes)
         shm_files.make_dirs(self.store)
         # reported like Ray's (cluster_resources()["object_store_memory"]); nothing requests it

@@ -101,7 +101,8 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool, 
         from raylite._core.persistence import open_persistence
 
         try:
-            persist = open_persistence(args.persist)
+            persist = open_persistence(args.persist, redis_username=config.redis_username,
+                                       redis_password=config.redis_password)
         except Exception as e:  # noqa: BLE001
             _fail(f"cannot open the head's persistence store {args.persist!r}: {e}")
         head = Head(config, token, persist=persist)

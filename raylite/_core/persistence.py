@@ -70,12 +70,13 @@ class SqlitePersistence(Persistence):
 class RedisPersistence(Persistence):
     """One Redis hash per table, under a per-cluster prefix."""
 
-    def __init__(self, host: str, port: int, prefix: str = "raylite") -> None:
+    def __init__(self, host: str, port: int, prefix: str = "raylite", *, username: str = "",
+                 password: str = "") -> None:
         try:
             import redis  # type: ignore
         except ImportError as e:
             raise RuntimeError("--persist redis://... needs the `redis` package: pip install redis") from e
-        self._r = redis.Redis(host=host, port=port)
+        self._r = redis.Redis(host=host, port=port, username=username or None, password=password or None)
         self._r.ping()
         self._prefix = prefix
 
@@ -102,14 +103,22 @@ def _check(table: str) -> str:
     return table
 
 
-def open_persistence(spec: str) -> Persistence | None:
-    """'' -> None; 'sqlite:PATH' -> SQLite; 'redis://HOST:PORT' -> Redis."""
+def open_persistence(spec: str, *, redis_username: str = "", redis_password: str = "") -> Persistence | None:
+    """'' -> None; 'sqlite:PATH' -> SQLite; 'redis://[USER:PASSWORD@]HOST:PORT' -> Redis.
+
+    Credentials in the URL win over `redis_username`/`redis_password` (which come from
+    RAYLITE_REDIS_USERNAME/_PASSWORD, kept off the command line where `ps` shows it)."""
     if not spec:
         return None
     if spec.startswith("sqlite:"):
         return SqlitePersistence(spec[len("sqlite:"):])
     if spec.startswith("redis://"):
-        hostport = spec[len("redis://"):].rstrip("/")
+        rest = spec[len("redis://"):].rstrip("/")
+        auth, _, hostport = rest.rpartition("@")
+        if auth:
+            user, sep, password = auth.partition(":")
+            redis_username, redis_password = (user, password) if sep else ("", user)
         host, _, port = hostport.partition(":")
-        return RedisPersistence(host or "127.0.0.1", int(port or 6379))
-    raise ValueError(f"--persist takes sqlite:PATH or redis://HOST:PORT, not {spec!r}")
+        return RedisPersistence(host or "127.0.0.1", int(port or 6379), username=redis_username,
+                                password=redis_password)
+    raise ValueError(f"--persist takes sqlite:PATH or redis://[USER:PASSWORD@]HOST:PORT, not {spec!r}")

@@ -10,6 +10,7 @@ import click
 
 from raylite._core import cluster as C
 from raylite._core.config import get_config
+from raylite.cli.ray_start_flags import node_overrides, ray_start_flags
 
 
 def _fail(message: str) -> None:
@@ -23,6 +24,7 @@ def main() -> None:
 
 
 @main.command()
+@ray_start_flags  # Ray's other `ray start` flags (raylite/cli/ray_start_flags.py)
 @click.option("--head", is_flag=True, help="Start the head node of a new cluster on this machine.")
 @click.option("--address", default="", help="HOST:PORT of the head to join (worker nodes); 'auto' "
               "reads the address of the cluster started on this machine.")
@@ -59,7 +61,7 @@ def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: f
         node = C.start_node(get_config(), head=head, port=port, address=address, node_ip=node_ip_address,
                             num_cpus=num_cpus, num_gpus=num_gpus, resources=custom,
                             object_store_memory=object_store_memory, persist=persist, token=token,
-                            tls_cert=tls_cert, tls_key=tls_key)
+                            tls_cert=tls_cert, tls_key=tls_key, **node_overrides())
     except (C.StartError, ConnectionError, ValueError) as e:
         _fail(str(e))
     if head:

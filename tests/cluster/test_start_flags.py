@@ -1,0 +1,104 @@
+"""`raylite start` takes every `ray start` flag: the meaningful ones act, the others say so."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+
+import raylite as ray
+from raylite._core import config as config_mod
+from raylite._core.driver import query_cluster
+from raylite.cli.ray_start_flags import FLAGS, parse_labels
+
+from .conftest import free_port, wait_until
+
+
+def _cli(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "raylite.cli", *args], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.fixture
+def dirs(monkeypatch):
+    base = tempfile.mkdtemp(prefix="rlf", dir="/tmp")
+    made = {name: os.path.join(base, name) for name in ("env_temp", "flag_temp", "spill")}
+    env = dict(os.environ, RAYLITE_TEMP_DIR=made["env_temp"])
+    env.pop("RAYLITE_TOKEN", None)
+    made["env"] = env
+    try:
+        yield made
+    finally:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        _cli(dict(env, RAYLITE_TEMP_DIR=made["flag_temp"]), "stop")
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_ray_start_flags_act_or_say_they_do_nothing(dirs, monkeypatch, tmp_path):
+    port, node_port = free_port(), free_port()
+    labels_file = tmp_path / "labels.yaml"
+    labels_file.write_text("zone: z1\n")
+    out = _cli(dirs["env"], "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
+               "--num-cpus=1", "--object-store-memory=60000000",
+               # meaningful here
+               "--memory=123456789", "--labels=region=us-west,tier=a", f"--labels-file={labels_file}",
+               f"--temp-dir={dirs['flag_temp']}", f"--object-spilling-directory={dirs['spill']}",
+               f"--node-manager-port={node_port}", "-v",
+               # accepted, no effect
+               "--disable-usage-stats", "--include-dashboard=false", "--min-worker-port=10002",
+               "--max-worker-port=19999", "--metrics-export-port=8080", "--log-style=record",
+               "--log-color=false", "--system-config={}", "--storage=/tmp/x", "--ray-client-server-port=10001",
+               "--dashboard-agent-listen-port=52365", "--runtime-env-agent-port=1234")
+    assert out.returncode == 0, out.stderr
+    for flag in ("--disable-usage-stats", "--include-dashboard", "--min-worker-port", "--metrics-export-port",
+                 "--log-style", "--system-config", "--storage", "--ray-client-server-port"):
+        assert f"Note: {flag} has no effect in raylite" in out.stderr, out.stderr
+    assert "--memory" not in out.stderr and "--labels" not in out.stderr
+    # --temp-dir: the session lives there, not in RAYLITE_TEMP_DIR
+    assert glob.glob(os.path.join(dirs["flag_temp"], "session_*")) and not os.path.exists(dirs["env_temp"])
+    token = open(glob.glob(os.path.join(dirs["flag_temp"], "session_*", "token"))[0]).read()
+    (node,) = query_cluster(f"127.0.0.1:{port}", token)
+    assert node["labels"] == {"region": "us-west", "tier": "a", "zone": "z1"}
+    assert node["address"] == f"tcp://127.0.0.1:{node_port}"
+    # a driver sees the memory resource, and a full store spills into --object-spilling-directory
+    monkeypatch.setattr(config_mod, "_CONFIG", config_mod.get_config().replace(temp_dir=dirs["flag_temp"]))
+    ray.init(address="auto")
+    assert ray.cluster_resources()["memory"] == 123456789
+    refs = [ray.put(np.full(2_500_000, i, dtype=np.uint64)) for i in range(4)]  # 20 MB each
+    wait_until(lambda: glob.glob(os.path.join(dirs["spill"], "spill_*", "*")), 20, "spilled objects")
+    assert [int(ray.get(r)[0]) for r in refs] == [0, 1, 2, 3]
+    ray.shutdown()
+
+
+def test_bad_label_syntax_is_a_clear_error(dirs):
+    out = _cli(dirs["env"], "start", "--head", f"--port={free_port()}", "--node-ip-address=127.0.0.1",
+               "--labels=region")
+    assert out.returncode != 0 and "key=value" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_flag_table_covers_rays_start_flags():
+    flags = {f for f, _k, _e in FLAGS}
+    # the flags of `ray start` (Ray 2.x) that the start command does not declare itself
+    for name in ("--disable-usage-stats", "--include-dashboard", "--dashboard-agent-listen-port",
+                 "--dashboard-agent-grpc-port", "--metrics-export-port", "--min-worker-port",
+                 "--max-worker-port", "--worker-port-list", "--object-manager-port", "--node-manager-port",
+                 "--redis-password", "--redis-username", "--temp-dir", "--storage", "--system-config",
+                 "--labels", "--labels-file", "--runtime-env-agent-port", "--ray-client-server-port",
+                 "--log-style", "--log-color", "--verbose", "--plasma-directory",
+                 "--object-spilling-directory", "--memory", "--autoscaling-config", "--no-redirect-output",
+                 "--enable-object-reconstruction", "--ray-debugger-external", "--include-log-monitor",
+                 "--enable-resource-isolation", "--system-reserved-cpu", "--system-reserved-memory",
+                 "--cgroup-path", "--proxy-server-url", "--node-name", "--redis-shard-ports",
+                 "--no-monitor", "--tracing-startup-hook", "--gcs-server-port"):
+        assert name in flags, name
+    assert parse_labels("a=1, b = two", "--labels") == {"a": "1", "b": "two"}
+    assert parse_labels(json.dumps({"a": 1}), "--labels") == {"a": "1"}
