@@ -188,7 +188,10 @@ class ObjectPlane:
         if kind == "v":
             return ser.from_inline(payload)
         if kind == "s":
-            value_kind, value = self._read_stored(ref._id, payload)
+            try:
+                value_kind, value = self._read_stored(ref._id, payload)
+            except E.ObjectLostError as lost:  # its node died: re-run the task that made it
+                return self._materialize(ref, self._rebuild(ref._id, payload, lost))
             if value_kind == ser.KIND_ERROR:
                 raise value
             return value

@@ -95,6 +95,7 @@ class TaskSubmitter:
                 self.refs.own(oid)
                 self.entries[oid] = ObjectEntry()
         rec = TaskRecord(spec, spec.max_retries, retry_exceptions, pinned)
+        self.record_lineage(spec, [ObjectRef(spec.args[1], self.address)] if spec.args[0] == "ref" else [])
         if spec.num_returns in (STREAMING, DYNAMIC):
             self._generators[spec.task_id] = GeneratorState(dynamic=spec.num_returns == DYNAMIC)
             gen = ObjectRefGenerator(spec.task_id, self) if spec.num_returns == STREAMING else None

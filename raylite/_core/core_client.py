@@ -23,6 +23,7 @@ from typing import Any
 from raylite._core import protocol as P
 from raylite._core import serialization as ser
 from raylite._core.client_actors import ActorCaller
+from raylite._core.client_lineage import LineageRebuilder
 from raylite._core.client_objects import ObjectPlane
 from raylite._core.client_records import (
     ActorState,
@@ -41,10 +42,10 @@ from raylite._core.transport import rpc
 log = logging.getLogger("raylite.core")
 
 
-class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller):
+class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
     """The engine behind the Core API in one process; its concerns live in the mixins:
     ObjectPlane (client_objects.py), TaskSubmitter (client_tasks.py), ActorCaller
-    (client_actors.py). This class holds the shared state, the I/O loop, connections and
+    (client_actors.py), LineageRebuilder (client_lineage.py). This class holds the shared state, the I/O loop, connections and
     reference counting."""
 
     def __init__(self, config: Config, *, worker_id: bytes, kind: str, job_id: bytes,

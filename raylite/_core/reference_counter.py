@@ -7,6 +7,11 @@ registered with the owner, and unregisters when its own count drops to zero.
 
 Every method returns what the I/O shell must do next: object ids to free, or
 (owner address, object id) pairs to un-borrow.
+
+Lineage: the owner also keeps, for each object a task returned, the spec of that task, so
+that a value lost with its node can be rebuilt by running the task again. A lineage record
+lives while its object is referenced, and also while the lineage of a live object needs it as
+an argument (its value may be long freed: it is rebuilt first, recursively, if needed).
 """
 
 from __future__ import annotations
@@ -29,10 +34,53 @@ class RefCount:
         return bool(self.local or self.submitted or self.contained or self.borrowers)
 
 
+@dataclass
+class Lineage:
+    """How to make an owned object again: the task spec that returned it (opaque here)."""
+
+    spec: object
+    arg_ids: list  # owned objects the task takes as arguments (their lineage is kept too)
+    reruns: int = 0  # times the task was re-run to rebuild a lost return
+    pins: int = 0  # lineage records of other objects that list this object as an argument
+    released: bool = False  # no ref to the object is left; the record stays only for `pins`
+
+
 class ReferenceCounter:
     def __init__(self, my_address: str) -> None:
         self.my_address = my_address
         self.refs: dict[bytes, RefCount] = {}
+        self.lineage: dict[bytes, Lineage] = {}
+
+    # -- lineage
+    def record_lineage(self, return_ids: list[bytes], spec: object, arg_ids: list[bytes]) -> None:
+        """Owned `return_ids` were made by the task `spec` taking the objects `arg_ids`."""
+        args = [a for a in arg_ids if a in self.lineage]
+        for oid in return_ids:
+            self.lineage[oid] = Lineage(spec, args)
+            for a in args:
+                self.lineage[a].pins += 1
+
+    def lineage_of(self, object_id: bytes) -> Lineage | None:
+        return self.lineage.get(object_id)
+
+    def _drop_lineage(self, object_id: bytes) -> None:
+        """The object is no longer referenced: drop its lineage unless another's needs it."""
+        stack = [object_id]
+        first = True
+        while stack:
+            oid = stack.pop()
+            lin = self.lineage.get(oid)
+            if lin is None:
+                continue
+            if first:
+                lin.released = True
+                first = False
+            elif lin.pins > 0:
+                lin.pins -= 1
+            if lin.pins > 0 or not lin.released:
+                continue
+            del self.lineage[oid]
+            stack.extend(lin.arg_ids)
 
     # -- creation
     def own(self, object_id: bytes) -> None:
@@ -139,6 +187,8 @@ class ReferenceCounter:
             if rc is None or rc.in_use():
                 continue
             del self.refs[oid]
+            if oid in self.lineage:
+                self._drop_lineage(oid)
             if rc.owned:
                 free.append(oid)
             elif rc.registered:

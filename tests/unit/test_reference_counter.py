@@ -53,3 +53,32 @@ def test_dead_borrower_is_forgotten():
     rc.own(b"x")
     rc.add_borrower(b"x", OTHER)
     assert rc.drop_borrowers_at(OTHER) == ([b"x"], [])
+
+
+def test_lineage_lives_with_its_object_and_while_a_dependent_needs_it():
+    rc = ReferenceCounter("me")
+    a, b = b"a" * 20, b"b" * 20
+    for oid in (a, b):
+        rc.own(oid)
+        rc.add_local(oid, "me")
+    rc.record_lineage([a], "spec-a", [])
+    rc.record_lineage([b], "spec-b", [a])  # b's task takes a
+    assert rc.lineage_of(b).arg_ids == [a] and rc.lineage_of(a).pins == 1
+    assert rc.remove_local(a) == ([a], [])  # a's value is freed ...
+    assert rc.lineage_of(a).spec == "spec-a"  # ... its lineage stays for b
+    rc.remove_local(b)
+    assert rc.lineage_of(b) is None and rc.lineage_of(a) is None  # both gone together
+
+
+def test_lineage_of_a_dependency_outlives_the_dependent_while_referenced():
+    rc = ReferenceCounter("me")
+    a, b = b"a" * 20, b"b" * 20
+    for oid in (a, b):
+        rc.own(oid)
+        rc.add_local(oid, "me")
+    rc.record_lineage([a], "spec-a", [])
+    rc.record_lineage([b], "spec-b", [a])
+    rc.remove_local(b)
+    assert rc.lineage_of(b) is None and rc.lineage_of(a).pins == 0
+    rc.remove_local(a)
+    assert rc.lineage == {}

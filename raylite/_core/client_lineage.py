@@ -1,0 +1,114 @@
+"""Lineage reconstruction in a CoreClient: rebuild an owned object lost with its node.
+
+When the only copy of an object this process owns was on a node that died, `get()` re-runs
+the task that returned it, if that task may be retried (`max_retries` > 0, and it has not
+been re-run that many times already). A task whose arguments were lost too (or freed since:
+the reference counter keeps their lineage while it is needed) has those rebuilt first,
+recursively. Otherwise `ObjectLostError` says which case applies: the task ran with
+`max_retries=0`, the object was made by `put()`, or re-running was already tried enough.
+(When the owner itself died, borrowers get `OwnerDiedError`, an `ObjectLostError` too.)
+
+A mixin: CoreClient inherits it, and its methods use the client's state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raylite import exceptions as E
+from raylite._core.client_records import ObjectEntry, TaskRecord
+from raylite._core.ids import ObjectID
+from raylite._core.task_spec import KIND_TASK, TaskSpec
+
+_PUT_INDEX = 0xFFFFFFFF
+
+
+class LineageRebuilder:
+    """Keeps task lineage of returned objects and re-runs tasks to rebuild lost ones."""
+
+    def record_lineage(self, spec: TaskSpec, keep: list) -> None:
+        """At submission: remember how this task's returns are made (normal tasks only).
+
+        `keep`: ObjectRefs the re-run needs alive (the task's packed arguments, when they are
+        too big to travel inline), held as long as the lineage."""
+        if spec.kind != KIND_TASK or spec.num_returns < 1:
+            return  # actor tasks and generators are not rebuilt
+        return_ids = spec.return_ids()
+        with self._lock:
+            if spec.max_retries == 0:  # a marker, so a loss can say why nothing is re-run
+                self.refs.record_lineage(return_ids, spec.display_name(), [])
+                return
+            args = [r[1] for r in spec.arg_refs if self.refs.is_owned(r[1])]
+            self.refs.record_lineage(return_ids, (spec, keep), args)
+
+    def _rebuild(self, object_id: bytes, location: Any, lost: E.ObjectLostError) -> ObjectEntry:
+        """User thread, after reading `object_id` at `location` failed with `lost`: re-run its
+        task (and what it needs first), wait for the new value, and return its entry."""
+        entry = self.entries.get(object_id)
+        if entry is None or not self.refs.is_owned(object_id):
+            raise lost  # only the owner can rebuild (borrowers see the owner's answer)
+        with self._lock:
+            if entry.kind == "s" and entry.payload is location:  # nobody rebuilt it meanwhile
+                self._start_rebuild(object_id, lost.reason)
+        self._wait_entries([entry], 1, None, [])
+        return entry
+
+    def _start_rebuild(self, object_id: bytes, why: str) -> None:
+        """With _lock held: mark `object_id` pending and resubmit its task, after rebuilding
+        lost or freed arguments the same way. Raises ObjectLostError saying why it cannot."""
+        lin = self.refs.lineage_of(object_id)
+        hexid = object_id.hex()
+        if lin is None:
+            if ObjectID(object_id).return_index() == _PUT_INDEX:
+                raise E.ObjectLostError(hexid, f"{why}. It was made by put(), and put() objects cannot be "
+                                        "rebuilt: only objects returned by tasks can (by re-running the task). "
+                                        "Return the value from a task instead, or keep a copy.")
+            raise E.ObjectLostError(hexid, f"{why}. It was returned by an actor task or a generator, "
+                                    "which are not re-run to rebuild lost objects.")
+        if isinstance(lin.spec, str):
+            raise E.ObjectLostError(hexid, f"{why}. Its task {lin.spec} ran with max_retries=0, so it is "
+                                    "not re-run to rebuild it; give the task max_retries > 0 (the default "
+                                    "is 3) to have lost results rebuilt.")
+        spec, _keep = lin.spec
+        if 0 <= spec.max_retries <= lin.reruns:
+            raise E.ObjectReconstructionFailedError(
+                hexid, f"{why}. Its task {spec.display_name()} was already re-run {lin.reruns} time(s) to "
+                "rebuild lost results (max_retries); raise max_retries to allow more.")
+        deps = self._rebuild_args(spec, lin.arg_ids, why)
+        lin.reruns += 1
+        for oid in spec.return_ids():  # every return held only by a dead node comes back too
+            entry = self.entries.get(oid)
+            if entry is not None and (oid == object_id or self._on_dead_node(entry)):
+                entry.kind, entry.payload = None, None
+        self.refs.add_submitted(deps)
+        retries = -1 if spec.max_retries < 0 else spec.max_retries - lin.reruns
+        rerun = spec.replace(attempt=spec.attempt + lin.reruns)
+        rec = TaskRecord(rerun, retries, spec.retry_exceptions if isinstance(spec.retry_exceptions, bool)
+                         else False, deps)
+        self._tasks[spec.task_id] = rec
+        self.loop.call_soon_threadsafe(self._enqueue_task, rec)
+
+    def _rebuild_args(self, spec: TaskSpec, lineage_args: list, why: str) -> list[bytes]:
+        """With _lock held: make sure every owned argument of `spec` will exist; returns the
+        ids to keep pinned while the task re-runs."""
+        deps = []
+        for oid in dict.fromkeys([r[1] for r in spec.arg_refs] + list(lineage_args)):
+            if not self.refs.is_owned(oid) and self.refs.count(oid) is not None:
+                continue  # borrowed: its owner serves (or rebuilds) it
+            entry = self.entries.get(oid)
+            if entry is None:  # freed since: its lineage was kept for this
+                if self.refs.lineage_of(oid) is None:
+                    raise E.ObjectLostError(spec.return_ids()[0].hex(), f"{why}. Re-running its task "
+                                            f"{spec.display_name()} needs its argument {oid.hex()}, which "
+                                            "was freed and cannot be rebuilt.")
+                self.refs.own(oid)
+                self.entries[oid] = ObjectEntry()
+                self._start_rebuild(oid, f"argument {oid.hex()} of {spec.display_name()} was freed")
+            elif entry.kind == "s" and self._on_dead_node(entry):
+                self._start_rebuild(oid, f"argument {oid.hex()} of {spec.display_name()} was lost too")
+            deps.append(oid)
+        return deps
+
+    def _on_dead_node(self, entry: ObjectEntry) -> bool:
+        payload: Any = entry.payload
+        return entry.kind == "s" and bool(payload) and payload[0] in self._dead_nodes

@@ -1,0 +1,103 @@
+"""Lineage reconstruction: a node dies holding the only copy of a task's result; get() re-runs
+the task (and the tasks of lost or freed arguments first), or says why it cannot."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import raylite as ray
+from raylite.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from .conftest import wait_until
+
+
+@pytest.fixture
+def two_nodes(make_cluster):
+    c = make_cluster()
+    c.add_head(num_cpus=1)
+    victim = c.add_node(num_cpus=1)
+    wait_until(lambda: len(c.alive_ids()) == 2, what="two nodes")
+    ray.init(address="auto")
+    return c, victim
+
+
+def _on(node) -> NodeAffinitySchedulingStrategy:
+    return NodeAffinitySchedulingStrategy(node.node_id, soft=True)  # falls back once it is dead
+
+
+@ray.remote(max_retries=2)
+def make(n: int, fill: int) -> np.ndarray:
+    return np.full(n, fill, dtype=np.int64)  # 1 MiB and more: kept in the node's store
+
+
+@ray.remote(max_retries=2)
+def add_one(a: np.ndarray) -> np.ndarray:
+    return a + 1
+
+
+@ray.remote(max_retries=0)
+def make_once(n: int) -> np.ndarray:
+    return np.zeros(n, dtype=np.int64)
+
+
+def _kill(c, victim) -> None:
+    c.kill_node(victim)
+    wait_until(lambda: victim.node_id not in c.alive_ids(), timeout_s=10, what="the node declared dead")
+
+
+def test_lost_results_are_rebuilt_recursively_or_say_why_not(two_nodes):
+    c, victim = two_nodes
+    first = make.options(scheduling_strategy=_on(victim)).remote(200_000, 7)
+    dependent = add_one.options(scheduling_strategy=_on(victim)).remote(first)
+    kept = make.options(scheduling_strategy=_on(victim)).remote(200_000, 3)
+    freed_arg = make.options(scheduling_strategy=_on(victim)).remote(200_000, 5)
+    uses_freed = add_one.options(scheduling_strategy=_on(victim)).remote(freed_arg)
+    once = make_once.options(scheduling_strategy=_on(victim)).remote(200_000)
+    ray.wait([dependent, kept, uses_freed, once], num_returns=4, timeout=60, fetch_local=False)
+    del freed_arg  # its value is freed; its lineage stays while `uses_freed` may need it
+    _kill(c, victim)
+
+    value = ray.get(kept, timeout=60)  # re-run on the surviving node
+    assert value.shape == (200_000,) and int(value[0]) == 3 and int(value[-1]) == 3
+    # both were on the dead node: `first` is rebuilt before `dependent` re-runs
+    assert int(ray.get(dependent, timeout=60)[0]) == 8
+    assert int(ray.get(first, timeout=60)[0]) == 7
+    # the argument was freed: its task runs again from the kept lineage
+    assert int(ray.get(uses_freed, timeout=60)[0]) == 6
+    with pytest.raises(ray.exceptions.ObjectLostError, match="max_retries=0"):
+        ray.get(once, timeout=60)
+
+
+def test_put_objects_and_dead_owners_are_not_rebuilt(two_nodes):
+    c, victim = two_nodes
+
+    @ray.remote
+    class Holder:
+        def put_big(self):
+            return [ray.put(np.ones(200_000))]  # owned by this actor, stored on its node
+
+    holder = Holder.options(scheduling_strategy=_on(victim)).remote()
+    (borrowed,) = ray.get(holder.put_big.remote(), timeout=60)
+    _kill(c, victim)
+    with pytest.raises(ray.exceptions.ObjectLostError) as info:  # OwnerDiedError
+        ray.get(borrowed, timeout=60)
+    assert "owner" in str(info.value)
+
+
+def test_put_object_whose_node_died_names_put(two_nodes):
+    """The driver's own put() object, its copy on a node the driver learns is dead."""
+    c, victim = two_nodes
+    from raylite._core import runtime
+
+    ref = ray.put(np.ones(200_000))
+    client = runtime.client()
+    entry = client.entries[ref.binary()]
+    entry.payload = [bytes.fromhex(victim.node_id)] + list(entry.payload[1:])  # as if stored there
+    os.unlink(os.path.join(client.store_dir, ref.hex()))  # and never copied here
+    _kill(c, victim)
+    wait_until(lambda: bytes.fromhex(victim.node_id) in client._dead_nodes, what="the driver hears of it")
+    with pytest.raises(ray.exceptions.ObjectLostError, match="put"):
+        ray.get(ref, timeout=60)
