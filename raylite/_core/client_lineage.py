@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from raylite import exceptions as E
+from raylite._core import serialization as ser
 from raylite._core.client_records import ObjectEntry, TaskRecord
 from raylite._core.ids import ObjectID
 from raylite._core.task_spec import KIND_TASK, TaskSpec
@@ -45,13 +46,45 @@ class LineageRebuilder:
         """User thread, after reading `object_id` at `location` failed with `lost`: re-run its
         task (and what it needs first), wait for the new value, and return its entry."""
         entry = self.entries.get(object_id)
-        if entry is None or not self.refs.is_owned(object_id):
-            raise lost  # only the owner can rebuild (borrowers see the owner's answer)
+        if entry is None:
+            raise lost
+        if not self.refs.is_owned(object_id):  # a borrower: ask the owner again; it rebuilds
+            return self._refetch_from_owner(object_id, entry, location, lost)
         with self._lock:
             if entry.kind == "s" and entry.payload is location:  # nobody rebuilt it meanwhile
                 self._start_rebuild(object_id, lost.reason)
         self._wait_entries([entry], 1, None, [])
         return entry
+
+    def _rebuild_lost_args(self, rec: TaskRecord) -> None:
+        """Loop thread, before a task is queued: owned arguments lost with a dead node are
+        rebuilt first (the task then waits for them like for any pending argument)."""
+        spec = rec.spec
+        rebuilt = set()
+        with self._lock:
+            for r in spec.arg_refs:
+                entry = self.entries.get(r[1])
+                if entry is not None and self._on_dead_node(entry) and self.refs.is_owned(r[1]):
+                    try:
+                        self._start_rebuild(r[1], f"node {entry.payload[0].hex()[:8]} died holding its only copy")
+                    except E.ObjectLostError:
+                        continue  # the task reads it and fails with the loss, as it would without lineage
+                    rebuilt.add(r[1])
+        if rebuilt:  # values shipped with an earlier attempt point at the dead node
+            rec.spec = spec.replace(arg_refs=[r[:3] if r[1] in rebuilt else r for r in spec.arg_refs])
+
+    def _rebuild_for_borrower(self, object_id: bytes) -> Any:
+        """Loop thread, answering a borrower's status request: an owned object lost with a dead
+        node is rebuilt before the answer; returns the error payload if it cannot be."""
+        entry = self.entries.get(object_id)
+        if entry is None or not self._on_dead_node(entry) or not self.refs.is_owned(object_id):
+            return None
+        with self._lock:
+            try:
+                self._start_rebuild(object_id, f"node {entry.payload[0].hex()[:8]} died holding its only copy")
+            except E.ObjectLostError as e:
+                return ser.serialize(e, kind=ser.KIND_ERROR).to_inline()
+        return None
 
     def _start_rebuild(self, object_id: bytes, why: str) -> None:
         """With _lock held: mark `object_id` pending and resubmit its task, after rebuilding
@@ -87,6 +120,25 @@ class LineageRebuilder:
                          else False, deps)
         self._tasks[spec.task_id] = rec
         self.loop.call_soon_threadsafe(self._enqueue_task, rec)
+
+    def _refetch_from_owner(self, object_id: bytes, entry: ObjectEntry, location: Any,
+                            lost: E.ObjectLostError) -> ObjectEntry:
+        count = self.refs.count(object_id)
+        owner = count.owner_address if count is not None else ""
+        if not owner:
+            raise lost
+        with self._lock:
+            if entry.kind == "s" and entry.payload is location:
+                entry.kind, entry.payload = None, None
+                refetch = True
+            else:
+                refetch = False
+        if refetch:
+            self.loop.call_soon_threadsafe(self._start_fetch, object_id, owner)
+        self._wait_entries([entry], 1, None, [])
+        if entry.kind == "s" and entry.payload and location and entry.payload[0] == location[0]:
+            raise lost  # the owner knows of no other copy (yet): the loss stands
+        return entry
 
     def _rebuild_args(self, spec: TaskSpec, lineage_args: list, why: str) -> list[bytes]:
         """With _lock held: make sure every owned argument of `spec` will exist; returns the

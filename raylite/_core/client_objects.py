@@ -391,6 +391,10 @@ class ObjectPlane:
         entry = self.entries.get(oid)
         if entry is None:
             return P.GetObjectStatusReply(oid, "lost", None)
+        if self._dead_nodes and entry.kind == "s":  # its only copy died with a node: rebuild it
+            error = self._rebuild_for_borrower(oid)
+            if error is not None:
+                return P.GetObjectStatusReply(oid, "error", error)
         if entry.kind is None and msg.wait:
             fut = self.loop.create_future()
             with self._lock:

@@ -117,6 +117,9 @@ class TaskSubmitter:
         if spec.kind == KIND_ACTOR_CALL:
             self._send_actor_task(rec)
             return
+        if self._dead_nodes and spec.arg_refs:  # arguments lost with a node are rebuilt first
+            self._rebuild_lost_args(rec)
+            spec = rec.spec
         deps = [self.entries.get(r[1]) for r in spec.arg_refs]
         pending = [e for e in deps if e is not None and e.kind is None]
         if pending:

@@ -56,7 +56,10 @@ def test_lost_results_are_rebuilt_recursively_or_say_why_not(two_nodes):
     freed_arg = make.options(scheduling_strategy=_on(victim)).remote(200_000, 5)
     uses_freed = add_one.options(scheduling_strategy=_on(victim)).remote(freed_arg)
     once = make_once.options(scheduling_strategy=_on(victim)).remote(200_000)
-    ray.wait([dependent, kept, uses_freed, once], num_returns=4, timeout=60, fetch_local=False)
+    passed = make.options(scheduling_strategy=_on(victim)).remote(200_000, 10)
+    nested = make.options(scheduling_strategy=_on(victim)).remote(200_000, 20)
+    ray.wait([dependent, kept, uses_freed, once, passed, nested], num_returns=6, timeout=60,
+             fetch_local=False)
     del freed_arg  # its value is freed; its lineage stays while `uses_freed` may need it
     _kill(c, victim)
 
@@ -69,6 +72,15 @@ def test_lost_results_are_rebuilt_recursively_or_say_why_not(two_nodes):
     assert int(ray.get(uses_freed, timeout=60)[0]) == 6
     with pytest.raises(ray.exceptions.ObjectLostError, match="max_retries=0"):
         ray.get(once, timeout=60)
+    # a lost result passed to a new task is rebuilt before the task runs
+    assert int(ray.get(add_one.remote(passed), timeout=60)[0]) == 11
+    # a worker that borrowed a lost result (nested in a list) asks the owner, which rebuilds it
+
+    @ray.remote
+    def first_of(refs):
+        return int(ray.get(refs[0])[0])
+
+    assert ray.get(first_of.remote([nested]), timeout=60) == 20
 
 
 def test_put_objects_and_dead_owners_are_not_rebuilt(two_nodes):
