@@ -154,3 +154,38 @@ out(detect_s=time.time() - t0)
             proc.kill()
         assert res["detect_s"] < 3.0
         assert json.dumps(res)
+
+
+def test_result_on_a_killed_host_is_rebuilt_by_lineage():
+    with N.NetnsCluster(3, prefix="rlcr") as c:
+        code = SETUP + """
+from raylite.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+victim = nodes[os.environ["VICTIM_IP"]]
+aff = NodeAffinitySchedulingStrategy(victim, soft=True)
+@ray.remote(max_retries=2)
+def blob(seed):
+    return np.random.default_rng(seed).integers(0, 255, 20 * 1024 * 1024, dtype=np.uint8)
+@ray.remote(max_retries=2)
+def digest(x):
+    return hashlib.sha256(x.tobytes()).hexdigest()
+want = hashlib.sha256(np.random.default_rng(5).integers(0, 255, 20 * 1024 * 1024, dtype=np.uint8).tobytes()).hexdigest()
+ref = blob.options(scheduling_strategy=aff).remote(5)
+other = blob.options(scheduling_strategy=aff).remote(5)
+ray.wait([ref, other], num_returns=2, fetch_local=False)
+out(ready=True)
+input()
+while any(n["NodeID"] == victim and n["Alive"] for n in ray.nodes()):
+    time.sleep(0.05)
+out(rebuilt=hashlib.sha256(ray.get(ref, timeout=120).tobytes()).hexdigest() == want,
+    passed=ray.get(digest.remote(other), timeout=120) == want)
+"""
+        victim_ip = c.ips[c.host(3)]
+        proc = c.start_driver(1, code.replace('os.environ["VICTIM_IP"]', repr(victim_ip)))
+        try:
+            N.read_json_lines(proc, "ready", 90)
+            c.kill(3)
+            N.go(proc)
+            res = N.read_json_lines(proc, "rebuilt", 180)
+        finally:
+            proc.kill()
+        assert res == {"rebuilt": True, "passed": True}
