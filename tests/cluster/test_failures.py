@@ -72,26 +72,60 @@ def test_object_on_dead_node_raises_object_lost(make_cluster):
         ray.get(ref, timeout=30)
 
 
-@pytest.fixture
-def redis_url():
-    """A throwaway redis-server (skipped where redis-server or the redis package is missing)."""
+def _start_redis(*extra: str):
+    """A throwaway redis-server on a free loopback port (the test skips where Debian's
+    redis-server package is not installed: `make install-test` installs it as root)."""
     import shutil
     import socket
     import subprocess
 
     if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed")
-    pytest.importorskip("redis")
+        pytest.skip("redis-server is not installed (apt-get install redis-server; `make install-test` "
+                    "does it as root)")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen(["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        import redis
+    return proc, port
 
+
+@pytest.fixture
+def redis_url():
+    import redis
+
+    proc, port = _start_redis()
+    try:
         wait_until(lambda: _pings(redis.Redis(port=port)), 10, "redis-server up")
         yield f"redis://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait(5)
+
+
+def test_redis_persistence_with_a_password(make_cluster, monkeypatch):
+    """`raylite start --redis-password` (RAYLITE_REDIS_PASSWORD) or redis://:PASSWORD@HOST:PORT."""
+    import redis
+
+    from raylite._core.cluster import StartError
+    from raylite._core.persistence import open_persistence
+
+    proc, port = _start_redis("--requirepass", "s3cret")
+    try:
+        wait_until(lambda: _pings(redis.Redis(port=port, password="s3cret")), 10, "redis-server up")
+        store = open_persistence(f"redis://:s3cret@127.0.0.1:{port}")
+        store.put("kv", b"k", b"v")
+        assert list(store.load("kv")) == [(b"k", b"v")]
+        store.delete("kv", b"k")
+        store.close()
+        c = make_cluster()
+        with pytest.raises(StartError, match="persistence store"):  # no password: a clear refusal
+            c.add_head(num_cpus=1, persist=f"redis://127.0.0.1:{port}")
+        monkeypatch.setenv("RAYLITE_REDIS_PASSWORD", "s3cret")  # what --redis-password sets
+        c.add_head(num_cpus=1, persist=f"redis://127.0.0.1:{port}")
+        wait_until(lambda: redis.Redis(port=port, password="s3cret").keys("raylite:*"), 10,
+                   what="the head's tables in Redis")
     finally:
         proc.kill()
         proc.wait(5)
