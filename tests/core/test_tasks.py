@@ -584,3 +584,30 @@ def test_gpu_requests_get_their_own_devices(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["[[0], [1]] ['0', '1']", "[]", "True", "([0, 1], {'GPU': ['0', '1']})"]
+
+
+def test_lineage_is_kept_while_results_live_and_dropped_with_them(cluster):
+    """The owner keeps how to rebuild each result (lineage), and only while it is referenced."""
+    from raylite._core import runtime
+    from tests.conftest import wait_for
+
+    @ray.remote(max_retries=1)
+    def make(i):
+        return np.full(10, i)
+
+    @ray.remote(max_retries=1)
+    def plus(a):
+        return a + 1
+
+    client = runtime.client()
+    before = len(client.refs.lineage)
+    firsts = [make.remote(i) for i in range(20)]
+    seconds = [plus.remote(f) for f in firsts]
+    assert [int(ray.get(s)[0]) for s in seconds] == [i + 1 for i in range(20)]
+    assert len(client.refs.lineage) >= before + 40
+    first_ids = [f.binary() for f in firsts]
+    del firsts  # their values go, their lineage stays for `seconds`
+    wait_for(lambda: not any(i in client.entries for i in first_ids), what="the first values freed")
+    assert all(client.refs.lineage_of(i) is not None for i in first_ids)
+    del seconds
+    wait_for(lambda: len(client.refs.lineage) <= before, what="lineage dropped with the results")
