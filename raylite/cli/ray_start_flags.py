@@ -173,14 +173,14 @@ _CTX_KEY = "raylite.ray_start_flags"
 def _option(flag: str, kind: Any, effect: Any) -> Callable:
     name = flag.lstrip("-").replace("-", "_")
     text = _HELP.get(flag) if callable(effect) else f"Accepted for Ray compatibility; no effect: {effect}."
-    extra = {"help": text or "Accepted for Ray compatibility."}
+    text = text or "Accepted for Ray compatibility."
     if kind == "flag":
-        return click.option(flag, name, is_flag=True, default=None, **extra)
+        return click.option(flag, name, is_flag=True, default=None, help=text)
     if kind == "count":
-        return click.option("-v", flag, name, count=True, **extra)
+        return click.option("-v", flag, name, count=True, help=text)
     types = {"int": int, "float": float, "str": str, "bool": click.BOOL}
     click_type = click.Choice(kind) if isinstance(kind, tuple) else types[kind]
-    return click.option(flag, name, type=click_type, default=None, **extra)
+    return click.option(flag, name, type=click_type, default=None, help=text)
 
 
 def ray_start_flags(command: Callable) -> Callable:
