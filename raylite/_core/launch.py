@@ -93,7 +93,8 @@ def spawn_node(config: Config, *, num_cpus=None, num_gpus=None, resources=None,
     pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in [pkg_root, os.getcwd(), env.get("PYTHONPATH", "")] if p)
     cmd = [sys.executable, "-m", "raylite._core.node_main", "--session-dir", session, "--head",
-           "--resources", json.dumps(total), "--labels", json.dumps(labels or {}), "--exit-with-creator"]
+           "--resources", json.dumps(total), "--labels", json.dumps(labels or {}), "--exit-with-creator",
+           "--creator-pid", str(os.getpid())]
     stderr_path = os.path.join(session, "logs", "node.err")
     with open(stderr_path, "wb") as errf:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, stdin=subprocess.DEVNULL,

@@ -36,6 +36,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--labels", default="{}")
     p.add_argument("--token", default="")
     p.add_argument("--exit-with-creator", action="store_true")
+    p.add_argument("--creator-pid", type=int, default=0, help="the driver that spawned this local node")
     p.add_argument("--node-id", default="")
     p.add_argument("--persist", default="", help="sqlite:PATH or redis://HOST:PORT (head only)")
     return p.parse_args(argv)
@@ -64,8 +65,9 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=getattr(logging, config.log_level, logging.WARNING),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     token = args.token or os.environ.get("RAYLITE_TOKEN", "")
-    # the driver process that spawned a local cluster's daemon; read first, before it can exit
-    creator_pid = os.getppid() if args.exit_with_creator else 0
+    # the driver process that spawned a local cluster's daemon (named by the driver itself: one
+    # that died before this line leaves us reparented, and getppid() would name the new parent)
+    creator_pid = (args.creator_pid or os.getppid()) if args.exit_with_creator else 0
     node_id = NodeID.from_hex(args.node_id) if args.node_id else NodeID.from_random()
     sockets = os.path.join(args.session_dir, "sockets")
     os.makedirs(sockets, exist_ok=True)
