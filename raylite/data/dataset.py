@@ -42,6 +42,7 @@ from raylite.data._internal.transforms import (
     MapBatchesStage,
     MapRowsStage,
     ProjectStage,
+    WithColumnsStage,
 )
 from raylite.data.aggregate import AggregateFn, Max, Mean, Min, Std, Sum, Unique
 from raylite.data.block import (
@@ -198,26 +199,66 @@ class Dataset:
         return self._map_like(name, FlatMapStage(udf, name=name), _compute_for(fn, compute, concurrency, name),
                               _remote_args(num_cpus, num_gpus, memory, ray_remote_args))
 
-    def filter(self, fn: Any = None, expr: str | None = None, *, compute: Any = None,
+    def filter(self, fn: Any = None, expr: Any = None, *, compute: Any = None,
                fn_args: Sequence[Any] | None = None, fn_kwargs: dict[str, Any] | None = None,
                fn_constructor_args: Sequence[Any] | None = None,
                fn_constructor_kwargs: dict[str, Any] | None = None, num_cpus: float | None = None,
                num_gpus: float | None = None, memory: float | None = None, concurrency: Any = None,
                **ray_remote_args: Any) -> Dataset:
-        """Keep rows where ``fn(row)`` is True, or where the expression string holds (vectorized)."""
+        """Keep rows where ``fn(row)`` is True, or where ``expr`` holds (vectorised on Arrow).
+
+        ``expr`` is an expression (``col("x") > 5``, from ``raylite.data.expressions``) or
+        a string in Python syntax (``"x > 5 and label == 'cat'"``).
+        """
         if (fn is None) == (expr is None):
             raise ValueError("filter() takes exactly one of fn or expr")
         if expr is not None:
             from raylite.data._internal.expressions import parse_expression
+            from raylite.data.expressions import Expr, ExprPredicate
 
-            name = f"Filter({expr})"
-            stage = FilterStage(expr=parse_expression(expr), name=name)
+            if isinstance(expr, Expr):
+                predicate: Any = ExprPredicate(expr)
+            elif isinstance(expr, str):
+                predicate = parse_expression(expr)
+            else:
+                raise TypeError(f"filter(expr=...) takes an Expr (col('x') > 0) or a string, "
+                                f"got {type(expr).__name__}")
+            name = f"Filter({predicate})"
+            stage = FilterStage(expr=predicate, name=name)
             return self._map_like(name, stage, None, _remote_args(num_cpus, num_gpus, memory, ray_remote_args))
         name = f"Filter({_fn_name(fn)})"
         udf = UDF(fn, tuple(fn_args or ()), dict(fn_kwargs or {}), tuple(fn_constructor_args or ()),
                   dict(fn_constructor_kwargs or {}))
         return self._map_like(name, FilterStage(udf=udf, name=name), _compute_for(fn, compute, concurrency, name),
                               _remote_args(num_cpus, num_gpus, memory, ray_remote_args))
+
+    def with_column(self, column_name: str, expr: Any, *, compute: Any = None, num_cpus: float | None = None,
+                    num_gpus: float | None = None, memory: float | None = None,
+                    **ray_remote_args: Any) -> Dataset:
+        """Add (or replace) ``column_name`` with the values of expression ``expr`` (vectorised)."""
+        return self.with_columns({column_name: expr}, compute=compute, num_cpus=num_cpus, num_gpus=num_gpus,
+                                 memory=memory, **ray_remote_args)
+
+    def with_columns(self, exprs: Any = None, *more_exprs: Any, compute: Any = None,
+                     num_cpus: float | None = None, num_gpus: float | None = None, memory: float | None = None,
+                     **ray_remote_args: Any) -> Dataset:
+        """Add or replace several columns from ``{name: Expr}`` mappings, all computed from the input block."""
+        from raylite.data.expressions import named_exprs
+
+        pairs: list[tuple[str, Any]] = []
+        for mapping in (exprs, *more_exprs):
+            if mapping is None:
+                continue
+            if not isinstance(mapping, dict):
+                raise TypeError(f"with_columns takes mappings of column name -> Expr, got {type(mapping).__name__}")
+            pairs.extend(mapping.items())
+        if not pairs:
+            raise ValueError("with_columns needs at least one {name: expression}")
+        named = named_exprs(pairs)
+        name = f"WithColumns({', '.join(n for n, _ in named)})"
+        stage = WithColumnsStage(named, name=name)
+        return self._map_like(name, stage, None, _remote_args(num_cpus, num_gpus, memory, ray_remote_args),
+                              preserves_rows=True)
 
     def add_column(self, col: str, fn: Callable[[Any], Any], *, batch_format: str = "pandas",
                    compute: Any = None, concurrency: Any = None, **ray_remote_args: Any) -> Dataset:
@@ -291,6 +332,20 @@ class Dataset:
     def zip(self, other: Dataset) -> Dataset:
         """Columns of both datasets side by side (same row count; duplicate names get ``_1``)."""
         return self._with(L.Zip("Zip", [self._logical, other._logical]))
+
+    def join(self, ds: Dataset, join_type: str, num_partitions: int, on: tuple[str, ...] = ("id",),
+             right_on: tuple[str, ...] | None = None, left_suffix: str | None = None,
+             right_suffix: str | None = None, *, partition_size_hint: int | None = None,
+             aggregator_ray_remote_args: dict[str, Any] | None = None, validate_schemas: bool = False) -> Dataset:
+        """Join with ``ds`` on key columns: ``inner``, ``left_outer``, ``right_outer``, ``full_outer``
+        (and ``left_semi``/``right_semi``/``left_anti``/``right_anti``), hash-partitioned into
+        ``num_partitions`` join tasks (and output blocks)."""
+        from raylite.data._internal.join import JoinSpec
+
+        if not isinstance(ds, Dataset):
+            raise TypeError(f"join() needs another Dataset, got {type(ds).__name__}")
+        spec = JoinSpec.of(join_type, num_partitions, on, right_on, left_suffix, right_suffix)
+        return self._with(L.Join(f"Join({join_type})", [self._logical, ds._logical], spec=spec))
 
     # ================================================================ aggregations
 

@@ -339,6 +339,26 @@ class AddColumnStage(Stage):
 
 
 @dataclass
+class WithColumnsStage(Stage):
+    """``with_column`` / ``with_columns``: add or replace columns computed by expressions (Arrow compute)."""
+
+    exprs: list[tuple[str, Any]]  # (name, raylite.data.expressions.Expr)
+    name: str = "WithColumns"
+
+    def apply(self, tables: Iterator[Block]) -> Iterator[Block]:
+        from raylite.data.expressions import eval_column
+
+        for table in tables:
+            values = [(n, eval_column(e, table, f"Operator {self.name}: expression")) for n, e in self.exprs]
+            for col, arr in values:  # all evaluated on the input block, as one projection
+                if col in table.column_names:
+                    table = table.set_column(table.column_names.index(col), col, arr)
+                else:
+                    table = table.append_column(col, arr)
+            yield table
+
+
+@dataclass
 class LimitStage(Stage):
     """Stops reading after ``limit`` rows (a per-task bound; the operator enforces the global one)."""
 
