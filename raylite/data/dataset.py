@@ -656,6 +656,87 @@ class Dataset:
                     **kwargs: Any) -> None:
         self._write(path, "numpy", filesystem, try_create_dir, column=column)
 
+    def write_datasink(self, datasink: Any, *, ray_remote_args: dict[str, Any] | None = None,
+                       concurrency: int | None = None) -> None:
+        """Write with a custom ``Datasink``: ``write(blocks, ctx)`` once per write task."""
+        from raylite.data.datasink import Datasink, DatasinkWriteStage, collect_result
+
+        if not isinstance(datasink, Datasink):
+            raise TypeError(f"write_datasink needs a raylite.data.Datasink, got {type(datasink).__name__}")
+        datasink.on_write_start()
+        name = f"Write{datasink.get_name()}"
+        try:
+            if not datasink.supports_distributed_writes:  # one write() on the driver, as Ray does
+                stage = DatasinkWriteStage(datasink, name=name)
+                result = collect_result(stage.apply(self._iter_blocks()))
+            else:
+                compute = L.TaskPoolStrategy(size=int(concurrency)) if concurrency else None
+                ds = self._map_like(name, DatasinkWriteStage(datasink, name=name), compute,
+                                    dict(ray_remote_args or {}))
+                result = collect_result(ds._iter_blocks())
+                self._last_stats = ds._last_stats
+        except Exception as e:
+            datasink.on_write_failed(e)
+            raise
+        datasink.on_write_complete(result)
+
+    def random_sample(self, fraction: float, *, seed: int | None = None) -> Dataset:
+        """About ``fraction`` of the rows, each kept independently (order kept); seeded runs repeat."""
+        from raylite.data._internal.sampling import RandomSampleStage
+
+        if not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+            raise ValueError(f"random_sample: fraction must be between 0 and 1, got {fraction!r}")
+        return self._map_like(f"RandomSample({fraction})", RandomSampleStage(float(fraction), seed), None, {})
+
+    def streaming_train_test_split(self, test_size: float, *, split_type: str = "random",
+                                   hash_column: str | None = None, seed: int | None = None,
+                                   **ray_remote_kwargs: Any) -> tuple[Dataset, Dataset]:
+        """(train, test) as two lazy datasets over the same stream, without materializing.
+
+        ``split_type="random"`` draws per row (the two halves agree because both draw
+        with the same seed); ``"hash"`` puts a row in test by the hash of ``hash_column``.
+        """
+        from raylite.data._internal.sampling import SplitStage, fresh_seed
+
+        if not isinstance(test_size, (int, float)) or not 0 < test_size < 1:
+            raise ValueError(f"streaming_train_test_split: test_size must be in (0, 1), got {test_size!r}")
+        if split_type not in ("random", "hash"):
+            raise ValueError(f"split_type must be 'random' or 'hash', got {split_type!r}")
+        if split_type == "hash" and not hash_column:
+            raise ValueError("split_type='hash' needs hash_column, the column whose hash picks the split")
+        s = seed if seed is not None else (0 if split_type == "hash" else fresh_seed())
+        halves = []
+        for keep_test in (False, True):
+            stage = SplitStage(float(test_size), split_type, hash_column, s, keep_test,
+                               name="TrainTestSplit[test]" if keep_test else "TrainTestSplit[train]")
+            halves.append(self._map_like(stage.name, stage, None, dict(ray_remote_kwargs)))
+        return halves[0], halves[1]
+
+    def summary(self, columns: list[str] | None = None, override_dtype_agg_mapping: Any = None) -> Any:
+        """Per-column statistics (count, mean, min, max, std, missing_pct, zero_pct, approx_topk ...)."""
+        from raylite.data._internal.summary import summarize
+
+        if override_dtype_agg_mapping is not None:
+            raise NotImplementedError("summary(override_dtype_agg_mapping=...) is not supported by raylite yet")
+        return summarize(self._iter_blocks(), list(columns) if columns is not None else None)
+
+    def explain(self) -> None:
+        """Print the logical plan and the physical plan (fused operators) without running anything."""
+        print(self._explain_text())
+
+    def _explain_text(self) -> str:
+        def tree(names: list[str]) -> list[str]:
+            lines = [names[-1]] if names else []
+            for depth, n in enumerate(reversed(names[:-1])):
+                lines.append("   " * depth + "+- " + n)
+            return lines
+
+        logical = [op.name for op in self._logical.post_order()]
+        ops = make_plan(self._logical, get_submitter(), DataContext.get_current().copy())
+        physical = [f"{type(op).__name__}[{op.name}]" for op in ops]
+        return "\n".join(["", "-------- Logical Plan --------", *tree(logical), "",
+                          "-------- Physical Plan --------", *tree(physical), ""])
+
     # ================================================================ misc
 
     def __repr__(self) -> str:
