@@ -771,9 +771,13 @@ class MaterializedDataset(Dataset):
         return list(self._logical.bundles or [])
 
     def num_blocks(self) -> int:
+        if isinstance(self._logical, L.InputData) and self._logical.blocks is not None:  # from_* data
+            return len(self._logical.blocks)
         return builtins.sum(len(b.blocks) for b in self._bundles())
 
     def size_bytes(self) -> int:
+        if isinstance(self._logical, L.InputData) and self._logical.blocks is not None:
+            return builtins.sum(b.nbytes for b in self._logical.blocks)
         return builtins.sum(b.size_bytes() for b in self._bundles())
 
     def materialize(self) -> MaterializedDataset:
