@@ -19,6 +19,7 @@ which the row is an ordinary dict. Setting a key never reads the block, so
 from __future__ import annotations
 
 import copy as _copy
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -228,6 +229,10 @@ def _row_loop(k: int, with_args: bool) -> Callable[..., int]:
     value`` stores (C speed) instead of a ``__missing__`` call per value halves the
     per-row cost, and the number of hot columns varies. The loop returns early when
     the UDF reads a new column, so the caller can switch to a loop that pre-fills it.
+
+    A row object nothing else refers to after the call (reference count: only this
+    loop's variable) is emptied and reused for the next row instead of allocating a
+    new dict; no code can tell, since nothing can reach the old row any more.
     """
     key = (k, with_args)
     loop = _LOOPS.get(key)
@@ -241,8 +246,13 @@ def _row_loop(k: int, with_args: bool) -> Callable[..., int]:
         "def loop(fn, src, converted, cols, keys, start, stop, append, args, kwargs, new, cls):\n"
         f"    ({cols}) = cols\n"
         f"    ({keys}) = keys\n"
+        "    refcount, clear = _getrefcount, _clear\n"
+        "    row = new(cls)\n"
         "    for i in range(start, stop):\n"
-        "        row = new(cls)\n"
+        "        if refcount(row) > 2:\n"
+        "            row = new(cls)\n"
+        "        else:\n"
+        "            clear(row)\n"
         "        row._src = src\n"
         "        row._i = i\n"
         f"{fill}"
@@ -251,7 +261,7 @@ def _row_loop(k: int, with_args: bool) -> Callable[..., int]:
         "            return i + 1\n"
         "    return stop\n"
     )
-    namespace: dict[str, Any] = {}
+    namespace: dict[str, Any] = {"_getrefcount": sys.getrefcount, "_clear": dict.clear}
     exec(compile(src, f"<raylite row loop {k}>", "exec"), namespace)  # noqa: S102 - generated from ints only
     loop = _LOOPS[key] = namespace["loop"]
     return loop

@@ -138,3 +138,17 @@ def test_row_udf_errors_name_the_row_and_keep_their_type(local):
 
 def test_lazy_row_type_is_internal():
     assert LazyRow.__module__ == "raylite.data._internal.rows"
+
+
+def test_rows_a_udf_keeps_stay_intact(local):
+    kept, every_other = [], []
+
+    def keep_some(row):
+        if row["id"] % 2 == 0:
+            every_other.append(row)  # a row still referenced must never be reused for the next one
+        kept.append(dict(row))
+        return True
+
+    assert rd.range(50, override_num_blocks=2).filter(keep_some).count() == 50
+    assert [r["id"] for r in every_other] == list(range(0, 50, 2))
+    assert kept == [{"id": i} for i in range(50)]
