@@ -327,6 +327,11 @@ def _list_to_numpy(values: list[Any]) -> np.ndarray:
 
 def _object_array_to_arrow(values: np.ndarray, column: str) -> pa.Array:
     items = list(values)
+    from raylite.data._internal.rows import LazyRow
+
+    for v in items:  # a row view stored as a value (``{"orig": row}``): Arrow reads dicts directly
+        if type(v) is LazyRow:
+            v._fill()
     non_null = [v for v in items if v is not None]
     if non_null and all(isinstance(v, np.ndarray) for v in non_null):
         shapes = {v.shape for v in non_null}

@@ -152,3 +152,8 @@ def test_rows_a_udf_keeps_stay_intact(local):
     assert rd.range(50, override_num_blocks=2).filter(keep_some).count() == 50
     assert [r["id"] for r in every_other] == list(range(0, 50, 2))
     assert kept == [{"id": i} for i in range(50)]
+
+
+def test_a_row_stored_inside_the_output_is_whole(local):
+    out = rd.from_items([{"a": 1, "b": "x"}, {"a": 2, "b": "y"}]).map(lambda r: {"orig": r, "a2": r["a"] * 2})
+    assert out.take_all() == [{"orig": {"a": 1, "b": "x"}, "a2": 2}, {"orig": {"a": 2, "b": "y"}, "a2": 4}]
