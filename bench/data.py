@@ -7,7 +7,11 @@
 Pipeline (issue 6): ``read_parquet -> map_batches(numpy transform) -> filter -> iter_batches``
 over generated Parquet (16 float32 features, an int64 id and an int32 key per row). The same
 function runs on raylite and on Ray (only the module differs); the baseline does the same
-steps with plain pyarrow in one process. Groupby: ``read_parquet(columns=[key, f0])
+steps with plain pyarrow in one process. The filter comes in three forms (issue 14): the
+string ``filter(expr="score > 0")`` ("stream"), the expression ``filter(expr=col("score") > 0)``
+("expr"), and the per-row function ``filter(lambda r: r["score"] > 0)`` ("rows"); plain
+pyarrow runs its vectorised filter for all three. ``--rows-gb`` runs the row pipeline on a
+smaller data set (Ray's per-row path takes minutes at 1 GB on a loaded 2-core machine). Groupby: ``read_parquet(columns=[key, f0])
 .groupby("key").mean("f0")`` against ``pandas.read_parquet(...).groupby("key").f0.mean()``.
 
 Each framework runs in its own fresh interpreter (``--worker NAME``), so peak memory is that
@@ -42,6 +46,12 @@ METRICS = [
     Metric("stream_rows_per_s", "stream throughput (input rows)", "rows/s", False),
     Metric("stream_vs_pyarrow", "stream time / plain pyarrow's", "x", True, 2.0),
     Metric("stream_peak_mib", "stream peak memory, process tree", "MiB", True, 1536),
+    Metric("expr_s", "expr: ... -> filter(expr=col('score') > 0) -> iter_batches", "s", True),
+    Metric("expr_vs_pyarrow", "expr time / plain pyarrow's", "x", True, 1.3),
+    Metric("rows_s", "rows: ... -> filter(lambda r: r['score'] > 0) -> iter_batches (--rows-gb data)", "s",
+           True),
+    Metric("rows_vs_pyarrow", "rows time / plain pyarrow's (vectorised)", "x", True),
+    Metric("ray_rows_vs_this", "Ray's rows time / this one's (speed-up over Ray)", "x", False, 3.0),
     Metric("groupby_s", "groupby(key).mean(f0)", "s", True),
     Metric("groupby_vs_pandas", "groupby time / pandas'", "x", True, 2.0),
     Metric("groupby_peak_mib", "groupby peak memory, process tree", "MiB", True),
@@ -160,36 +170,62 @@ def _mapped_pss(pids: list[int], dirs: list[str]) -> int:
 # ------------------------------------------------------------------------------ workers
 
 
-def run_pyarrow(path: str) -> dict:
-    import pandas as pd
+def _pyarrow_stream(path: str) -> tuple[int, int]:
+    """The pipeline in plain pyarrow, one process: (rows in, rows out)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".parquet"))
+    rows_in = rows_out = 0
+    for file in files:
+        for rb in pq.ParquetFile(file).iter_batches(batch_size=BATCH):
+            rows_in += rb.num_rows
+            batch = {name: rb.column(i).to_numpy() for i, name in enumerate(rb.schema.names)}
+            table = pa.table(add_score(batch))
+            table = table.filter(pc.greater(table["score"], 0))
+            for offset in range(0, table.num_rows, BATCH):
+                out = {n: c.to_numpy() for n, c in zip(table.column_names, table.slice(offset, BATCH).columns)}
+                rows_out += len(out["id"])
+    return rows_in, rows_out
+
+
+def run_pyarrow(path: str, rows_path: str) -> dict:
+    import pandas as pd
+
     with PeakMemory() as mem:
         start = time.perf_counter()
-        rows_in = rows_out = 0
-        for file in files:
-            for rb in pq.ParquetFile(file).iter_batches(batch_size=BATCH):
-                rows_in += rb.num_rows
-                batch = {name: rb.column(i).to_numpy() for i, name in enumerate(rb.schema.names)}
-                table = pa.table(add_score(batch))
-                table = table.filter(pc.greater(table["score"], 0))
-                for offset in range(0, table.num_rows, BATCH):
-                    out = {n: c.to_numpy() for n, c in zip(table.column_names, table.slice(offset, BATCH).columns)}
-                    rows_out += len(out["id"])
+        rows_in, rows_out = _pyarrow_stream(path)
         stream_s = time.perf_counter() - start
+    start = time.perf_counter()
+    _pyarrow_stream(rows_path)
+    rows_s = time.perf_counter() - start
     with PeakMemory() as gmem:
         start = time.perf_counter()
         result = pd.read_parquet(path, columns=["key", "f0"]).groupby("key")["f0"].mean()
         groupby_s = time.perf_counter() - start
     return {"stream_s": stream_s, "stream_rows_per_s": rows_in / stream_s, "stream_peak_mib": mem.peak_bytes / MIB,
             "rows_out": rows_out, "groupby_s": groupby_s, "groupby_peak_mib": gmem.peak_bytes / MIB,
-            "groups": len(result)}
+            "groups": len(result), "expr_s": stream_s, "rows_s": rows_s}
 
 
-def run_cluster(name: str, path: str) -> dict:
+def _cluster_stream(rd: object, path: str, how: str) -> int:
+    """The pipeline on raylite or Ray with the filter in form ``how``; returns rows out."""
+    ds = rd.read_parquet(path).map_batches(add_score, batch_size=BATCH)
+    if how == "string":
+        ds = ds.filter(expr="score > 0")
+    elif how == "expr":
+        col = __import__(f"{rd.__name__}.expressions", fromlist=["col"]).col
+        ds = ds.filter(expr=col("score") > 0)
+    else:
+        ds = ds.filter(lambda r: r["score"] > 0)
+    rows_out = 0
+    for batch in ds.iter_batches(batch_size=BATCH):
+        rows_out += len(batch["id"])
+    return rows_out
+
+
+def run_cluster(name: str, path: str, rows_path: str) -> dict:
     start = time.perf_counter()
     ray = __import__(name)
     ray.init(num_cpus=2)
@@ -199,13 +235,15 @@ def run_cluster(name: str, path: str) -> dict:
     rd.range(10).map_batches(lambda b: b).take_all()  # warm the workers (imports) outside the timing
     with PeakMemory() as mem:
         start = time.perf_counter()
-        ds = rd.read_parquet(path)
-        ds = ds.map_batches(add_score, batch_size=BATCH)
-        ds = ds.filter(expr="score > 0")
-        rows_out = 0
-        for batch in ds.iter_batches(batch_size=BATCH):
-            rows_out += len(batch["id"])
+        rows_out = _cluster_stream(rd, path, "string")
         stream_s = time.perf_counter() - start
+    start = time.perf_counter()
+    expr_out = _cluster_stream(rd, path, "expr")
+    expr_s = time.perf_counter() - start
+    start = time.perf_counter()
+    rows_fn_out = _cluster_stream(rd, rows_path, "rows")
+    rows_s = time.perf_counter() - start
+    assert expr_out == rows_out, (expr_out, rows_out)
     rows_in = int(open(os.path.join(path, "_DONE")).read())
     with PeakMemory() as gmem:
         start = time.perf_counter()
@@ -214,26 +252,30 @@ def run_cluster(name: str, path: str) -> dict:
     ray.shutdown()
     return {"stream_s": stream_s, "stream_rows_per_s": rows_in / stream_s, "stream_peak_mib": mem.peak_bytes / MIB,
             "rows_out": rows_out, "groupby_s": groupby_s, "groupby_peak_mib": gmem.peak_bytes / MIB,
-            "groups": len(result), "init_s": init_s}
+            "groups": len(result), "init_s": init_s, "expr_s": expr_s, "rows_s": rows_s, "rows_fn_out": rows_fn_out}
 
 
-def worker(name: str, path: str, repeat: int = 1) -> None:
+def worker(name: str, path: str, rows_path: str, repeat: int = 1) -> None:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    runs = [run_pyarrow(path) if name == "pyarrow" else run_cluster(name, path) for _ in range(max(1, repeat))]
-    result = sorted(runs, key=lambda r: r["stream_s"])[len(runs) // 2]  # the median run
-    result["stream_s_all"] = [round(r["stream_s"], 3) for r in runs]
+    runs = [run_pyarrow(path, rows_path) if name == "pyarrow" else run_cluster(name, path, rows_path)
+            for _ in range(max(1, repeat))]
+    result = dict(runs[0])
+    for key in ("stream_s", "expr_s", "rows_s", "groupby_s"):  # the median of each timing
+        values = sorted(r[key] for r in runs)
+        result[key] = values[len(values) // 2]
+        result[f"{key}_all"] = [round(r[key], 3) for r in runs]
     emit({"framework": name, **result})
 
 
 # ------------------------------------------------------------------------------ parent
 
 
-def _spawn(python: str, name: str, path: str, timeout_s: float, repeat: int) -> dict | None:
+def _spawn(python: str, name: str, path: str, rows_path: str, timeout_s: float, repeat: int) -> dict | None:
     env = dict(os.environ)
     if name != "raylite":
         env.pop("PYTHONPATH", None)
     proc = subprocess.run([python, os.path.abspath(__file__), "--worker", name, "--data-dir", path,
-                           "--repeat", str(repeat)],
+                           "--rows-data-dir", rows_path, "--repeat", str(repeat)],
                           capture_output=True, text=True, timeout=timeout_s, env=env)
     for line in proc.stdout.splitlines():
         if line.startswith("{"):
@@ -246,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gb", type=float, default=1.0, help="size of the generated Parquet data")
     parser.add_argument("--data-dir", default=None, help="where the Parquet files live (generated once)")
+    parser.add_argument("--rows-gb", type=float, default=None,
+                        help="size of the data for the per-row pipeline (default: --gb)")
+    parser.add_argument("--rows-data-dir", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--ray-python", default=DEFAULT_RAY_PYTHON if os.path.exists(DEFAULT_RAY_PYTHON) else None)
     parser.add_argument("--no-ray", action="store_true")
     parser.add_argument("--worker", choices=["raylite", "ray", "pyarrow"], help=argparse.SUPPRESS)
@@ -253,17 +298,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout-s", type=float, default=1800)
     args = parser.parse_args(argv)
     path = args.data_dir or os.path.join("/tmp", f"raylite-bench-data-{args.gb:g}gb")
+    rows_gb = args.rows_gb if args.rows_gb is not None else args.gb
+    rows_path = args.rows_data_dir or os.path.join("/tmp", f"raylite-bench-data-{rows_gb:g}gb")
     if args.worker:
-        worker(args.worker, path, args.repeat)
+        worker(args.worker, path, rows_path, args.repeat)
         return 0
     rows = generate(path, args.gb)
-    sys.stderr.write(f"data: {rows:,} rows in {path}\n")
+    row_rows = generate(rows_path, rows_gb)
+    sys.stderr.write(f"data: {rows:,} rows in {path}; per-row pipeline: {row_rows:,} rows in {rows_path}\n")
     results: dict[str, dict] = {}
     runs = [("raylite", sys.executable), ("pyarrow", sys.executable)]
     if args.ray_python and not args.no_ray:
         runs.append(("ray", args.ray_python))
     for name, python in runs:
-        record = _spawn(python, name, path, args.timeout_s, args.repeat)
+        record = _spawn(python, name, path, rows_path, args.timeout_s, args.repeat)
         if record is not None:
             results[name] = record
             emit(record)
@@ -273,6 +321,12 @@ def main(argv: list[str] | None = None) -> int:
             if name != "pyarrow":
                 rec["stream_vs_pyarrow"] = rec["stream_s"] / base["stream_s"]
                 rec["groupby_vs_pandas"] = rec["groupby_s"] / base["groupby_s"]
+                rec["expr_vs_pyarrow"] = rec["expr_s"] / base["expr_s"]
+                rec["rows_vs_pyarrow"] = rec["rows_s"] / base["rows_s"]
+    if "ray" in results:
+        for name, rec in results.items():
+            if name != "pyarrow":
+                rec["ray_rows_vs_this"] = results["ray"]["rows_s"] / rec["rows_s"]
     frameworks = [n for n in ("raylite", "ray", "pyarrow") if n in results]
     sys.stderr.write(render_table(METRICS, results, frameworks) + "\n")
     return 0 if "raylite" in results else 1

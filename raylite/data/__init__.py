@@ -10,24 +10,28 @@ from raylite.data.aggregate import AbsMax, AggregateFn, Count, Max, Mean, Min, S
 from raylite.data.block import Block, BlockAccessor, BlockMetadata
 from raylite.data.context import DataContext, ExecutionOptions, ExecutionResources
 from raylite.data.dataset import Dataset, MaterializedDataset, Schema
+from raylite.data.datasink import Datasink, WriteResult
 from raylite.data.datasource import Datasource, ReadTask
 from raylite.data.grouped_data import GroupedData
 from raylite.data.iterator import DataIterator
 from raylite.data.read_api import (
     from_arrow,
     from_arrow_refs,
+    from_huggingface,
     from_items,
     from_numpy,
     from_pandas,
     from_torch,
     range,
     range_tensor,
+    read_avro,
     read_binary_files,
     read_csv,
     read_datasource,
     read_images,
     read_json,
     read_numpy,
+    read_orc,
     read_parquet,
     read_text,
 )
@@ -43,6 +47,7 @@ __all__ = [
     "DataContext",
     "DataIterator",
     "Dataset",
+    "Datasink",
     "Datasource",
     "ExecutionOptions",
     "ExecutionResources",
@@ -57,20 +62,24 @@ __all__ = [
     "Sum",
     "TaskPoolStrategy",
     "Unique",
+    "WriteResult",
     "from_arrow",
     "from_arrow_refs",
+    "from_huggingface",
     "from_items",
     "from_numpy",
     "from_pandas",
     "from_torch",
     "range",
     "range_tensor",
+    "read_avro",
     "read_binary_files",
     "read_csv",
     "read_datasource",
     "read_images",
     "read_json",
     "read_numpy",
+    "read_orc",
     "read_parquet",
     "read_text",
 ]

@@ -16,6 +16,7 @@ Columns that Arrow has no native type for are stored with extension types:
 
 from __future__ import annotations
 
+import operator
 import pickle
 import sys
 from collections.abc import Iterable, Iterator, Mapping
@@ -305,23 +306,32 @@ def _tensor_array(values: np.ndarray) -> pa.Array:
     return pa.FixedShapeTensorArray.from_numpy_ndarray(arr)
 
 
+_SCALAR_TYPES = (bool, int, float, str, bytes, np.generic)
+
+
 def _list_to_numpy(values: list[Any]) -> np.ndarray:
-    if values and all(isinstance(v, np.ndarray) for v in values):
+    types = set(map(type, values))  # one C pass; the checks below look at the few distinct types
+    if values and types and all(issubclass(t, np.ndarray) for t in types):
         shapes = {v.shape for v in values}
         if len(shapes) == 1 and values[0].ndim >= 1:
             return np.stack(values)
-    arr = np.empty(len(values), dtype=object)
-    arr[:] = values
-    if values and all(isinstance(v, (bool, int, float, str, bytes, np.generic)) for v in values):
+    if values and all(issubclass(t, _SCALAR_TYPES) for t in types):
         try:
             return np.asarray(values)
         except (ValueError, TypeError):
-            return arr
+            pass
+    arr = np.empty(len(values), dtype=object)
+    arr[:] = values
     return arr
 
 
 def _object_array_to_arrow(values: np.ndarray, column: str) -> pa.Array:
     items = list(values)
+    from raylite.data._internal.rows import LazyRow
+
+    for v in items:  # a row view stored as a value (``{"orig": row}``): Arrow reads dicts directly
+        if type(v) is LazyRow:
+            v._fill()
     non_null = [v for v in items if v is not None]
     if non_null and all(isinstance(v, np.ndarray) for v in non_null):
         shapes = {v.shape for v in non_null}
@@ -428,7 +438,17 @@ def rows_to_block(rows: list[Any], where: str = "") -> Block:
     """Rows (dicts) -> block; keys missing from some rows become nulls."""
     if not rows:
         return pa.table({})
-    names: dict[str, None] = {}
+    if set(map(type, rows)) == {dict}:
+        names = list(rows[0])
+        first = rows[0].keys()
+        if names and all(r.keys() == first for r in rows):  # the usual case: every row has the same keys
+            if len(names) == 1:
+                key = names[0]
+                columns_values = [[r[key] for r in rows]]
+            else:
+                columns_values = [list(c) for c in zip(*map(operator.itemgetter(*names), rows))]
+            return pa.table({n: to_arrow_array(_list_to_numpy(v), n) for n, v in zip(names, columns_values)})
+    seen: dict[str, None] = {}
     for row in rows:
         if not isinstance(row, Mapping):
             raise BatchTypeError(
@@ -436,9 +456,9 @@ def rows_to_block(rows: list[Any], where: str = "") -> Block:
                 "of column name -> value."
             )
         for k in row:
-            names.setdefault(k, None)
+            seen.setdefault(k, None)
     columns = {}
-    for name in names:
+    for name in seen:
         values = [row.get(name) for row in rows]
         columns[name] = to_arrow_array(_list_to_numpy(values), name)
     return pa.table(columns)

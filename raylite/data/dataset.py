@@ -42,6 +42,7 @@ from raylite.data._internal.transforms import (
     MapBatchesStage,
     MapRowsStage,
     ProjectStage,
+    WithColumnsStage,
 )
 from raylite.data.aggregate import AggregateFn, Max, Mean, Min, Std, Sum, Unique
 from raylite.data.block import (
@@ -198,26 +199,66 @@ class Dataset:
         return self._map_like(name, FlatMapStage(udf, name=name), _compute_for(fn, compute, concurrency, name),
                               _remote_args(num_cpus, num_gpus, memory, ray_remote_args))
 
-    def filter(self, fn: Any = None, expr: str | None = None, *, compute: Any = None,
+    def filter(self, fn: Any = None, expr: Any = None, *, compute: Any = None,
                fn_args: Sequence[Any] | None = None, fn_kwargs: dict[str, Any] | None = None,
                fn_constructor_args: Sequence[Any] | None = None,
                fn_constructor_kwargs: dict[str, Any] | None = None, num_cpus: float | None = None,
                num_gpus: float | None = None, memory: float | None = None, concurrency: Any = None,
                **ray_remote_args: Any) -> Dataset:
-        """Keep rows where ``fn(row)`` is True, or where the expression string holds (vectorized)."""
+        """Keep rows where ``fn(row)`` is True, or where ``expr`` holds (vectorised on Arrow).
+
+        ``expr`` is an expression (``col("x") > 5``, from ``raylite.data.expressions``) or
+        a string in Python syntax (``"x > 5 and label == 'cat'"``).
+        """
         if (fn is None) == (expr is None):
             raise ValueError("filter() takes exactly one of fn or expr")
         if expr is not None:
             from raylite.data._internal.expressions import parse_expression
+            from raylite.data.expressions import Expr, ExprPredicate
 
-            name = f"Filter({expr})"
-            stage = FilterStage(expr=parse_expression(expr), name=name)
+            if isinstance(expr, Expr):
+                predicate: Any = ExprPredicate(expr)
+            elif isinstance(expr, str):
+                predicate = parse_expression(expr)
+            else:
+                raise TypeError(f"filter(expr=...) takes an Expr (col('x') > 0) or a string, "
+                                f"got {type(expr).__name__}")
+            name = f"Filter({predicate})"
+            stage = FilterStage(expr=predicate, name=name)
             return self._map_like(name, stage, None, _remote_args(num_cpus, num_gpus, memory, ray_remote_args))
         name = f"Filter({_fn_name(fn)})"
         udf = UDF(fn, tuple(fn_args or ()), dict(fn_kwargs or {}), tuple(fn_constructor_args or ()),
                   dict(fn_constructor_kwargs or {}))
         return self._map_like(name, FilterStage(udf=udf, name=name), _compute_for(fn, compute, concurrency, name),
                               _remote_args(num_cpus, num_gpus, memory, ray_remote_args))
+
+    def with_column(self, column_name: str, expr: Any, *, compute: Any = None, num_cpus: float | None = None,
+                    num_gpus: float | None = None, memory: float | None = None,
+                    **ray_remote_args: Any) -> Dataset:
+        """Add (or replace) ``column_name`` with the values of expression ``expr`` (vectorised)."""
+        return self.with_columns({column_name: expr}, compute=compute, num_cpus=num_cpus, num_gpus=num_gpus,
+                                 memory=memory, **ray_remote_args)
+
+    def with_columns(self, exprs: Any = None, *more_exprs: Any, compute: Any = None,
+                     num_cpus: float | None = None, num_gpus: float | None = None, memory: float | None = None,
+                     **ray_remote_args: Any) -> Dataset:
+        """Add or replace several columns from ``{name: Expr}`` mappings, all computed from the input block."""
+        from raylite.data.expressions import named_exprs
+
+        pairs: list[tuple[str, Any]] = []
+        for mapping in (exprs, *more_exprs):
+            if mapping is None:
+                continue
+            if not isinstance(mapping, dict):
+                raise TypeError(f"with_columns takes mappings of column name -> Expr, got {type(mapping).__name__}")
+            pairs.extend(mapping.items())
+        if not pairs:
+            raise ValueError("with_columns needs at least one {name: expression}")
+        named = named_exprs(pairs)
+        name = f"WithColumns({', '.join(n for n, _ in named)})"
+        stage = WithColumnsStage(named, name=name)
+        return self._map_like(name, stage, None, _remote_args(num_cpus, num_gpus, memory, ray_remote_args),
+                              preserves_rows=True)
 
     def add_column(self, col: str, fn: Callable[[Any], Any], *, batch_format: str = "pandas",
                    compute: Any = None, concurrency: Any = None, **ray_remote_args: Any) -> Dataset:
@@ -291,6 +332,20 @@ class Dataset:
     def zip(self, other: Dataset) -> Dataset:
         """Columns of both datasets side by side (same row count; duplicate names get ``_1``)."""
         return self._with(L.Zip("Zip", [self._logical, other._logical]))
+
+    def join(self, ds: Dataset, join_type: str, num_partitions: int, on: tuple[str, ...] = ("id",),
+             right_on: tuple[str, ...] | None = None, left_suffix: str | None = None,
+             right_suffix: str | None = None, *, partition_size_hint: int | None = None,
+             aggregator_ray_remote_args: dict[str, Any] | None = None, validate_schemas: bool = False) -> Dataset:
+        """Join with ``ds`` on key columns: ``inner``, ``left_outer``, ``right_outer``, ``full_outer``
+        (and ``left_semi``/``right_semi``/``left_anti``/``right_anti``), hash-partitioned into
+        ``num_partitions`` join tasks (and output blocks)."""
+        from raylite.data._internal.join import JoinSpec
+
+        if not isinstance(ds, Dataset):
+            raise TypeError(f"join() needs another Dataset, got {type(ds).__name__}")
+        spec = JoinSpec.of(join_type, num_partitions, on, right_on, left_suffix, right_suffix)
+        return self._with(L.Join(f"Join({join_type})", [self._logical, ds._logical], spec=spec))
 
     # ================================================================ aggregations
 
@@ -601,6 +656,87 @@ class Dataset:
                     **kwargs: Any) -> None:
         self._write(path, "numpy", filesystem, try_create_dir, column=column)
 
+    def write_datasink(self, datasink: Any, *, ray_remote_args: dict[str, Any] | None = None,
+                       concurrency: int | None = None) -> None:
+        """Write with a custom ``Datasink``: ``write(blocks, ctx)`` once per write task."""
+        from raylite.data.datasink import Datasink, DatasinkWriteStage, collect_result
+
+        if not isinstance(datasink, Datasink):
+            raise TypeError(f"write_datasink needs a raylite.data.Datasink, got {type(datasink).__name__}")
+        datasink.on_write_start()
+        name = f"Write{datasink.get_name()}"
+        try:
+            if not datasink.supports_distributed_writes:  # one write() on the driver, as Ray does
+                stage = DatasinkWriteStage(datasink, name=name)
+                result = collect_result(stage.apply(self._iter_blocks()))
+            else:
+                compute = L.TaskPoolStrategy(size=int(concurrency)) if concurrency else None
+                ds = self._map_like(name, DatasinkWriteStage(datasink, name=name), compute,
+                                    dict(ray_remote_args or {}))
+                result = collect_result(ds._iter_blocks())
+                self._last_stats = ds._last_stats
+        except Exception as e:
+            datasink.on_write_failed(e)
+            raise
+        datasink.on_write_complete(result)
+
+    def random_sample(self, fraction: float, *, seed: int | None = None) -> Dataset:
+        """About ``fraction`` of the rows, each kept independently (order kept); seeded runs repeat."""
+        from raylite.data._internal.sampling import RandomSampleStage
+
+        if not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+            raise ValueError(f"random_sample: fraction must be between 0 and 1, got {fraction!r}")
+        return self._map_like(f"RandomSample({fraction})", RandomSampleStage(float(fraction), seed), None, {})
+
+    def streaming_train_test_split(self, test_size: float, *, split_type: str = "random",
+                                   hash_column: str | None = None, seed: int | None = None,
+                                   **ray_remote_kwargs: Any) -> tuple[Dataset, Dataset]:
+        """(train, test) as two lazy datasets over the same stream, without materializing.
+
+        ``split_type="random"`` draws per row (the two halves agree because both draw
+        with the same seed); ``"hash"`` puts a row in test by the hash of ``hash_column``.
+        """
+        from raylite.data._internal.sampling import SplitStage, fresh_seed
+
+        if not isinstance(test_size, (int, float)) or not 0 < test_size < 1:
+            raise ValueError(f"streaming_train_test_split: test_size must be in (0, 1), got {test_size!r}")
+        if split_type not in ("random", "hash"):
+            raise ValueError(f"split_type must be 'random' or 'hash', got {split_type!r}")
+        if split_type == "hash" and not hash_column:
+            raise ValueError("split_type='hash' needs hash_column, the column whose hash picks the split")
+        s = seed if seed is not None else (0 if split_type == "hash" else fresh_seed())
+        halves = []
+        for keep_test in (False, True):
+            stage = SplitStage(float(test_size), split_type, hash_column, s, keep_test,
+                               name="TrainTestSplit[test]" if keep_test else "TrainTestSplit[train]")
+            halves.append(self._map_like(stage.name, stage, None, dict(ray_remote_kwargs)))
+        return halves[0], halves[1]
+
+    def summary(self, columns: list[str] | None = None, override_dtype_agg_mapping: Any = None) -> Any:
+        """Per-column statistics (count, mean, min, max, std, missing_pct, zero_pct, approx_topk ...)."""
+        from raylite.data._internal.summary import summarize
+
+        if override_dtype_agg_mapping is not None:
+            raise NotImplementedError("summary(override_dtype_agg_mapping=...) is not supported by raylite yet")
+        return summarize(self._iter_blocks(), list(columns) if columns is not None else None)
+
+    def explain(self) -> None:
+        """Print the logical plan and the physical plan (fused operators) without running anything."""
+        print(self._explain_text())
+
+    def _explain_text(self) -> str:
+        def tree(names: list[str]) -> list[str]:
+            lines = [names[-1]] if names else []
+            for depth, n in enumerate(reversed(names[:-1])):
+                lines.append("   " * depth + "+- " + n)
+            return lines
+
+        logical = [op.name for op in self._logical.post_order()]
+        ops = make_plan(self._logical, get_submitter(), DataContext.get_current().copy())
+        physical = [f"{type(op).__name__}[{op.name}]" for op in ops]
+        return "\n".join(["", "-------- Logical Plan --------", *tree(logical), "",
+                          "-------- Physical Plan --------", *tree(physical), ""])
+
     # ================================================================ misc
 
     def __repr__(self) -> str:
@@ -635,9 +771,13 @@ class MaterializedDataset(Dataset):
         return list(self._logical.bundles or [])
 
     def num_blocks(self) -> int:
+        if isinstance(self._logical, L.InputData) and self._logical.blocks is not None:  # from_* data
+            return len(self._logical.blocks)
         return builtins.sum(len(b.blocks) for b in self._bundles())
 
     def size_bytes(self) -> int:
+        if isinstance(self._logical, L.InputData) and self._logical.blocks is not None:
+            return builtins.sum(b.nbytes for b in self._logical.blocks)
         return builtins.sum(b.size_bytes() for b in self._bundles())
 
     def materialize(self) -> MaterializedDataset:

@@ -20,12 +20,14 @@ from raylite.data._internal import logical as L
 from raylite.data.block import Block, batch_to_block, compact_block, items_to_block, to_arrow_array
 from raylite.data.dataset import Dataset, MaterializedDataset
 from raylite.data.datasource import (
+    AvroDatasource,
     BinaryDatasource,
     CSVDatasource,
     Datasource,
     ImageDatasource,
     JSONDatasource,
     NumpyDatasource,
+    ORCDatasource,
     ParquetDatasource,
     RangeDatasource,
     TextDatasource,
@@ -143,6 +145,58 @@ def read_parquet(paths: str | Sequence[str], *, filesystem: Any = None, columns:
     return _file_read(ParquetDatasource, paths, override_num_blocks, parallelism, ray_remote_args,
                       filesystem=filesystem, columns=columns, filter=filter, file_extensions=file_extensions,
                       include_paths=include_paths, partitioning=partitioning, schema=schema)
+
+
+def read_orc(paths: str | Sequence[str], *, filesystem: Any = None, columns: list[str] | None = None,
+             override_num_blocks: int | None = None, parallelism: int | None = None,
+             ray_remote_args: dict[str, Any] | None = None, file_extensions: list[str] | None = None,
+             include_paths: bool = False, partitioning: Any = "hive", **arrow_orc_args: Any) -> Dataset:
+    """ORC files (``pyarrow.orc``); ``columns`` selects columns while reading."""
+    return _file_read(ORCDatasource, paths, override_num_blocks, parallelism, ray_remote_args,
+                      filesystem=filesystem, columns=columns, file_extensions=file_extensions,
+                      include_paths=include_paths, partitioning=partitioning)
+
+
+def read_avro(paths: str | Sequence[str], *, filesystem: Any = None, override_num_blocks: int | None = None,
+              parallelism: int | None = None, ray_remote_args: dict[str, Any] | None = None,
+              file_extensions: list[str] | None = None, include_paths: bool = False,
+              partitioning: Any = None, **kwargs: Any) -> Dataset:
+    """Avro container files, one row per record (needs the ``fastavro`` package)."""
+    return _file_read(AvroDatasource, paths, override_num_blocks, parallelism, ray_remote_args,
+                      filesystem=filesystem, file_extensions=file_extensions, include_paths=include_paths,
+                      partitioning=partitioning)
+
+
+def from_huggingface(dataset: Any, parallelism: int = -1, concurrency: int | None = None,
+                     override_num_blocks: int | None = None) -> MaterializedDataset:
+    """A Hugging Face ``datasets.Dataset`` (or ``IterableDataset``) already loaded in this process.
+
+    A map-style dataset's Arrow table is used as is (zero copy; a filtered or shuffled
+    one is flattened first); an iterable one is read in batches. Pick one split of a
+    ``DatasetDict`` first (``ds["train"]``).
+    """
+    try:
+        import datasets as hf
+    except ImportError as e:
+        raise ImportError("from_huggingface needs the 'datasets' package: pip install datasets") from e
+    if isinstance(dataset, (hf.DatasetDict, hf.IterableDatasetDict)):
+        raise TypeError(f"from_huggingface got a {type(dataset).__name__} with splits {list(dataset)}; "
+                        "pass one split, e.g. from_huggingface(ds['train'])")
+    if isinstance(dataset, hf.IterableDataset):
+        tables = [pa.Table.from_pydict(batch) for batch in dataset.iter(batch_size=4096)]
+        table = pa.concat_tables(tables) if tables else pa.table({})
+    elif isinstance(dataset, hf.Dataset):
+        if getattr(dataset, "_indices", None) is not None:
+            dataset = dataset.flatten_indices()
+        table = dataset.data.table if hasattr(dataset.data, "table") else dataset.data
+        table = pa.Table.from_batches(table.to_batches(), schema=table.schema)
+    else:
+        raise TypeError(f"from_huggingface needs a datasets.Dataset or IterableDataset, got {type(dataset).__name__}")
+    blocks = _blocks_param(override_num_blocks, parallelism if parallelism != -1 else None)
+    n = blocks if blocks > 0 else max(1, min(DEFAULT_FROM_ITEMS_BLOCKS, table.num_rows // 1024 or 1))
+    bounds = np.linspace(0, table.num_rows, n + 1).astype(np.int64)
+    parts = [table.slice(int(a), int(b - a)) for a, b in zip(bounds[:-1], bounds[1:])]
+    return _from_blocks(parts)
 
 
 def read_csv(paths: str | Sequence[str], *, filesystem: Any = None, override_num_blocks: int | None = None,

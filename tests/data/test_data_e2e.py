@@ -167,3 +167,15 @@ def test_materialize_and_refs():
     refs = mat.to_arrow_refs()
     assert sum(t.num_rows for t in raylite.get(refs)) == 100
     assert rd.from_arrow_refs(refs).sum("id") == 2 * sum(range(100))
+
+
+def test_documentation_join_example_and_row_views_on_the_cluster():
+    from raylite.data.expressions import col
+
+    doubles_ds = rd.range(4).map(lambda row: {"id": row["id"], "double": int(row["id"]) * 2})
+    squares_ds = rd.range(4).map(lambda row: {"id": row["id"], "square": int(row["id"]) ** 2})
+    doubles_and_squares_ds = doubles_ds.join(squares_ds, join_type="inner", num_partitions=2, on=("id",))
+    rows = sorted(doubles_and_squares_ds.take_all(), key=lambda r: r["id"])
+    assert rows == [{"id": i, "double": 2 * i, "square": i * i} for i in range(4)]
+    kept = rd.range(100).filter(lambda r: r["id"] % 3 == 0).with_column("x", col("id") * 2)
+    assert [r["x"] for r in kept.filter(expr=col("id") > 90).take_all()] == [186, 192, 198]

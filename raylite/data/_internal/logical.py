@@ -149,3 +149,10 @@ class Union(LogicalOperator):
 class Zip(LogicalOperator):
     def known_num_rows(self) -> int | None:
         return self.inputs[0].known_num_rows()
+
+
+@dataclass(eq=False)
+class Join(LogicalOperator):
+    """``left.join(right, ...)``: inputs are [left, right]; ``spec`` is a ``join.JoinSpec``."""
+
+    spec: Any = None

@@ -120,6 +120,10 @@ class Planner:
             return UnionOperator("Union", [self._convert(i) for i in lop.inputs])
         if isinstance(lop, L.Zip):
             return ZipOperator("Zip", [self._convert(i) for i in lop.inputs])
+        if isinstance(lop, L.Join):
+            from raylite.data._internal.join import JoinOperator
+
+            return JoinOperator(lop.name, [self._convert(i) for i in lop.inputs], lop.spec)
         raise TypeError(f"No physical plan for logical operator {type(lop).__name__}")
 
     def _read_spec(self, lop: L.Read) -> _MapSpec:

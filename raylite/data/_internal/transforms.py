@@ -19,8 +19,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
+from raylite.data._internal.rows import LazyRow, apply_per_row, as_plain_row
 from raylite.data.block import (
     BatchTypeError,
     Block,
@@ -165,6 +167,24 @@ class MapBatchesStage(Stage):
             raise
 
 
+def _apply_per_row(fn: Callable[..., Any], table: Block, udf: UDF, stage: Stage) -> list[Any]:
+    """``fn(row)`` for every row of ``table`` (``LazyRow`` views; see ``rows.py``)."""
+    def on_error(e: BaseException, i: int) -> None:
+        _note(e, f"raylite.data: raised by the UDF of operator {stage.name} on row {_short(_row_at(table, i))}")
+
+    hot = stage.__dict__.setdefault("_hot_columns", [])
+    return apply_per_row(fn, table, udf.fn_args, udf.fn_kwargs, hot, on_error)
+
+
+def _row_at(table: Block, i: int) -> dict[str, Any]:
+    return next(iter_table_rows(table.slice(i, 1)), {})
+
+
+def _rows_out(rows: list[Any], where: str) -> Iterator[Block]:
+    for start in range(0, len(rows), ROWS_PER_OUTPUT_TABLE):
+        yield rows_to_block(rows[start:start + ROWS_PER_OUTPUT_TABLE], where)
+
+
 @dataclass
 class MapRowsStage(Stage):
     udf: UDF
@@ -177,21 +197,21 @@ class MapRowsStage(Stage):
         fn = self.udf.callable
         where = f"operator {self.name}"
         for table in tables:
-            rows: list[Any] = []
-            for row in iter_table_rows(table):
-                out = _call_udf(fn, row, self.udf.fn_args, self.udf.fn_kwargs, self.name, f"row {_short(row)}")
-                if not isinstance(out, dict):
-                    raise BatchTypeError(
-                        f"The UDF of operator {self.name} returned a {type(out).__name__} for row "
-                        f"{_short(row)}; map() functions must return a dict (use flat_map() to return "
-                        "a list of rows)."
-                    )
-                rows.append(out)
-                if len(rows) >= ROWS_PER_OUTPUT_TABLE:
-                    yield rows_to_block(rows, where)
-                    rows = []
-            if rows:
-                yield rows_to_block(rows, where)
+            outs = _apply_per_row(fn, table, self.udf, self)
+            types = set(map(type, outs))
+            if types - _DICT_TYPES and not all(isinstance(o, dict) for o in outs):
+                i, out = next((i, o) for i, o in enumerate(outs) if not isinstance(o, dict))
+                raise BatchTypeError(
+                    f"The UDF of operator {self.name} returned a {type(out).__name__} for row "
+                    f"{_short(_row_at(table, i))}; map() functions must return a dict (use flat_map() to "
+                    "return a list of rows)."
+                )
+            if LazyRow in types:
+                outs = [as_plain_row(o) for o in outs]
+            yield from _rows_out(outs, where)
+
+
+_DICT_TYPES = {dict, LazyRow}
 
 
 @dataclass
@@ -206,26 +226,27 @@ class FlatMapStage(Stage):
         fn = self.udf.callable
         where = f"operator {self.name}"
         for table in tables:
+            outs = _apply_per_row(fn, table, self.udf, self)
             rows: list[Any] = []
-            for row in iter_table_rows(table):
-                out = _call_udf(fn, row, self.udf.fn_args, self.udf.fn_kwargs, self.name, f"row {_short(row)}")
+            for i, out in enumerate(outs):
                 if isinstance(out, dict) or not isinstance(out, Iterable):
                     raise BatchTypeError(
                         f"The UDF of operator {self.name} returned a {type(out).__name__} for row "
-                        f"{_short(row)}; flat_map() functions must return a list of dicts."
+                        f"{_short(_row_at(table, i))}; flat_map() functions must return a list of dicts."
                     )
                 rows.extend(out)
-                if len(rows) >= ROWS_PER_OUTPUT_TABLE:
-                    yield rows_to_block(rows, where)
-                    rows = []
-            if rows:
-                yield rows_to_block(rows, where)
+            if any(type(r) is LazyRow for r in rows):
+                rows = [as_plain_row(r) for r in rows]
+            yield from _rows_out(rows, where)
+
+
+_BOOL_TYPES = {bool, np.bool_}
 
 
 @dataclass
 class FilterStage(Stage):
     udf: UDF | None = None
-    expr: Any = None  # an expressions.Expression (parsed filter string)
+    expr: Any = None  # an expressions.Expression (parsed filter string) or an Expr
     name: str = "Filter"
 
     def setup(self) -> None:
@@ -246,16 +267,17 @@ class FilterStage(Stage):
         assert self.udf is not None
         fn = self.udf.callable
         for table in tables:
-            mask = []
-            for row in iter_table_rows(table):
-                keep = _call_udf(fn, row, self.udf.fn_args, self.udf.fn_kwargs, self.name, f"row {_short(row)}")
-                if not isinstance(keep, (bool,)) and type(keep).__name__ != "bool_":
-                    raise BatchTypeError(
-                        f"The UDF of operator {self.name} returned a {type(keep).__name__} for row "
-                        f"{_short(row)}; filter() functions must return a bool."
-                    )
-                mask.append(bool(keep))
-            yield table.filter(pa.array(mask, type=pa.bool_())) if table.num_rows else table
+            if not table.num_rows:
+                yield table
+                continue
+            keep = _apply_per_row(fn, table, self.udf, self)
+            if not set(map(type, keep)) <= _BOOL_TYPES:
+                i, bad = next((i, k) for i, k in enumerate(keep) if type(k) not in _BOOL_TYPES)
+                raise BatchTypeError(
+                    f"The UDF of operator {self.name} returned a {type(bad).__name__} for row "
+                    f"{_short(_row_at(table, i))}; filter() functions must return a bool."
+                )
+            yield table.filter(pa.array(keep, type=pa.bool_()))
 
 
 def _check_columns(table: Block, cols: Iterable[str], op: str) -> None:
@@ -313,6 +335,26 @@ class AddColumnStage(Stage):
                 table = table.set_column(table.column_names.index(self.col), self.col, arr)
             else:
                 table = table.append_column(self.col, arr)
+            yield table
+
+
+@dataclass
+class WithColumnsStage(Stage):
+    """``with_column`` / ``with_columns``: add or replace columns computed by expressions (Arrow compute)."""
+
+    exprs: list[tuple[str, Any]]  # (name, raylite.data.expressions.Expr)
+    name: str = "WithColumns"
+
+    def apply(self, tables: Iterator[Block]) -> Iterator[Block]:
+        from raylite.data.expressions import eval_column
+
+        for table in tables:
+            values = [(n, eval_column(e, table, f"Operator {self.name}: expression")) for n, e in self.exprs]
+            for col, arr in values:  # all evaluated on the input block, as one projection
+                if col in table.column_names:
+                    table = table.set_column(table.column_names.index(col), col, arr)
+                else:
+                    table = table.append_column(col, arr)
             yield table
 
 

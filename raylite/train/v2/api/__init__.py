@@ -1,0 +1,1 @@
+"""``raylite.train.v2.api``: Ray's v2 API module path (re-exports only)."""
