@@ -131,5 +131,12 @@ def memory(address: str, limit: int) -> None:
         raylite.shutdown()
 
 
+from raylite.cli.job import job as _job_group  # noqa: E402  (issue 12: jobs)
+from raylite.cli.state import register as _register_state  # noqa: E402  (issue 12: list/get/summary/logs/timeline)
+
+main.add_command(_job_group)
+_register_state(main)
+
+
 if __name__ == "__main__":
     main()
