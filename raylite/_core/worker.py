@@ -503,12 +503,22 @@ class Worker:
             os.close(w)
             lock = threading.Lock()
             self._output_pipes.append((r, lock))
-            threading.Thread(target=self._pump_output, args=(r, stream, lock), daemon=True,
-                             name=f"raylite-{stream}").start()
+            threading.Thread(target=self._pump_output, args=(r, stream, lock, self._log_file(stream)),
+                             daemon=True, name=f"raylite-{stream}").start()
+
+    def _log_file(self, stream: str) -> int:
+        """This worker's own log file (kept with the session after the cluster stops); -1 if none."""
+        name = f"worker-{self.client.worker_id.hex()[:16]}-{os.getpid()}.{'out' if stream == 'stdout' else 'err'}"
+        try:
+            logs = os.path.join(self.request["session_dir"], "logs")
+            os.makedirs(logs, exist_ok=True)
+            return os.open(os.path.join(logs, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError:
+            return -1
         sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
         sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
 
-    def _pump_output(self, fd: int, stream: str, lock: threading.Lock) -> None:
+    def _pump_output(self, fd: int, stream: str, lock: threading.Lock, log_fd: int = -1) -> None:
         # read only while holding `lock`: data is either still in the pipe or queued for
         # sending, never in between (see _drain_output)
         pending = b""
@@ -518,6 +528,9 @@ class Worker:
                 data = os.read(fd, 65536)
                 if not data:
                     return
+                if log_fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.write(log_fd, data)
                 pending += data
                 if b"\n" not in pending:
                     continue
