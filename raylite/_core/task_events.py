@@ -98,7 +98,8 @@ class TaskEventTable:
     def rows(self, job_id: bytes = b"", limit: int = 0) -> list[dict[str, Any]]:
         """Rows (newest last), of one job or all; `limit` keeps the newest."""
         tables = [self._jobs.get(job_id, OrderedDict())] if job_id else list(self._jobs.values())
-        out = [dict(r, events=list(r["events"])) for t in tables for r in t.values()]
+        # events arrive from owner and worker in any order: show them in time order
+        out = [dict(r, events=sorted(r["events"], key=_event_order)) for t in tables for r in t.values()]
         if limit and len(out) > limit:
             out.sort(key=lambda r: r.get("creation_time_s") or 0.0)
             out = out[-limit:]
@@ -106,6 +107,10 @@ class TaskEventTable:
 
     def __len__(self) -> int:
         return sum(len(t) for t in self._jobs.values())
+
+
+def _event_order(event: dict[str, Any]) -> tuple[int, int]:
+    return event["created_ms"], _ORDER.get(event["state"], 0)
 
 
 def _merge(row: dict[str, Any], state: str, time_s: float, extra: dict | None) -> None:
