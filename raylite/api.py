@@ -29,10 +29,12 @@ class RayContext(dict):
     """What init() returns: address info; usable as a context manager that shuts down on exit."""
 
     def __init__(self, info: Any) -> None:
+        url = getattr(info, "dashboard_url", "") or ""
+        url = url.split("://", 1)[-1] or None  # Ray's form: "127.0.0.1:8265"
         super().__init__(address=info.head_address, node_id=info.node_id, session_dir=info.session_dir,
-                         node_ip_address="127.0.0.1", dashboard_url=None)
+                         node_ip_address="127.0.0.1", dashboard_url=url)
         self.address_info = dict(self)
-        self.dashboard_url = None
+        self.dashboard_url = url
 
     def __enter__(self) -> RayContext:
         return self
@@ -54,6 +56,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
     for key in kwargs:
         if key not in _RAY_INIT_KWARGS:
             raise TypeError(f"init() got an unexpected keyword argument {key!r}")
+        if key in ("dashboard_host", "dashboard_port"):
+            continue  # used below
         if kwargs[key] not in (None, False):
             warnings.warn(f"raylite.init() ignores {key}={kwargs[key]!r} (accepted for Ray compatibility).",
                           stacklevel=2)
@@ -70,7 +74,13 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             for k in resources:
                 if k in ("CPU", "GPU"):
                     raise ValueError(f"Use num_cpus/num_gpus instead of resources[{k!r}] in init().")
+        if address == "auto" and os.environ.get("RAYLITE_JOB_SUBMISSION_ID"):
+            address = None  # a submitted job's driver: its cluster is in RAYLITE_ADDRESS
         address = address or os.environ.get("RAYLITE_ADDRESS") or os.environ.get("RAY_ADDRESS") or None
+        if runtime_env is None and os.environ.get("RAYLITE_JOB_RUNTIME_ENV"):
+            import json
+
+            runtime_env = json.loads(os.environ["RAYLITE_JOB_RUNTIME_ENV"])  # the job's, from the supervisor
         if address is None:  # as in Ray: join the cluster `raylite start` left running here
             from raylite._core.cluster_files import running_cluster_address
             from raylite._core.config import get_config
@@ -90,7 +100,9 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             info = driver.init_local(num_cpus=num_cpus, num_gpus=num_gpus, resources=resources,
                                      namespace=namespace or _anon_namespace(),
                                      object_store_memory=object_store_memory, log_to_driver=log_to_driver,
-                                     labels=kwargs.get("labels"))
+                                     labels=kwargs.get("labels"), include_dashboard=include_dashboard,
+                                     dashboard_host=kwargs.get("dashboard_host"),
+                                     dashboard_port=kwargs.get("dashboard_port"))
         if runtime_env and (runtime_env.get("working_dir") or runtime_env.get("py_modules")):
             # now there is a cluster to ship them to
             try:
@@ -294,10 +306,6 @@ def get_gpu_ids() -> list[int]:
     """The GPU device ids given to the current task or actor ([] in the driver)."""
     if runtime.is_worker():
         return list(runtime.worker().ctx.gpu_ids)
-    return []
-
-
-def timeline(filename: str | None = None) -> list:
     return []
 
 

@@ -36,6 +36,7 @@ class StartedNode:
     node_id: str
     head: bool
     process: subprocess.Popen
+    dashboard_url: str = ""
 
 
 def node_resources(num_cpus: float | None, num_gpus: float | None, resources: dict | None,
@@ -58,7 +59,8 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
                resources: dict | None = None, object_store_memory: int | None = None,
                persist: str = "", token: str = "", tls_cert: str = "", tls_key: str = "",
                timeout_s: float = 60.0, labels: dict | None = None, node_port: int = 0,
-               extra_resources: dict | None = None) -> StartedNode:
+               extra_resources: dict | None = None, include_dashboard: bool = False,
+               dashboard_host: str = "127.0.0.1", dashboard_port: int = 8265) -> StartedNode:
     """Start a head node or a worker node as a detached process; wait until it serves.
 
     `extra_resources` are added to `resources` (e.g. `memory` from `raylite start --memory`);
@@ -78,6 +80,8 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
         extra = ["--head", "--head-port", str(port)]
         if persist:
             extra += ["--persist", persist]
+        if include_dashboard:
+            extra += ["--dashboard-host", dashboard_host, "--dashboard-port", str(dashboard_port)]
     else:
         if not address:
             raise StartError("raylite start needs --head or --address=HOST:PORT of a running head")
@@ -121,8 +125,8 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
         proc.stdout.close()
     CF.write_node_file(session, proc.pid, head, hostport)
     if head:
-        CF.write_address_file(temp_dir, hostport, token_file, session)
-    return StartedNode(proc.pid, session, hostport, info["node_id"], head, proc)
+        CF.write_address_file(temp_dir, hostport, token_file, session, info.get("dashboard_url", ""))
+    return StartedNode(proc.pid, session, hostport, info["node_id"], head, proc, info.get("dashboard_url", ""))
 
 
 def _check_port_free(ip: str, port: int) -> None:

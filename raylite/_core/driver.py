@@ -40,17 +40,26 @@ class DriverInfo:
     job_id: bytes
     local: bool
     log_to_driver: bool
+    dashboard_url: str = ""
 
 
 def start_local(config: Config, *, num_cpus, num_gpus, resources, namespace: str,
-                object_store_memory: int | None, log_to_driver: bool, labels: dict | None = None) -> DriverInfo:
-    key = launch.node_key(num_cpus, num_gpus, resources, object_store_memory, labels)
+                object_store_memory: int | None, log_to_driver: bool, labels: dict | None = None,
+                include_dashboard: bool | None = None, dashboard_host: str | None = None,
+                dashboard_port: int | None = None) -> DriverInfo:
+    dashboard = launch.dashboard_args(config, include_dashboard, dashboard_host, dashboard_port)
+    key = launch.node_key(num_cpus, num_gpus, resources, object_store_memory, labels, dashboard)
     node = launch.take_prestarted(key) or launch.spawn_node(
         config, num_cpus=num_cpus, num_gpus=num_gpus, resources=resources,
-        object_store_memory=object_store_memory, labels=labels)
+        object_store_memory=object_store_memory, labels=labels, dashboard=dashboard)
     info = launch.wait_ready(node)
+    if info.get("dashboard_warning"):
+        import warnings
+
+        warnings.warn(info["dashboard_warning"], stacklevel=5)
     return DriverInfo(node.session_dir, node.process, info["node_address"], info["head_address"],
-                      info["node_id"], node.token, namespace, JobID.from_random(), True, log_to_driver)
+                      info["node_id"], node.token, namespace, JobID.from_random(), True, log_to_driver,
+                      info.get("dashboard_url", ""))
 
 
 def connect_client(config: Config, info: DriverInfo) -> CoreClient:
@@ -60,7 +69,8 @@ def connect_client(config: Config, info: DriverInfo) -> CoreClient:
     client.start()
     if info.log_to_driver:
         client.log_handler = _print_worker_output
-    client.head_request(RegisterJob(info.job_id, client.address, info.namespace, " ".join(sys.argv)))
+    client.head_request(RegisterJob(info.job_id, client.address, info.namespace, " ".join(sys.argv),
+                                    os.environ.get("RAYLITE_JOB_SUBMISSION_ID", ""), os.getpid()))
     return client
 
 
@@ -107,8 +117,12 @@ def shutdown() -> None:
                 proc.wait(2.0)
         import shutil
 
-        # local: the cluster's session dir; remote: this driver's private socket dir
-        shutil.rmtree(info.session_dir, ignore_errors=True)
+        from raylite._core import sessions
+
+        if info.local:  # the cluster's session: its logs stay (sessions.py)
+            sessions.retire(info.session_dir)
+        else:  # this driver's private socket dir
+            shutil.rmtree(info.session_dir, ignore_errors=True)
 
 
 def init_remote(address: str, *, namespace: str, log_to_driver: bool) -> DriverInfo:
@@ -121,10 +135,15 @@ def init_remote(address: str, *, namespace: str, log_to_driver: bool) -> DriverI
     from raylite._core import cluster_files as CF
 
     config = get_config()
-    hostport, token = CF.resolve(address, config.temp_dir, config.token)
-    host, port = hostport.rsplit(":", 1)
-    nodes = query_cluster(hostport, token)
-    my_ip = config.node_ip_address or CF.local_ip_towards(host, int(port))
+    if address.startswith("unix://"):  # a local cluster's head (a submitted job's driver joins it so)
+        hostport, token = address, config.token
+        my_ip = config.node_ip_address or "127.0.0.1"
+        nodes = query_cluster(hostport, token)
+    else:
+        hostport, token = CF.resolve(address, config.temp_dir, config.token)
+        host, port = hostport.rsplit(":", 1)
+        nodes = query_cluster(hostport, token)
+        my_ip = config.node_ip_address or CF.local_ip_towards(host, int(port))
     candidates = local_nodes(nodes, my_ip)
     if not candidates:
         raise ConnectionError(
@@ -135,7 +154,8 @@ def init_remote(address: str, *, namespace: str, log_to_driver: bool) -> DriverI
     for i, node in enumerate(candidates):  # a node the head still lists may have just died
         local = node.get("local_address", "")
         node_address = local if local and os.path.exists(local[len("unix://"):]) else node["address"]
-        info = DriverInfo(private, None, node_address, f"tcp://{hostport}", node["node_id"].hex(), token,
+        head_address = hostport if hostport.startswith("unix://") else f"tcp://{hostport}"
+        info = DriverInfo(private, None, node_address, head_address, node["node_id"].hex(), token,
                           namespace, JobID.from_random(), False, log_to_driver)
         try:
             client = connect_client(config.replace(node_ip_address=node["ip"], token=token), info)
@@ -143,6 +163,9 @@ def init_remote(address: str, *, namespace: str, log_to_driver: bool) -> DriverI
         except ConnectionBrokenError:
             if i == len(candidates) - 1:
                 raise
+    found = CF.read_address_file(config.temp_dir)
+    if found and found.get("address") == hostport:
+        info.dashboard_url = found.get("dashboard_url", "")
     runtime.set_driver(client, info)
     atexit.register(shutdown)
     return info
@@ -172,8 +195,9 @@ def run_head_request(hostport: str, token: str, msg, timeout_s: float = 10.0):
     from raylite._core.transport.base import ConnectionBrokenError
 
     async def ask():
+        target = hostport if hostport.startswith("unix://") else f"tcp://{hostport}"
         try:
-            conn = await rpc.connect(f"tcp://{hostport}", {}, token=token, role="cli", timeout_s=timeout_s)
+            conn = await rpc.connect(target, {}, token=token, role="cli", timeout_s=timeout_s)
         except ConnectionBrokenError as e:
             raise ConnectionError(
                 f"cannot reach the raylite head at {hostport}: {e.__cause__ or e}. Check that the head "

@@ -582,6 +582,8 @@ class RegisterJob(Message):
     driver_address: str
     namespace: str
     entrypoint: str
+    submission_id: str = ""  # set when the driver runs as a submitted job's entrypoint
+    pid: int = 0
 
 
 @message(75)
@@ -712,3 +714,64 @@ class PullObjectReply(Message):
     total_size: int
     data: bytes
     found: bool = True
+
+
+# ---------------------------------------------------------------- observability (state API, jobs)
+@message(120)
+class TaskEvents(Message):
+    """Client -> head, about once a second and only when there is news: task state changes.
+
+    See task_events.TaskEventBuffer.drain for the layout. dropped: events this process
+    dropped (its buffer was full) since its last flush.
+    """
+
+    events: list  # [[task_id, attempt, job_id, state, time_s, [desc indexes], start_s], ...]
+    dropped: int = 0
+    descs: list = []  # dicts shared by this batch's events (a function's description, the worker's facts)
+
+
+@message(121)
+class GetTaskEvents(Message):
+    job_id: bytes = b""  # b"": every job
+    limit: int = 0  # 0: all kept
+
+
+@message(122)
+class GetTaskEventsReply(Message):
+    tasks: list  # [dict per task attempt, see task_events.TaskEventTable.rows]
+    dropped: dict  # job id hex -> tasks dropped for that job
+
+
+@message(123)
+class ListJobs(Message):
+    pass
+
+
+@message(124)
+class ListJobsReply(Message):
+    jobs: list  # [{job_id, driver_address, namespace, entrypoint, alive, start_time, end_time, ...}]
+
+
+@message(125)
+class ListLogs(Message):
+    """Dashboard -> node: the node's log files."""
+
+
+@message(126)
+class ListLogsReply(Message):
+    files: list  # [[name, size_bytes, mtime_s], ...]
+
+
+@message(127)
+class ReadLog(Message):
+    name: str
+    offset: int = 0
+    length: int = 1 << 20
+    tail_lines: int = -1  # >= 0: the last N lines instead of reading at offset
+
+
+@message(128)
+class ReadLogReply(Message):
+    found: bool
+    data: bytes
+    end: int  # offset after the data (the file size for a tail read)

@@ -1,0 +1,201 @@
+"""Task events: what each task attempt went through, kept by the head in bounded memory.
+
+Recording is split so that neither side adds a message to the task's own path:
+- `TaskEventBuffer` (in every driver and worker): `record()` appends one tuple to a
+  bounded deque (a full buffer drops its oldest and counts them); a background loop
+  takes the batch with `drain()` about once a second and sends one TaskEvents message.
+  The owner records PENDING_ARGS_AVAIL / PENDING_NODE_ASSIGNMENT at submit and the final
+  FINISHED / FAILED when the reply arrives; the executing worker records RUNNING and its
+  own FINISHED / FAILED with node, worker and pid.
+- `TaskEventTable` (in the head, pure): merges events by (task id, attempt) into one row
+  per attempt, at most `max_per_job` rows per job (the oldest row is dropped first and
+  counted per job).
+
+Task lifecycle as recorded (Ray's names):
+    PENDING_ARGS_AVAIL -> PENDING_NODE_ASSIGNMENT -> RUNNING -> (FINISHED | FAILED)
+A retried task starts a new attempt (attempt_number + 1) with its own row.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from typing import Any
+
+from raylite._core import resources as R
+from raylite._core.task_spec import KIND_ACTOR_CALL, KIND_ACTOR_CREATE, TaskSpec
+
+TERMINAL = ("FINISHED", "FAILED")
+_ORDER = {"PENDING_ARGS_AVAIL": 0, "PENDING_NODE_ASSIGNMENT": 1, "SUBMITTED_TO_WORKER": 2, "RUNNING": 3,
+          "FINISHED": 4, "FAILED": 4}
+
+
+class TaskEventBuffer:
+    """A process's bounded buffer of task events waiting to be flushed to the head."""
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        self._events: deque = deque()
+        self._capacity = capacity
+        self._dropped = 0
+        self._lock = threading.Lock()
+
+    def record(self, task_id: bytes, attempt: int, job_id: bytes, state: str, time_s: float,
+               extra: Any = None) -> None:
+        """`extra`: None, a dict (merged into the task's row), a TaskSpec (described at drain
+        time), or (spec, dict)."""
+        events = self._events
+        if len(events) >= self._capacity:
+            with self._lock:
+                if len(events) >= self._capacity:
+                    events.popleft()
+                    self._dropped += 1
+        events.append((task_id, attempt, job_id, state, time_s, extra))
+
+    def drain(self, describe: Callable[[Any], dict] | None = None) -> tuple[list, list, int]:
+        """Take everything buffered as (events, descs, dropped) for one TaskEvents message.
+
+        Wire event: [task_id, attempt, job_id, state, time_s, [desc indexes], start_s]. Facts
+        shared by many events (a function's description, this worker's node and pid) are sent
+        once per batch in `descs`; a RUNNING event whose task also ended within the batch is
+        folded into the terminal one (start_s), so a short task costs the head one event."""
+        events = self._events
+        out: list[list] = []
+        descs: list[dict] = []
+        by_key: dict[Any, int] = {}
+        running: dict[tuple[bytes, int], int] = {}
+
+        def index_of(extra: Any) -> int:
+            if isinstance(extra, dict):
+                key: Any = id(extra)
+            elif isinstance(extra, TaskSpec):
+                key = _spec_key(extra)
+            else:
+                key = None
+            i = by_key.get(key) if key is not None else None
+            if i is None:
+                i = len(descs)
+                descs.append(extra if isinstance(extra, dict) else (describe(extra) if describe else {}))
+                if key is not None:
+                    by_key[key] = i
+            return i
+
+        with self._lock:
+            for _ in range(len(events)):
+                task_id, attempt, job_id, state, time_s, extra = events.popleft()
+                idx = [] if extra is None else [index_of(extra)]
+                key = (task_id, attempt)
+                if state == "RUNNING":
+                    running[key] = len(out)
+                elif state in TERMINAL and key in running:
+                    prior = out[running.pop(key)]
+                    prior[3], prior[6], prior[4] = state, prior[4], time_s
+                    prior[5].extend(idx)
+                    continue
+                out.append([task_id, attempt, job_id, state, time_s, idx, 0.0])
+            dropped, self._dropped = self._dropped, 0
+        return out, descs, dropped
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+
+def _spec_key(spec: TaskSpec) -> tuple:
+    return (spec.function.function_id, spec.kind, spec.method_name, spec.name, spec.actor_id,
+            spec.parent_task_id, tuple(spec.resources.items()))
+
+
+class TaskEventTable:
+    """The head's merged view: one row per (task id, attempt), bounded per job."""
+
+    def __init__(self, max_per_job: int = 10000) -> None:
+        self.max_per_job = max(1, max_per_job)
+        self._jobs: dict[bytes, OrderedDict[tuple[bytes, int], dict[str, Any]]] = {}
+        self.dropped: dict[bytes, int] = {}
+
+    def add(self, events: list, descs: list | None = None, dropped_at_source: int = 0,
+            source_job: bytes = b"") -> None:
+        descs = descs or []
+        for task_id, attempt, job_id, state, time_s, idx, start_s in events:
+            rows = self._jobs.get(job_id)
+            if rows is None:
+                rows = self._jobs[job_id] = OrderedDict()
+            key = (task_id, attempt)
+            row = rows.get(key)
+            if row is None:
+                if len(rows) >= self.max_per_job:
+                    rows.popitem(last=False)  # O(1); a plain dict's front deletions degrade
+                    self.dropped[job_id] = self.dropped.get(job_id, 0) + 1
+                row = rows[key] = {"task_id": task_id, "attempt_number": attempt, "job_id": job_id,
+                                   "state": state, "events": []}
+            if start_s:
+                _merge(row, "RUNNING", start_s)
+            _merge(row, state, time_s)
+            if idx:  # kept by reference (shared within a batch), merged when read
+                row.setdefault("_descs", []).extend(descs[i] for i in idx if 0 <= i < len(descs))
+        if dropped_at_source:
+            self.dropped[source_job] = self.dropped.get(source_job, 0) + dropped_at_source
+
+    def rows(self, job_id: bytes = b"", limit: int = 0) -> list[dict[str, Any]]:
+        """Rows (newest last), of one job or all; `limit` keeps the newest."""
+        tables = [self._jobs.get(job_id, OrderedDict())] if job_id else list(self._jobs.values())
+        # events arrive from owner and worker in any order: show them in time order
+        out = [_materialize(r) for table in tables for r in table.values()]
+        if limit and len(out) > limit:
+            out.sort(key=lambda r: r.get("creation_time_s") or 0.0)
+            out = out[-limit:]
+        return out
+
+    def __len__(self) -> int:
+        return sum(len(t) for t in self._jobs.values())
+
+
+def _materialize(row: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in row.items() if k != "_descs"}
+    for desc in row.get("_descs", ()):
+        for k, v in desc.items():
+            if v not in (None, "", b"") or k not in out:
+                out[k] = v
+    out["events"] = [{"state": st, "created_ms": int(t * 1000)} for st, t in sorted(row["events"], key=_event_order)]
+    return out
+
+
+def _event_order(event: tuple[str, float]) -> tuple[float, int]:
+    return event[1], _ORDER.get(event[0], 0)
+
+
+def _merge(row: dict[str, Any], state: str, time_s: float) -> None:
+    row["events"].append((state, time_s))
+    current = row["state"]
+    rank = _ORDER.get(state, 0)
+    # events come from two processes, in any order: the furthest state wins (FAILED over FINISHED)
+    if (current not in TERMINAL and rank >= _ORDER.get(current, 0)) or (state == "FAILED" and current == "FINISHED"):
+        row["state"] = state
+    if rank <= 2:
+        row.setdefault("creation_time_s", time_s)
+    elif rank == 3:
+        row["start_time_s"] = time_s
+    elif time_s > row.get("end_time_s", 0.0):
+        row["end_time_s"] = time_s
+
+
+_TYPES = {KIND_ACTOR_CALL: "ACTOR_TASK", KIND_ACTOR_CREATE: "ACTOR_CREATION_TASK"}
+
+
+def describe_task(extra: Any) -> dict[str, Any]:
+    """What a task's spec tells the state API (Ray's TaskState field names)."""
+    if isinstance(extra, tuple):  # (spec, facts of the process that ran it)
+        spec, facts = extra
+        return {**describe_task(spec), **facts}
+    if not isinstance(extra, TaskSpec):
+        return {}
+    spec = extra
+    func = spec.function.qualname
+    if spec.kind == KIND_ACTOR_CALL:
+        func = f"{func}.{spec.method_name}"
+    elif spec.kind == KIND_ACTOR_CREATE:
+        func = f"{func}.__init__"
+    return {"name": spec.display_name(), "func_or_class_name": func,
+            "type": _TYPES.get(spec.kind, "NORMAL_TASK"), "actor_id": spec.actor_id,
+            "parent_task_id": spec.parent_task_id, "required_resources": R.from_fixed(spec.resources),
+            "language": "PYTHON"}
