@@ -210,7 +210,7 @@ class Head:
         return P.RegisterNodeReply(True)
 
     def _on_heartbeat(self, conn, msg: P.Heartbeat, rid):
-        alive = self.store.heartbeat(msg.node_id, msg.available, msg.total, msg.pending)
+        alive = self.store.heartbeat(msg.node_id, msg.available, msg.total, msg.pending, msg.stats)
         return P.HeartbeatReply(alive) if rid else None
 
     def _on_pick_node(self, conn, msg: P.PickNode, rid):
@@ -231,7 +231,7 @@ class Head:
              "total": n.total, "available": n.available, "labels": n.labels,
              "death_cause": n.death_cause, "store_dir": n.store_dir,
              "local_address": n.local_address, "data_address": n.data_address,
-             "pending": n.pending}
+             "pending": n.pending, "stats": n.stats}
             for n in self.store.nodes.values()])
 
     # ------------------------------------------------------------ actors

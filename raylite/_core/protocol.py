@@ -615,6 +615,7 @@ class Heartbeat(Message):
     available: dict
     pending: list  # resource demands waiting on this node
     total: dict | None = None  # changes when placement-group bundles are reserved
+    stats: dict | None = None  # every ~2 s: machine CPU/memory, store, workers (node_stats.py)
 
 
 @message(93)
