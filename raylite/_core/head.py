@@ -24,6 +24,7 @@ from raylite._core import scheduling as S
 from raylite._core.clock import Clock, MonotonicClock
 from raylite._core.config import Config
 from raylite._core.control_store import NodeRecord, expired_nodes  # noqa: F401  (tests import them here)
+from raylite._core.head_metrics import HeadMetrics
 from raylite._core.persistence import Persistence
 from raylite._core.task_spec import TaskSpec
 from raylite._core.transport import rpc
@@ -69,6 +70,8 @@ class Head:
             P.RegisterJob: self._on_register_job,
             P.PickNode: self._on_pick_node,
         }
+        self.metrics = HeadMetrics(self.store)  # /metrics and the dashboard's history
+        self.handlers.update(self.metrics.handlers())
         if persist is not None:
             self.store.restore(persist.load)
             s = self.store
@@ -81,6 +84,7 @@ class Head:
                                               on_connect=self._on_connect))
         if self._liveness is None:
             self._liveness = asyncio.get_running_loop().create_task(self._liveness_loop())
+            self._spawn(self.metrics.run())
             if self._restored:
                 self._restored = False
                 self._apply(self.store.resume())

@@ -713,3 +713,28 @@ class PullObjectReply(Message):
     total_size: int
     data: bytes
     found: bool = True
+
+
+# ---------------------------------------------------------------- metrics (dashboard, /metrics)
+@message(140)
+class GetClusterMetrics(Message):
+    """-> ClusterMetricsReply: every metric family the head computes now (cluster_metrics.py)."""
+
+
+@message(141)
+class ClusterMetricsReply(Message):
+    families: list  # [{"name", "type", "help", "samples": [[series key, value], ...]}]
+
+
+@message(142)
+class GetTimeSeries(Message):
+    """-> TimeSeriesReply: the head's history of the named series (or those starting with prefix)."""
+
+    names: list
+    prefix: str = ""
+    since: float = 0.0
+
+
+@message(143)
+class TimeSeriesReply(Message):
+    series: dict  # {"time": [...], name: [value or None, ...]}
