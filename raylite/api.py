@@ -29,10 +29,12 @@ class RayContext(dict):
     """What init() returns: address info; usable as a context manager that shuts down on exit."""
 
     def __init__(self, info: Any) -> None:
+        url = getattr(info, "dashboard_url", "") or ""
+        url = url.split("://", 1)[-1] or None  # Ray's form: "127.0.0.1:8265"
         super().__init__(address=info.head_address, node_id=info.node_id, session_dir=info.session_dir,
-                         node_ip_address="127.0.0.1", dashboard_url=None)
+                         node_ip_address="127.0.0.1", dashboard_url=url)
         self.address_info = dict(self)
-        self.dashboard_url = None
+        self.dashboard_url = url
 
     def __enter__(self) -> RayContext:
         return self
@@ -54,6 +56,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
     for key in kwargs:
         if key not in _RAY_INIT_KWARGS:
             raise TypeError(f"init() got an unexpected keyword argument {key!r}")
+        if key in ("dashboard_host", "dashboard_port"):
+            continue  # used below
         if kwargs[key] not in (None, False):
             warnings.warn(f"raylite.init() ignores {key}={kwargs[key]!r} (accepted for Ray compatibility).",
                           stacklevel=2)
@@ -90,7 +94,9 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             info = driver.init_local(num_cpus=num_cpus, num_gpus=num_gpus, resources=resources,
                                      namespace=namespace or _anon_namespace(),
                                      object_store_memory=object_store_memory, log_to_driver=log_to_driver,
-                                     labels=kwargs.get("labels"))
+                                     labels=kwargs.get("labels"), include_dashboard=include_dashboard,
+                                     dashboard_host=kwargs.get("dashboard_host"),
+                                     dashboard_port=kwargs.get("dashboard_port"))
         if runtime_env and (runtime_env.get("working_dir") or runtime_env.get("py_modules")):
             # now there is a cluster to ship them to
             try:

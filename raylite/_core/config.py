@@ -52,6 +52,19 @@ class Config:
     address: str = ""
     token: str = ""
     log_level: str = "WARNING"
+    # the head's HTTP API server (jobs, state, logs, dashboard); started on its first request
+    include_dashboard: bool = True
+    dashboard_host: str = "127.0.0.1"
+    dashboard_port: int = 8265
+    # loopback clients may skip the token (off: every request carries it, as off loopback)
+    dashboard_loopback_without_token: bool = False
+    # session directories (and their logs) kept after their cluster stopped; older ones go
+    sessions_to_keep: int = 10
+    # task events: per-job cap (oldest dropped first, counted) and how often processes flush
+    task_events_max_per_job: int = 10000
+    task_events_flush_interval_s: float = 1.0
+    # a stopped job's entrypoint gets SIGTERM, then SIGKILL after this
+    job_stop_grace_s: float = 3.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:

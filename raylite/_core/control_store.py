@@ -570,13 +570,17 @@ class ControlStore:
         return [PlacePlacementGroup(pg.pg_id) for pg in self.pgs.values() if pg.state in _UNPLACED_PG]
 
     # ------------------------------------------------------------ jobs
-    def register_job(self, job_id: bytes, driver_address: str, namespace: str, entrypoint: str) -> list[Effect]:
+    def register_job(self, job_id: bytes, driver_address: str, namespace: str, entrypoint: str,
+                     start_time_ms: int = 0, submission_id: str = "", pid: int = 0) -> list[Effect]:
         self.jobs[job_id] = {"driver_address": driver_address, "namespace": namespace,
-                             "entrypoint": entrypoint, "alive": True}
+                             "entrypoint": entrypoint, "alive": True, "start_time": start_time_ms,
+                             "end_time": 0, "submission_id": submission_id, "pid": pid}
         return [Persist("jobs", job_id, {k: v for k, v in self.jobs[job_id].items() if k != "alive"})]
 
-    def job_ended(self, job_id: bytes) -> None:
-        self.jobs[job_id].update(alive=False)
+    def job_ended(self, job_id: bytes, end_time_ms: int = 0) -> list[Effect]:
+        job = self.jobs[job_id]
+        job.update(alive=False, end_time=end_time_ms)
+        return [Persist("jobs", job_id, {k: v for k, v in job.items() if k != "alive"})]
 
     # ------------------------------------------------------------ persistence
     def _persist_node(self, n: NodeRecord) -> Persist:

@@ -40,17 +40,26 @@ class DriverInfo:
     job_id: bytes
     local: bool
     log_to_driver: bool
+    dashboard_url: str = ""
 
 
 def start_local(config: Config, *, num_cpus, num_gpus, resources, namespace: str,
-                object_store_memory: int | None, log_to_driver: bool, labels: dict | None = None) -> DriverInfo:
-    key = launch.node_key(num_cpus, num_gpus, resources, object_store_memory, labels)
+                object_store_memory: int | None, log_to_driver: bool, labels: dict | None = None,
+                include_dashboard: bool | None = None, dashboard_host: str | None = None,
+                dashboard_port: int | None = None) -> DriverInfo:
+    dashboard = launch.dashboard_args(config, include_dashboard, dashboard_host, dashboard_port)
+    key = launch.node_key(num_cpus, num_gpus, resources, object_store_memory, labels, dashboard)
     node = launch.take_prestarted(key) or launch.spawn_node(
         config, num_cpus=num_cpus, num_gpus=num_gpus, resources=resources,
-        object_store_memory=object_store_memory, labels=labels)
+        object_store_memory=object_store_memory, labels=labels, dashboard=dashboard)
     info = launch.wait_ready(node)
+    if info.get("dashboard_warning"):
+        import warnings
+
+        warnings.warn(info["dashboard_warning"], stacklevel=4)
     return DriverInfo(node.session_dir, node.process, info["node_address"], info["head_address"],
-                      info["node_id"], node.token, namespace, JobID.from_random(), True, log_to_driver)
+                      info["node_id"], node.token, namespace, JobID.from_random(), True, log_to_driver,
+                      info.get("dashboard_url", ""))
 
 
 def connect_client(config: Config, info: DriverInfo) -> CoreClient:
@@ -60,7 +69,8 @@ def connect_client(config: Config, info: DriverInfo) -> CoreClient:
     client.start()
     if info.log_to_driver:
         client.log_handler = _print_worker_output
-    client.head_request(RegisterJob(info.job_id, client.address, info.namespace, " ".join(sys.argv)))
+    client.head_request(RegisterJob(info.job_id, client.address, info.namespace, " ".join(sys.argv),
+                                    os.environ.get("RAYLITE_JOB_SUBMISSION_ID", ""), os.getpid()))
     return client
 
 
@@ -107,8 +117,12 @@ def shutdown() -> None:
                 proc.wait(2.0)
         import shutil
 
-        # local: the cluster's session dir; remote: this driver's private socket dir
-        shutil.rmtree(info.session_dir, ignore_errors=True)
+        from raylite._core import sessions
+
+        if info.local:  # the cluster's session: its logs stay (sessions.py)
+            sessions.retire(info.session_dir)
+        else:  # this driver's private socket dir
+            shutil.rmtree(info.session_dir, ignore_errors=True)
 
 
 def init_remote(address: str, *, namespace: str, log_to_driver: bool) -> DriverInfo:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Iterable
 
 from raylite._core import control_store as CS
@@ -26,6 +27,7 @@ from raylite._core.config import Config
 from raylite._core.control_store import NodeRecord, expired_nodes  # noqa: F401  (tests import them here)
 from raylite._core.head_metrics import HeadMetrics
 from raylite._core.persistence import Persistence
+from raylite._core.task_events import TaskEventTable
 from raylite._core.task_spec import TaskSpec
 from raylite._core.transport import rpc
 
@@ -69,8 +71,12 @@ class Head:
             P.GetClusterInfo: self._on_cluster_info,
             P.RegisterJob: self._on_register_job,
             P.PickNode: self._on_pick_node,
+            P.TaskEvents: self._on_task_events,
+            P.GetTaskEvents: self._on_get_task_events,
+            P.ListJobs: self._on_list_jobs,
         }
-        self.metrics = HeadMetrics(self.store)  # /metrics and the dashboard's history
+        self.task_events = TaskEventTable(config.task_events_max_per_job)
+        self.metrics = HeadMetrics(self.store, self.task_events)  # /metrics and the dashboard's history
         self.handlers.update(self.metrics.handlers())
         if persist is not None:
             self.store.restore(persist.load)
@@ -298,7 +304,11 @@ class Head:
         out = []
         for rec in self.store.actors.values():
             info = self._actor_info(rec)
-            out.append({f: getattr(info, f) for f in info._FIELDS if f != "creation_error"})
+            row = {f: getattr(info, f) for f in info._FIELDS if f != "creation_error"}
+            s = rec.spec
+            row.update(job_id=s.job_id, is_detached=s.detached, required_resources=s.resources,
+                       max_restarts=s.max_restarts)
+            out.append(row)
         return P.ListActorsReply(out)
 
     def _on_kill_actor(self, conn, msg: P.KillActor, rid):
@@ -383,9 +393,21 @@ class Head:
 
     # ------------------------------------------------------------ jobs
     def _on_register_job(self, conn, msg: P.RegisterJob, rid):
-        self._apply(self.store.register_job(msg.job_id, msg.driver_address, msg.namespace, msg.entrypoint))
-        conn.on_close.append(lambda c: self.store.job_ended(msg.job_id))
+        self._apply(self.store.register_job(msg.job_id, msg.driver_address, msg.namespace, msg.entrypoint,
+                                            int(time.time() * 1000), msg.submission_id, msg.pid))
+        conn.on_close.append(lambda c: self._apply(self.store.job_ended(msg.job_id, int(time.time() * 1000))))
         return P.RegisterJobReply(msg.job_id)
+
+    def _on_list_jobs(self, conn, msg, rid):
+        return P.ListJobsReply([{"job_id": job_id, **job} for job_id, job in self.store.jobs.items()])
+
+    # ------------------------------------------------------------ task events (state API)
+    def _on_task_events(self, conn, msg: P.TaskEvents, rid):
+        self.task_events.add(msg.events, msg.dropped, conn.context.get("job_id", b""))
+
+    def _on_get_task_events(self, conn, msg: P.GetTaskEvents, rid):
+        return P.GetTaskEventsReply(self.task_events.rows(msg.job_id, msg.limit),
+                                    {k.hex(): v for k, v in self.task_events.dropped.items()})
 
 
 def _pg_info(pg: CS.PlacementGroupRecord) -> P.PlacementGroupInfo:

@@ -27,11 +27,21 @@ INTERVAL_S = 5.0
 HISTORY_POINTS = 720  # one hour at INTERVAL_S
 
 
+def task_state_counts(table: Any) -> Mapping[str, int]:
+    """Task attempts by state. Reads the table's rows in place (its `rows()` copies every
+    row and its events, too much to do every few seconds on a big table)."""
+    counts: dict[str, int] = {}
+    for rows in getattr(table, "_jobs", {}).values():
+        for row in rows.values():
+            counts[row["state"]] = counts.get(row["state"], 0) + 1
+    return counts
+
+
 class HeadMetrics:
-    def __init__(self, store: Any, task_states: Callable[[], Mapping[str, int]] | None = None,
-                 interval_s: float = INTERVAL_S, capacity: int = HISTORY_POINTS) -> None:
+    def __init__(self, store: Any, task_events: Any = None, interval_s: float = INTERVAL_S,
+                 capacity: int = HISTORY_POINTS) -> None:
         self.store = store
-        self.task_states = task_states or dict
+        self.task_events = task_events  # task_events.TaskEventTable, or None
         self.interval_s = interval_s
         self.history = TimeSeriesStore(capacity)
 
@@ -39,7 +49,7 @@ class HeadMetrics:
         return {P.GetClusterMetrics: self._on_get_metrics, P.GetTimeSeries: self._on_get_series}
 
     def families(self) -> list[dict[str, Any]]:
-        return cluster_metrics.collect(self.store, self.task_states())
+        return cluster_metrics.collect(self.store, task_state_counts(self.task_events))
 
     def sample(self, now: float | None = None) -> None:
         values = {key: value for fam in self.families() for key, value in fam["samples"]}

@@ -68,14 +68,26 @@ def heavy_modules_in_use() -> list[str]:
     return names
 
 
-def node_key(num_cpus, num_gpus, resources, object_store_memory, labels) -> tuple:
+def node_key(num_cpus, num_gpus, resources, object_store_memory, labels, dashboard=None) -> tuple:
     """What a local daemon is started with; a prestarted one is used only if this matches."""
     return (num_cpus, num_gpus, json.dumps(resources or {}, sort_keys=True, default=str),
-            object_store_memory, json.dumps(labels or {}, sort_keys=True, default=str))
+            object_store_memory, json.dumps(labels or {}, sort_keys=True, default=str), dashboard)
+
+
+def dashboard_args(config: Config, include_dashboard, dashboard_host, dashboard_port) -> tuple:
+    """(host, port, fallback) of a local cluster's API server, or () when it is off.
+
+    As in Ray, the default port falls back to a free one (with a warning) when taken; a
+    port the caller chose is an error naming dashboard_port=.
+    """
+    if include_dashboard is False or (include_dashboard is None and not config.include_dashboard):
+        return ()
+    port = config.dashboard_port if dashboard_port is None else int(dashboard_port)
+    return (dashboard_host or config.dashboard_host, port, dashboard_port is None)
 
 
 def spawn_node(config: Config, *, num_cpus=None, num_gpus=None, resources=None,
-               object_store_memory=None, labels=None) -> NodeProcess:
+               object_store_memory=None, labels=None, dashboard: tuple = ()) -> NodeProcess:
     base = config.temp_dir
     os.makedirs(base, exist_ok=True)
     session = os.path.join(base, f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}_{secrets.token_hex(2)}")
@@ -94,11 +106,16 @@ def spawn_node(config: Config, *, num_cpus=None, num_gpus=None, resources=None,
     env["PYTHONPATH"] = os.pathsep.join(p for p in [pkg_root, os.getcwd(), env.get("PYTHONPATH", "")] if p)
     cmd = [sys.executable, "-m", "raylite._core.node_main", "--session-dir", session, "--head",
            "--resources", json.dumps(total), "--labels", json.dumps(labels or {}), "--exit-with-creator"]
+    if dashboard:
+        host, port, fallback = dashboard
+        cmd += ["--dashboard-host", host, "--dashboard-port", str(port), "--dashboard-flag", "dashboard_port="]
+        if fallback:
+            cmd.append("--dashboard-fallback")
     stderr_path = os.path.join(session, "logs", "node.err")
     with open(stderr_path, "wb") as errf:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True, close_fds=True)
-    key = node_key(num_cpus, num_gpus, resources, object_store_memory, labels)
+    key = node_key(num_cpus, num_gpus, resources, object_store_memory, labels, dashboard)
     return NodeProcess(key, session, token, proc, stderr_path)
 
 
@@ -150,9 +167,12 @@ def prestart(address: str | None, kwargs: dict) -> None:
         return  # init() rejects this; do not start anything
 
     try:
-        _prestarted = spawn_node(get_config(), num_cpus=kwargs.get("num_cpus"), num_gpus=kwargs.get("num_gpus"),
+        config = get_config()
+        dashboard = dashboard_args(config, kwargs.get("include_dashboard"), kwargs.get("dashboard_host"),
+                                   kwargs.get("dashboard_port"))
+        _prestarted = spawn_node(config, num_cpus=kwargs.get("num_cpus"), num_gpus=kwargs.get("num_gpus"),
                                  resources=resources, object_store_memory=kwargs.get("object_store_memory"),
-                                 labels=kwargs.get("labels"))
+                                 labels=kwargs.get("labels"), dashboard=dashboard)
     except Exception:  # noqa: BLE001  init() will try again and report the error itself
         _prestarted = None
 

@@ -37,6 +37,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--exit-with-creator", action="store_true")
     p.add_argument("--node-id", default="")
     p.add_argument("--persist", default="", help="sqlite:PATH or redis://HOST:PORT (head only)")
+    p.add_argument("--dashboard-host", default="127.0.0.1")
+    p.add_argument("--dashboard-port", type=int, default=-1, help="head only; -1: no API server")
+    p.add_argument("--dashboard-fallback", action="store_true", help="a taken port -> a free one, warned")
+    p.add_argument("--dashboard-flag", default="--dashboard-port", help="named in the port-in-use error")
     return p.parse_args(argv)
 
 
@@ -118,6 +122,7 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool) 
             # every node, the head's own included, and every client use the TCP address,
             # so they find a restarted head at the same place
             head_address = f"tcp://{args.ip}:{args.head_port}"
+    dashboard = _bind_dashboard(args) if head is not None else None
     node = NodeDaemon(config, node_id=node_id, ip=args.ip, resources=json.loads(args.resources),
                       labels=json.loads(args.labels), session_dir=args.session_dir, token=token,
                       head_address=head_address, address=node_address, tcp_address=tcp_address,
@@ -143,17 +148,61 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool) 
         _fail(str(e))
     print("READY " + json.dumps({"head_address": head_address, "node_address": node_address,
                                  "node_tcp_address": tcp_address, "node_id": node.node_id.hex(),
-                                 "pid": os.getpid()}), flush=True)
+                                 "pid": os.getpid(), **_dashboard_info(dashboard)}), flush=True)
     with contextlib.suppress(Exception):
         sys.stdout.close()
         os.close(1)
         os.open(os.devnull, os.O_WRONLY)
     node.prestart_workers()
+    lazy = None
+    if dashboard is not None:
+        from raylite._core.dashboard_process import LazyServer
+
+        lazy = LazyServer(dashboard[0], head_address=head_unix, session_dir=args.session_dir, token=token,
+                          node_id=node.node_id.hex())
+        lazy.arm()
+    _after_ready(args, config)
     waiter = loop.create_task(node.stopped.wait())
     await asyncio.wait([waiter, stop], return_when=asyncio.FIRST_COMPLETED)
+    if lazy is not None:
+        lazy.stop()
     node.stop()
     if head is not None:
         head.close()
+
+
+def _bind_dashboard(args):
+    """Bind the API server's port now (a taken port fails the start); None when it is off."""
+    if args.dashboard_port < 0:
+        return None
+    from raylite._core.dashboard_process import DashboardPortInUse, bind
+
+    try:
+        return bind(args.dashboard_host, args.dashboard_port, fallback=args.dashboard_fallback,
+                    flag=args.dashboard_flag)
+    except DashboardPortInUse as e:
+        _fail(str(e))
+    except OSError as e:
+        _fail(f"cannot listen for the dashboard on {args.dashboard_host}:{args.dashboard_port}: {e}. "
+              f"Check {args.dashboard_flag} and --dashboard-host.")
+
+
+def _dashboard_info(dashboard) -> dict:
+    if dashboard is None:
+        return {}
+    from raylite._core.dashboard_process import url_of
+
+    sock, warning = dashboard
+    return {"dashboard_url": url_of(sock), "dashboard_warning": warning}
+
+
+def _after_ready(args, config) -> None:
+    """Housekeeping off the start-up path: mark this session live, prune old sessions."""
+    from raylite._core import sessions
+
+    with contextlib.suppress(Exception):
+        sessions.mark_live(args.session_dir)
+        sessions.prune(config.temp_dir, config.sessions_to_keep, keep=args.session_dir)
 
 
 async def _start_or_clean_up(node: NodeDaemon) -> None:

@@ -582,6 +582,8 @@ class RegisterJob(Message):
     driver_address: str
     namespace: str
     entrypoint: str
+    submission_id: str = ""  # set when the driver runs as a submitted job's entrypoint
+    pid: int = 0
 
 
 @message(75)
@@ -713,6 +715,42 @@ class PullObjectReply(Message):
     total_size: int
     data: bytes
     found: bool = True
+
+
+# ---------------------------------------------------------------- observability (state API, jobs)
+@message(120)
+class TaskEvents(Message):
+    """Client -> head, about once a second and only when there is news: task state changes.
+
+    events: [[task_id, attempt, job_id, state, time_s, extra], ...] where extra is a dict
+    with what this process knows (name, type, actor_id, node_id, worker_id, pid, error...).
+    dropped: events this process dropped (its buffer was full) since its last flush.
+    """
+
+    events: list
+    dropped: int = 0
+
+
+@message(121)
+class GetTaskEvents(Message):
+    job_id: bytes = b""  # b"": every job
+    limit: int = 0  # 0: all kept
+
+
+@message(122)
+class GetTaskEventsReply(Message):
+    tasks: list  # [dict per task attempt, see task_events.TaskEventTable.rows]
+    dropped: dict  # job id hex -> tasks dropped for that job
+
+
+@message(123)
+class ListJobs(Message):
+    pass
+
+
+@message(124)
+class ListJobsReply(Message):
+    jobs: list  # [{job_id, driver_address, namespace, entrypoint, alive, start_time, end_time, ...}]
 
 
 # ---------------------------------------------------------------- metrics (dashboard, /metrics)

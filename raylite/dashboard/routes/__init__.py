@@ -1,0 +1,1 @@
+"""Route modules: each defines `routes(ctx) -> list[BaseRoute]` (see raylite/dashboard/__init__.py)."""
