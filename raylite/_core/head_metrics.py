@@ -67,5 +67,6 @@ class HeadMetrics:
         return P.ClusterMetricsReply(self.families())
 
     def _on_get_series(self, conn, msg: P.GetTimeSeries, rid):
-        names = list(msg.names) + (self.history.names(msg.prefix) if msg.prefix else [])
+        # no names: every series under prefix ("" is all of them)
+        names = list(msg.names) + (self.history.names(msg.prefix) if msg.prefix or not msg.names else [])
         return P.TimeSeriesReply(self.history.query(names, msg.since))
