@@ -116,7 +116,8 @@ function lineChart(el, title, labels, data, opts = {}) {
   }));
   const chart = new uPlot({
     width, height: opts.height || 200,
-    scales: { x: { time: opts.time !== false }, y: { range: (u, min, max) => [Math.min(0, min), max > 0 ? max * 1.1 : 1] } },
+    scales: { x: { time: opts.time !== false },
+              y: { range: (u, min, max) => [Math.min(0, min), Math.max(max > 0 ? max * 1.1 : 1, opts.minMax || 0)] } },
     axes: [{ stroke: "#667085", grid: { stroke: "#f0f1f4" } },
            { stroke: "#667085", grid: { stroke: "#f0f1f4" }, size: 70, values: (u, vals) => vals.map(v => fmt(v)) }],
     series, legend: { live: true },

@@ -2,10 +2,12 @@
 "use strict";
 
 function resourceCards(total, used) {
-  const names = Object.keys(total).sort((a, b) => ["CPU", "GPU", "memory", "object_store_memory"].indexOf(a) === -1 ? 1 : -1);
+  const order = ["CPU", "GPU", "memory", "object_store_memory"];
+  const rank = k => (order.indexOf(k) === -1 ? order.length : order.indexOf(k));
+  const names = Object.keys(total).sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
   return names.map(k => {
     const t = total[k] || 0; const u = used[k] || 0;
-    return `<div class="card"><div class="sub">${esc(k === "object_store_memory" ? "object store" : k)} used / total</div>
+    return `<div class="card"><div class="sub">${esc({ object_store_memory: "object store", memory: "memory (logical, reserved by tasks)" }[k] || k)} used / total</div>
       <div class="big">${esc(fmtResource(k, u))} <span class="muted">/ ${esc(fmtResource(k, t))}</span></div>${bar(t ? u / t : 0)}</div>`;
   }).join("");
 }

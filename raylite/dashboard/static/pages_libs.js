@@ -158,9 +158,9 @@ function lastRate(ts, key) {
 }
 
 const CLUSTER_CHARTS = [
-  ["CPU use", ["raylite_cluster_cpu_percent"], ["CPU %"], v => `${fmtNum(v, 1)} %`],
-  ["Machine memory", ["raylite_cluster_mem_used_bytes", "raylite_cluster_mem_total_bytes"], ["used", "total"], fmtBytes],
-  ["Object store", ["raylite_cluster_object_store_used_bytes", "raylite_cluster_object_store_spilled_bytes"], ["in memory", "spilled"], fmtBytes],
+  ["CPU use", ["raylite_cluster_cpu_percent"], ["CPU %"], v => `${fmtNum(v, 1)} %`, 100],
+  ["Machine memory", ["raylite_cluster_mem_used_bytes", "raylite_cluster_mem_total_bytes"], ["used", "total"], fmtBytes, 2 ** 30],
+  ["Object store", ["raylite_cluster_object_store_used_bytes", "raylite_cluster_object_store_spilled_bytes"], ["in memory", "spilled"], fmtBytes, 2 ** 20],
 ];
 
 function pageMetrics(main) {
@@ -174,7 +174,9 @@ function pageMetrics(main) {
     const since = Date.now() / 1000 - Number(document.getElementById("win").value);
     const ts = await api(`api/dashboard/timeseries?prefix=raylite_&since=${since}`);
     const mc = document.getElementById("mc");
-    for (const [title, keys, labels, unit] of CLUSTER_CHARTS) liveChart(mc, title, title, labels, columns(ts, keys), { unit, points: false });
+    for (const [title, keys, labels, unit, minMax] of CLUSTER_CHARTS) {
+      liveChart(mc, title, title, labels, columns(ts, keys), { unit, minMax, points: false });
+    }
     const mt = document.getElementById("mt");
     for (const [fam, title] of [["raylite_tasks{", "Tasks by state"], ["raylite_actors{", "Actors by state"]]) {
       const keys = Object.keys(ts).filter(k => k.startsWith(fam)).sort();
@@ -190,6 +192,8 @@ function pageMetrics(main) {
     for (const [title, keys] of Object.entries(byMetric)) {
       liveChart(ml, `train:${title}`, `Train ${title}`, keys.map(k => `rank ${parseKey(k).labels.rank}`), columns(ts, keys), { points: false });
     }
+    if (!ml.querySelector(".chart")) ml.innerHTML = `<div class="empty">No Serve or Train metrics yet.</div>`;
+    else ml.querySelectorAll(".empty").forEach(e => e.remove());
     await drawUserMetrics(since);
   });
 }
