@@ -74,7 +74,13 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             for k in resources:
                 if k in ("CPU", "GPU"):
                     raise ValueError(f"Use num_cpus/num_gpus instead of resources[{k!r}] in init().")
+        if address == "auto" and os.environ.get("RAYLITE_JOB_SUBMISSION_ID"):
+            address = None  # a submitted job's driver: its cluster is in RAYLITE_ADDRESS
         address = address or os.environ.get("RAYLITE_ADDRESS") or os.environ.get("RAY_ADDRESS") or None
+        if runtime_env is None and os.environ.get("RAYLITE_JOB_RUNTIME_ENV"):
+            import json
+
+            runtime_env = json.loads(os.environ["RAYLITE_JOB_RUNTIME_ENV"])  # the job's, from the supervisor
         if address is None:  # as in Ray: join the cluster `raylite start` left running here
             from raylite._core.cluster_files import running_cluster_address
             from raylite._core.config import get_config

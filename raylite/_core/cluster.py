@@ -36,6 +36,7 @@ class StartedNode:
     node_id: str
     head: bool
     process: subprocess.Popen
+    dashboard_url: str = ""
 
 
 def node_resources(num_cpus: float | None, num_gpus: float | None, resources: dict | None,
@@ -57,7 +58,8 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
                num_cpus: float | None = None, num_gpus: float | None = None,
                resources: dict | None = None, object_store_memory: int | None = None,
                persist: str = "", token: str = "", tls_cert: str = "", tls_key: str = "",
-               timeout_s: float = 60.0) -> StartedNode:
+               timeout_s: float = 60.0, include_dashboard: bool = True, dashboard_host: str = "127.0.0.1",
+               dashboard_port: int = 8265) -> StartedNode:
     """Start a head node or a worker node as a detached process; wait until it serves."""
     temp_dir = config.temp_dir
     ip = node_ip or default_ip()
@@ -74,6 +76,8 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
         extra = ["--head", "--head-port", str(port)]
         if persist:
             extra += ["--persist", persist]
+        if include_dashboard:
+            extra += ["--dashboard-host", dashboard_host, "--dashboard-port", str(dashboard_port)]
     else:
         if not address:
             raise StartError("raylite start needs --head or --address=HOST:PORT of a running head")
@@ -113,8 +117,8 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
         proc.stdout.close()
     CF.write_node_file(session, proc.pid, head, hostport)
     if head:
-        CF.write_address_file(temp_dir, hostport, token_file, session)
-    return StartedNode(proc.pid, session, hostport, info["node_id"], head, proc)
+        CF.write_address_file(temp_dir, hostport, token_file, session, info.get("dashboard_url", ""))
+    return StartedNode(proc.pid, session, hostport, info["node_id"], head, proc, info.get("dashboard_url", ""))
 
 
 def _check_port_free(ip: str, port: int) -> None:

@@ -34,11 +34,13 @@ def write_private(path: str, text: str) -> None:
     os.chmod(path, 0o600)
 
 
-def write_address_file(temp_dir: str, address: str, token_file: str, session_dir: str) -> None:
+def write_address_file(temp_dir: str, address: str, token_file: str, session_dir: str,
+                       dashboard_url: str = "") -> None:
     os.makedirs(temp_dir, exist_ok=True)
     tmp = address_file(temp_dir) + f".{os.getpid()}"
     with open(tmp, "w") as f:
-        json.dump({"address": address, "token_file": token_file, "session_dir": session_dir}, f)
+        json.dump({"address": address, "token_file": token_file, "session_dir": session_dir,
+                   "dashboard_url": dashboard_url}, f)
     os.replace(tmp, address_file(temp_dir))
 
 

@@ -135,10 +135,15 @@ def init_remote(address: str, *, namespace: str, log_to_driver: bool) -> DriverI
     from raylite._core import cluster_files as CF
 
     config = get_config()
-    hostport, token = CF.resolve(address, config.temp_dir, config.token)
-    host, port = hostport.rsplit(":", 1)
-    nodes = query_cluster(hostport, token)
-    my_ip = config.node_ip_address or CF.local_ip_towards(host, int(port))
+    if address.startswith("unix://"):  # a local cluster's head (a submitted job's driver joins it so)
+        hostport, token = address, config.token
+        my_ip = config.node_ip_address or "127.0.0.1"
+        nodes = query_cluster(hostport, token)
+    else:
+        hostport, token = CF.resolve(address, config.temp_dir, config.token)
+        host, port = hostport.rsplit(":", 1)
+        nodes = query_cluster(hostport, token)
+        my_ip = config.node_ip_address or CF.local_ip_towards(host, int(port))
     candidates = local_nodes(nodes, my_ip)
     if not candidates:
         raise ConnectionError(
@@ -149,7 +154,8 @@ def init_remote(address: str, *, namespace: str, log_to_driver: bool) -> DriverI
     for i, node in enumerate(candidates):  # a node the head still lists may have just died
         local = node.get("local_address", "")
         node_address = local if local and os.path.exists(local[len("unix://"):]) else node["address"]
-        info = DriverInfo(private, None, node_address, f"tcp://{hostport}", node["node_id"].hex(), token,
+        head_address = hostport if hostport.startswith("unix://") else f"tcp://{hostport}"
+        info = DriverInfo(private, None, node_address, head_address, node["node_id"].hex(), token,
                           namespace, JobID.from_random(), False, log_to_driver)
         try:
             client = connect_client(config.replace(node_ip_address=node["ip"], token=token), info)
@@ -186,8 +192,9 @@ def run_head_request(hostport: str, token: str, msg, timeout_s: float = 10.0):
     from raylite._core.transport.base import ConnectionBrokenError
 
     async def ask():
+        target = hostport if hostport.startswith("unix://") else f"tcp://{hostport}"
         try:
-            conn = await rpc.connect(f"tcp://{hostport}", {}, token=token, role="cli", timeout_s=timeout_s)
+            conn = await rpc.connect(target, {}, token=token, role="cli", timeout_s=timeout_s)
         except ConnectionBrokenError as e:
             raise ConnectionError(
                 f"cannot reach the raylite head at {hostport}: {e.__cause__ or e}. Check that the head "

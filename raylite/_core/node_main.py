@@ -161,6 +161,9 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool) 
         lazy = LazyServer(dashboard[0], head_address=head_unix, session_dir=args.session_dir, token=token,
                           node_id=node.node_id.hex())
         lazy.arm()
+        with contextlib.suppress(OSError):  # raylite's HTTP clients find a local cluster's API here
+            with open(os.path.join(args.session_dir, "dashboard_url"), "w") as f:
+                f.write(_dashboard_info(dashboard)["dashboard_url"])
     _after_ready(args, config)
     waiter = loop.create_task(node.stopped.wait())
     await asyncio.wait([waiter, stop], return_when=asyncio.FIRST_COMPLETED)

@@ -21,7 +21,7 @@ import shutil
 
 LATEST = "session_latest"
 PID_FILE = "node.pid"
-_DISPOSABLE = ("sockets", "runtime_resources", "token")
+_DISPOSABLE = ("sockets", "runtime_resources", "token", "dashboard_url")
 
 
 def mark_live(session_dir: str) -> None:

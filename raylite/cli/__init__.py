@@ -32,8 +32,11 @@ def main() -> None:
 @click.option("--num-gpus", type=float, default=None, help="GPUs to offer (default: detected).")
 @click.option("--resources", default="{}", help='Custom resources as JSON, e.g. \'{"accel": 2}\'.')
 @click.option("--object-store-memory", type=int, default=None, help="Object store size in bytes.")
-@click.option("--dashboard-host", default="127.0.0.1", help="Accepted for Ray compatibility.")
-@click.option("--dashboard-port", type=int, default=8265, help="Accepted for Ray compatibility.")
+@click.option("--dashboard-host", default="127.0.0.1", show_default=True, help="Head: address the HTTP "
+              "API (jobs, state, logs, dashboard) listens on; 0.0.0.0 for all interfaces (token required).")
+@click.option("--dashboard-port", type=int, default=8265, show_default=True, help="Head: port of the HTTP API.")
+@click.option("--include-dashboard", type=bool, default=True, show_default=True,
+              help="Head: serve the HTTP API (jobs, state, logs, dashboard).")
 @click.option("--block", is_flag=True, help="Stay in the foreground until the node stops (Ctrl-C stops it).")
 @click.option("--persist", default="", help="Head: keep its tables in sqlite:PATH or redis://HOST:PORT "
               "so a restarted head recovers the cluster.")
@@ -44,7 +47,7 @@ def main() -> None:
 @click.option("--tls-key", default="", help="PEM private key of --tls-cert.")
 def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: float | None,
           num_gpus: float | None, resources: str, object_store_memory: int | None, dashboard_host: str,
-          dashboard_port: int, block: bool, persist: str, token: str, tls_cert: str, tls_key: str) -> None:
+          dashboard_port: int, include_dashboard: bool, block: bool, persist: str, token: str, tls_cert: str, tls_key: str) -> None:
     """Start a head node (--head) or join a worker node to a cluster (--address)."""
     if head == bool(address):
         _fail("pass exactly one of --head (new cluster) or --address=HOST:PORT (join one)")
@@ -59,7 +62,8 @@ def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: f
         node = C.start_node(get_config(), head=head, port=port, address=address, node_ip=node_ip_address,
                             num_cpus=num_cpus, num_gpus=num_gpus, resources=custom,
                             object_store_memory=object_store_memory, persist=persist, token=token,
-                            tls_cert=tls_cert, tls_key=tls_key)
+                            tls_cert=tls_cert, tls_key=tls_key, include_dashboard=include_dashboard,
+                            dashboard_host=dashboard_host, dashboard_port=dashboard_port)
     except (C.StartError, ConnectionError, ValueError) as e:
         _fail(str(e))
     if head:
@@ -70,6 +74,9 @@ def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: f
                    f"  Connect a driver with:     raylite.init(address='auto')  (on this machine) or "
                    f"raylite.init(address='{node.address}')\n"
                    f"  Stop it with:              raylite stop")
+        if node.dashboard_url:
+            click.echo(f"  Jobs, state and logs API:  {node.dashboard_url}  (send the token: Authorization: "
+                       "Bearer <token>; `raylite job submit` does)")
     else:
         click.echo(f"raylite node joined {node.address} (pid {node.pid}, node {node.node_id[:12]}).")
     if block:
@@ -122,6 +129,13 @@ def memory(address: str, limit: int) -> None:
             click.echo(f"  {where}: {totals['count']} objects, {totals['bytes'] / (1 << 20):.1f} MiB")
     finally:
         raylite.shutdown()
+
+
+from raylite.cli.job import job as _job_group  # noqa: E402  (issue 12: jobs)
+from raylite.cli.state import register as _register_state  # noqa: E402  (issue 12: list/get/summary/logs/timeline)
+
+main.add_command(_job_group)
+_register_state(main)
 
 
 if __name__ == "__main__":
