@@ -183,3 +183,15 @@ def test_train_feed_keeps_per_rank_points_and_step_durations():
     assert doc["ranks"]["1"]["step_s"] == [[1, 2.0], [2, 2.0]]
     feed.finished("FINISHED", None)
     assert written["run:exp"]["status"] == "FINISHED"
+
+
+def test_grafana_dashboard_queries_only_metrics_raylite_exports():
+    import pathlib
+    import re
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "grafana" / "raylite-dashboard.json"
+    dash = json.loads(path.read_text())
+    used = {m for p in dash["panels"] for t in p["targets"] for m in re.findall(r"raylite_[a-z_]+", t["expr"])}
+    source = (pathlib.Path(cluster_metrics.__file__)).read_text()
+    exported = set(re.findall(r'"(raylite_[a-z_]+)"', source))
+    assert used and used <= exported, f"the Grafana dashboard queries unknown metrics: {used - exported}"

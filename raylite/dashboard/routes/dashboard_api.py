@@ -150,8 +150,12 @@ def routes(ctx: Any) -> list:
             "serve": await serve_snapshot(ctx), "failures": failures,
         })
 
+    async def get_routes(request: Request) -> JSONResponse:
+        """The paths this server serves, so the page calls only the APIs that exist here."""
+        return JSONResponse(sorted({getattr(r, "path", "") for r in request.app.routes} - {""}))
+
     prefix = "/api/dashboard"
-    return [Route(f"{prefix}/overview", get_overview), Route(f"{prefix}/nodes", get_nodes),
+    return [Route(f"{prefix}/routes", get_routes), Route(f"{prefix}/overview", get_overview), Route(f"{prefix}/nodes", get_nodes),
             Route(f"{prefix}/actors", get_actors), Route(f"{prefix}/tasks", get_tasks),
             Route(f"{prefix}/serve", get_serve), Route(f"{prefix}/train", get_train),
             Route(f"{prefix}/timeseries", get_series)]

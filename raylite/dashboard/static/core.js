@@ -19,9 +19,14 @@ async function api(path) {
   return type.includes("json") ? r.json() : r.text();
 }
 
-/* Like api() but a missing route (another module not installed) reads as `fallback`. */
+/* The server's route paths, fetched once, so a page calls only the APIs this server has
+   (a route module of another part may be missing) and the console stays free of 404s. */
+let ROUTES = null;
 async function apiOr(path, fallback) {
-  try { return await api(path); } catch (e) { if (e.status === 404 || e.status === 501) return fallback; throw e; }
+  if (ROUTES === null) ROUTES = await api("api/dashboard/routes");
+  const route = "/" + path.split("?")[0];
+  const served = ROUTES.some(r => r === route || (r.includes("{") && route.startsWith(r.split("{")[0])));
+  return served ? api(path) : fallback;
 }
 
 function esc(v) {
@@ -44,6 +49,7 @@ function fmtNum(n, digits = 2) {
 }
 function fmtDur(s) {
   if (s === undefined || s === null || isNaN(s) || s < 0) return "–";
+  if (s === 0) return "0 ms";
   if (s < 1) return `${(s * 1000).toFixed(s < 0.01 ? 2 : 0)} ms`;
   if (s < 120) return `${s.toFixed(1)} s`;
   if (s < 7200) return `${(s / 60).toFixed(1)} min`;

@@ -192,7 +192,7 @@ function pageJobs(main) {
   let rows = [];
   const draw = () => {
     document.getElementById("jobs").innerHTML = table([
-      ["job", j => `<span class="mono">${esc(jobId(j))}</span>`], ["status", j => badge(j.status)],
+      ["job", j => `<span class="mono">${esc(jobId(j))}</span>`], ["type", j => esc((j.type || "").toLowerCase())], ["status", j => badge(j.status)],
       ["entrypoint", j => `<span class="mono">${esc(j.entrypoint || "")}</span>`], ["started", j => fmtTime(j.start_time)],
       ["duration", j => fmtDur(j.start_time ? ((j.end_time || Date.now()) - j.start_time) / 1000 : null), { num: true }],
       ["message", j => esc(j.message || "")]],
