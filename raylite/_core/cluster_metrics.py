@@ -148,7 +148,8 @@ def _actors(f: _Families, actors: Iterable[Any]) -> None:
 def _serve(f: _Families, snap: Any) -> None:
     """Serve's snapshot: {"applications": {app: {"deployments": {name: {...}}}}} (lists of
     dicts with a "name" are accepted too). Per deployment: "replicas" (list of dicts with
-    "state"), "requests"/"requests_total", "errors"/"errors_total", "latency_ms" {"p50",...}."""
+    "state"), "requests_total", "errors_total", and "p50_ms"/"p90_ms"/"p99_ms" (or a
+    "latency_ms" dict {"p50": ...})."""
     if not isinstance(snap, dict):
         return
     for app_name, app in _named(snap.get("applications")):
@@ -167,7 +168,9 @@ def _serve(f: _Families, snap: Any) -> None:
             if err is not None:
                 f.add("raylite_serve_errors_total", "counter", "Requests that failed per deployment.", err, **labels)
             lat = dep.get("latency_ms")
-            if isinstance(lat, dict):
+            if not isinstance(lat, dict):  # Serve's snapshot: "p50_ms", "p90_ms", "p99_ms"
+                lat = {k[:-3]: v for k, v in dep.items() if k.startswith("p") and k.endswith("_ms")}
+            if lat:
                 for q, v in lat.items():
                     quantile = {"p50": "0.5", "p90": "0.9", "p95": "0.95", "p99": "0.99"}.get(q, q)
                     f.add("raylite_serve_latency_ms", "gauge", "Request latency percentiles, milliseconds.",

@@ -112,7 +112,7 @@ def test_collect_builds_every_builtin_family():
              "gpus": [{"index": 0, "utilization_percent": 80.0, "mem_used_bytes": 1, "mem_total_bytes": 2}]}
     serve = {"applications": {"app": {"deployments": {"D": {
         "replicas": [{"state": "RUNNING"}, {"state": "STARTING"}], "requests_total": 10, "errors_total": 1,
-        "latency_ms": {"p50": 2.0, "p99": 9.0}}}}}}
+        "p50_ms": 2.0, "p99_ms": 9.0, "requests_per_s": 1.5}}}}}
     train = {"name": "run1", "status": "RUNNING", "ranks": {"0": {"metrics": {"loss": [[0, 1.0], [1, 0.5]]},
                                                                  "step_s": [[1, 0.25]]}}}
     store = SimpleNamespace(

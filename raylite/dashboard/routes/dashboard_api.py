@@ -139,9 +139,15 @@ def routes(ctx: Any) -> list:
         failures = [t for t in task_rows if t.get("state") == "FAILED"][-10:]
         failures += [{"type": "ACTOR", "name": a.get("name") or a.get("class_name"),
                       "actor_id": a.get("actor_id"), "error_message": a.get("death_cause")}
-                     for a in actor_rows if a.get("state") == "DEAD" and a.get("death_cause")][-10:]
+                     for a in actor_rows if a.get("state") == "DEAD" and actor_failed(a.get("death_cause", ""))][-10:]
+        stats = [n["stats"] for n in node_rows if n["state"] == "ALIVE" and n["stats"]]
+        cores = sum(st.get("num_cpus", 1) for st in stats)
+        machine = {"cpu_percent": sum(st.get("cpu_percent", 0) * st.get("num_cpus", 1) for st in stats) / cores
+                   if cores else None, "num_cpus": cores,
+                   "mem_used_bytes": sum(st.get("mem_used_bytes", 0) for st in stats),
+                   "mem_total_bytes": sum(st.get("mem_total_bytes", 0) for st in stats)}
         return JSONResponse({
-            "resources_total": total, "resources_used": used,
+            "resources_total": total, "resources_used": used, "machine": machine,
             "nodes": {"ALIVE": sum(n["state"] == "ALIVE" for n in node_rows),
                       "DEAD": sum(n["state"] == "DEAD" for n in node_rows)},
             "actors": _count(actor_rows), "tasks": _count(task_rows), "drivers": jobs,
@@ -159,6 +165,15 @@ def routes(ctx: Any) -> list:
             Route(f"{prefix}/actors", get_actors), Route(f"{prefix}/tasks", get_tasks),
             Route(f"{prefix}/serve", get_serve), Route(f"{prefix}/train", get_train),
             Route(f"{prefix}/timeseries", get_series)]
+
+
+# causes of an actor's end that are no failure: the user or the system stopped it on purpose
+_INTENDED_ENDS = ("raylite.kill", "ray.kill", "owner", "placement group was removed", "exit_actor", "was stopped")
+
+
+def actor_failed(cause: str) -> bool:
+    """Whether a DEAD actor's cause reads as a failure (constructor error, crash, unschedulable)."""
+    return bool(cause) and not any(s in cause for s in _INTENDED_ENDS)
 
 
 def _count(rows: list[dict[str, Any]]) -> dict[str, int]:

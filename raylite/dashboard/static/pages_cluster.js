@@ -23,11 +23,18 @@ function pageOverview(main) {
   main.innerHTML = `<h1>Cluster overview</h1><div id="ov"></div>`;
   every(2000, async () => {
     const [o, jobs] = await Promise.all([api("api/dashboard/overview"), apiOr("api/jobs/", [])]);
-    const running = (Array.isArray(jobs) ? jobs : []).filter(j => ["RUNNING", "PENDING"].includes(j.status));
-    const drivers = (o.drivers || []).filter(d => d.alive);
+    const live = (Array.isArray(jobs) ? jobs : []).filter(j => ["RUNNING", "PENDING"].includes(j.status));
+    const running = live.filter(j => j.type !== "DRIVER");
+    const drivers = Array.isArray(jobs) && jobs.length ? live.filter(j => j.type === "DRIVER") : (o.drivers || []).filter(d => d.alive);
+    const m = o.machine || {};
+    const machineCards = m.mem_total_bytes ? `
+      <div class="card"><div class="sub">machine CPU (all nodes)</div><div class="big">${fmtPct(m.cpu_percent)}
+        <span class="muted">of ${esc(m.num_cpus)} cores</span></div>${bar(m.cpu_percent / 100)}</div>
+      <div class="card"><div class="sub">machine memory used / total</div><div class="big">${fmtBytes(m.mem_used_bytes)}
+        <span class="muted">/ ${fmtBytes(m.mem_total_bytes)}</span></div>${bar(m.mem_used_bytes / m.mem_total_bytes)}</div>` : "";
     const serveApps = o.serve && o.serve.applications ? Object.entries(o.serve.applications) : [];
     document.getElementById("ov").innerHTML = `
-      <div class="grid">${resourceCards(o.resources_total, o.resources_used)}</div>
+      <div class="grid">${resourceCards(o.resources_total, o.resources_used)}${machineCards}</div>
       <div class="grid">
         ${countCard("Nodes", o.nodes, "nodes")}
         ${countCard("Actors", o.actors, "actors")}

@@ -96,7 +96,7 @@ function drawRun(run) {
 }
 
 function pageServe(main) {
-  main.innerHTML = `<h1>Serve</h1><div id="serve"></div><h2>Traffic</h2><div class="grid wide" id="servecharts"></div>`;
+  main.innerHTML = `<h1>Serve</h1><div id="serve"></div><h2 id="traffic" hidden>Traffic</h2><div class="grid wide" id="servecharts"></div>`;
   every(2000, async () => {
     const [{ snapshot }, ts] = await Promise.all([api("api/dashboard/serve"),
       api(`api/dashboard/timeseries?prefix=raylite_serve_&since=${Date.now() / 1000 - 900}`)]);
@@ -119,9 +119,9 @@ function pageServe(main) {
     el.innerHTML = `<div class="card"><h2>Deployments</h2>${table([
       ["application", x => esc(x.app)], ["route", x => `<span class="mono">${esc(x.route || "")}</span>`], ["deployment", x => esc(x.dep)],
       ["status", x => badge(x.d.status || "RUNNING")], ["replicas", x => esc((x.d.replicas || []).length), { num: true }],
-      ["requests / s", x => x.reqRate === null ? "–" : `${fmtNum(x.reqRate)} /s`, { num: true }],
-      ["errors / s", x => x.errRate === null ? "–" : `${fmtNum(x.errRate)} /s`, { num: true }],
-      ["p50", x => latency(x.d, "p50"), { num: true }], ["p95", x => latency(x.d, "p95"), { num: true }],
+      ["requests / s", x => perSecond(x.d.requests_per_s ?? x.reqRate), { num: true }],
+      ["error rate", x => x.d.error_rate !== undefined ? fmtPct(100 * x.d.error_rate) : perSecond(x.errRate), { num: true }],
+      ["p50", x => latency(x.d, "p50"), { num: true }], ["p90", x => latency(x.d, "p90"), { num: true }],
       ["p99", x => latency(x.d, "p99"), { num: true }],
       ["requests total", x => esc(x.d.requests_total ?? x.d.requests ?? "–"), { num: true }]], rows)}</div>
       <div class="card"><h2>Replicas</h2>${table([
@@ -130,6 +130,7 @@ function pageServe(main) {
         ["state", x => badge(x.r.state)], ["node", x => `<span class="mono">${short(x.r.node_id, 12)}</span>`],
         ["pid", x => esc(x.r.pid || "–"), { num: true }]], replicas, { empty: "No replicas." })}</div>`;
     const holder = document.getElementById("servecharts");
+    document.getElementById("traffic").hidden = false;
     const reqKeys = Object.keys(ts).filter(k => k.startsWith("raylite_serve_requests_total"));
     if (reqKeys.length) {
       liveChart(holder, "rps", "requests per second", reqKeys.map(k => parseKey(k).labels.deployment),
@@ -146,8 +147,9 @@ function pageServe(main) {
   });
 }
 
+function perSecond(v) { return v === null || v === undefined ? "–" : `${fmtNum(v)} /s`; }
 function latency(d, q) {
-  const v = d.latency_ms ? d.latency_ms[q] : undefined;
+  const v = d.latency_ms ? d.latency_ms[q] : d[`${q}_ms`];
   return v === undefined || v === null ? "–" : `${fmtNum(v, 1)} ms`;
 }
 function lastRate(ts, key) {
