@@ -38,7 +38,7 @@ _LAZY_ATTRIBUTES = {
     "nodes": ("raylite.api", "nodes"),
     "put": ("raylite.api", "put"),
     "shutdown": ("raylite.api", "shutdown"),
-    "timeline": ("raylite.api", "timeline"),
+    "timeline": ("raylite.dashboard.timeline", "timeline"),
     "wait": ("raylite.api", "wait"),
     "DynamicObjectRefGenerator": ("raylite.object_ref", "DynamicObjectRefGenerator"),
     "ObjectRef": ("raylite.object_ref", "ObjectRef"),

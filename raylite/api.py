@@ -309,9 +309,5 @@ def get_gpu_ids() -> list[int]:
     return []
 
 
-def timeline(filename: str | None = None) -> list:
-    return []
-
-
 __all__ = ["init", "shutdown", "is_initialized", "get", "put", "wait", "kill", "cancel", "get_actor",
            "nodes", "cluster_resources", "available_resources", "get_gpu_ids"]

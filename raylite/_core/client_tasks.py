@@ -113,7 +113,10 @@ class TaskSubmitter:
         if rec.cancelled:
             return
         spec = rec.spec
+        events = self.task_events
         if spec.kind == KIND_ACTOR_CALL:
+            if events is not None:
+                events.record(spec.task_id, spec.attempt, spec.job_id, "SUBMITTED_TO_WORKER", time.time(), spec)
             self._send_actor_task(rec)
             return
         deps = [self.entries.get(r[1]) for r in spec.arg_refs]
@@ -132,7 +135,11 @@ class TaskSubmitter:
                 for e in still:
                     e.waiters.append(one_ready)
             if still:
+                if events is not None:
+                    events.record(spec.task_id, spec.attempt, spec.job_id, "PENDING_ARGS_AVAIL", time.time(), spec)
                 return
+        if events is not None:
+            events.record(spec.task_id, spec.attempt, spec.job_id, "PENDING_NODE_ASSIGNMENT", time.time(), spec)
         self._inline_ready_args(rec)
         key = (tuple(sorted(spec.resources.items())), env_key(spec.runtime_env), tuple(map(str, spec.strategy)))
         q = self._queues.get(key)
@@ -307,6 +314,7 @@ class TaskSubmitter:
             self._finish_with_error(rec, E.TaskCancelledError(rec.spec.task_id.hex()))
             return
         if rec.retries_left != 0:
+            self._record_failed(rec.spec, "WORKER_DIED", f"the worker died ({exc}); the task is retried")
             rec.retries_left -= 1 if rec.retries_left > 0 else 0
             rec.spec = rec.spec.replace(attempt=rec.spec.attempt + 1)
             self._requeue(rec)
@@ -411,7 +419,13 @@ class TaskSubmitter:
         if free or unborrow:
             self._release(free, unborrow)
 
+    def _record_failed(self, spec: Any, error_type: str, message: str) -> None:
+        if self.task_events is not None:
+            self.task_events.record(spec.task_id, spec.attempt, spec.job_id, "FAILED", time.time(),
+                                    {"error_type": error_type, "error_message": message[:2000]})
+
     def _finish_with_error(self, rec: TaskRecord, err: BaseException) -> None:
+        self._record_failed(rec.spec, _ERROR_TYPES.get(type(err).__name__, "TASK_EXECUTION_EXCEPTION"), str(err))
         payload = ser.serialize(err, kind=ser.KIND_ERROR).to_inline()
         spec = rec.spec
         if spec.num_returns in (STREAMING, DYNAMIC):
@@ -545,6 +559,13 @@ _SIGNAL_HINTS = {
     "SIGKILL": "killed from outside: often the kernel's OOM killer when memory ran out",
     "SIGTERM": "asked to stop by another process",
 }
+
+
+# Ray's TaskState.error_type for the errors an owner reports itself
+_ERROR_TYPES = {"TaskCancelledError": "TASK_CANCELLED", "WorkerCrashedError": "WORKER_DIED",
+                "OutOfMemoryError": "OUT_OF_MEMORY", "ActorDiedError": "ACTOR_DIED",
+                "ActorUnavailableError": "ACTOR_UNAVAILABLE", "TaskUnschedulableError": "TASK_UNSCHEDULABLE_ERROR",
+                "ObjectLostError": "OBJECT_LOST"}
 
 
 def describe_worker_exit(reply: P.WorkerExitReply) -> str:

@@ -61,6 +61,7 @@ class Config:
     # session directories (and their logs) kept after their cluster stopped; older ones go
     sessions_to_keep: int = 10
     # task events: per-job cap (oldest dropped first, counted) and how often processes flush
+    task_events_enabled: bool = True
     task_events_max_per_job: int = 10000
     task_events_flush_interval_s: float = 1.0
     # a stopped job's entrypoint gets SIGTERM, then SIGKILL after this

@@ -36,6 +36,7 @@ from raylite._core.client_tasks import TaskSubmitter
 from raylite._core.config import Config
 from raylite._core.ids import TaskID
 from raylite._core.reference_counter import ReferenceCounter
+from raylite._core.task_events import TaskEventBuffer, describe_task
 from raylite._core.transport import rpc
 
 log = logging.getLogger("raylite.core")
@@ -100,6 +101,8 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller):
         self.log_handler = None  # callable(LogLines) on drivers
         self.blocked_hook = None  # worker: callable(bool) around blocking waits
         self.current_task_id = b""
+        # task events (task_events.py): appended on the task path, flushed to the head ~1/s
+        self.task_events: TaskEventBuffer | None = TaskEventBuffer() if config.task_events_enabled else None
         self.handlers = {
             P.GetObjectStatus: self._on_get_object_status,
             P.AddBorrower: self._on_add_borrower,
@@ -158,6 +161,23 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller):
         self.head = await rpc.connect(reply.head_address, self.handlers, token=self.token, role=self.kind)
         self.head.on_close.append(self._on_head_lost)
         self.loop.call_later(2.0, self._trim_writer_maps)
+        if self.task_events is not None:
+            self.loop.call_later(self.config.task_events_flush_interval_s, self._flush_task_events_timer)
+
+    def _flush_task_events_timer(self) -> None:
+        if self._closed:
+            return
+        self.flush_task_events()
+        self.loop.call_later(self.config.task_events_flush_interval_s, self._flush_task_events_timer)
+
+    def flush_task_events(self) -> None:
+        """Send what the buffer holds to the head in one message (on the I/O loop)."""
+        buf = self.task_events
+        if buf is None or not len(buf) or self.head is None or self.head.is_closed():
+            return
+        events, dropped = buf.drain(describe_task)
+        with contextlib.suppress(Exception):
+            self.head.send(P.TaskEvents(events, dropped))
 
     def _trim_writer_maps(self) -> None:
         """Unmap cached writer segments the node has deleted, so their memory really goes back."""
@@ -232,6 +252,7 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller):
                 # forwarded before its reply, so prints from the last tasks are not lost
                 with contextlib.suppress(Exception):
                     await self.node.request(P.GetNodeInfo(), 1.0)
+            self.flush_task_events()  # a short driver's events would be lost otherwise
             for lease in list(self._leases.values()):
                 try:
                     (lease.node_conn or self.node).send(P.ReturnLease(lease.lease_id))

@@ -56,7 +56,7 @@ def start_local(config: Config, *, num_cpus, num_gpus, resources, namespace: str
     if info.get("dashboard_warning"):
         import warnings
 
-        warnings.warn(info["dashboard_warning"], stacklevel=4)
+        warnings.warn(info["dashboard_warning"], stacklevel=5)
     return DriverInfo(node.session_dir, node.process, info["node_address"], info["head_address"],
                       info["node_id"], node.token, namespace, JobID.from_random(), True, log_to_driver,
                       info.get("dashboard_url", ""))

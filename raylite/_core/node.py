@@ -15,11 +15,11 @@ import os
 import shutil
 from dataclasses import dataclass
 
+from raylite._core import log_files, shm_files
 from raylite._core import memory_monitor as MM
 from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core import scheduling as S
-from raylite._core import shm_files
 from raylite._core.clock import MonotonicClock
 from raylite._core.config import Config
 from raylite._core.gpu_ids import GpuIds, gpu_amount, node_device_ids
@@ -106,6 +106,9 @@ class NodeDaemon:
             P.CreateObject: self._on_create_object,
             P.RestoreObject: self._on_restore_object,
             P.HeartbeatReply: self._on_heartbeat_reply,
+            P.ListLogs: lambda conn, msg, rid: P.ListLogsReply(log_files.list_files(self.session_dir)),
+            P.ReadLog: lambda conn, msg, rid: P.ReadLogReply(*log_files.read(
+                self.session_dir, msg.name, msg.offset, min(msg.length, 8 << 20), msg.tail_lines)),
         }
 
     # ------------------------------------------------------------ life cycle

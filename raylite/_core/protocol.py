@@ -753,6 +753,31 @@ class ListJobsReply(Message):
     jobs: list  # [{job_id, driver_address, namespace, entrypoint, alive, start_time, end_time, ...}]
 
 
+@message(125)
+class ListLogs(Message):
+    """Dashboard -> node: the node's log files."""
+
+
+@message(126)
+class ListLogsReply(Message):
+    files: list  # [[name, size_bytes, mtime_s], ...]
+
+
+@message(127)
+class ReadLog(Message):
+    name: str
+    offset: int = 0
+    length: int = 1 << 20
+    tail_lines: int = -1  # >= 0: the last N lines instead of reading at offset
+
+
+@message(128)
+class ReadLogReply(Message):
+    found: bool
+    data: bytes
+    end: int  # offset after the data (the file size for a tail read)
+
+
 # ---------------------------------------------------------------- metrics (dashboard, /metrics)
 @message(140)
 class GetClusterMetrics(Message):

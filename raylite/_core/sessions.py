@@ -54,7 +54,8 @@ def is_live(session_dir: str) -> bool:
 
 def retire(session_dir: str) -> None:
     """The cluster stopped: keep the logs, drop sockets and unpacked packages."""
-    for name in _DISPOSABLE:
+    spill = [n for n in _listdir(session_dir) if n.startswith("spill_")]
+    for name in (*_DISPOSABLE, *spill):
         path = os.path.join(session_dir, name)
         if os.path.isdir(path):
             shutil.rmtree(path, ignore_errors=True)
@@ -63,6 +64,13 @@ def retire(session_dir: str) -> None:
                 os.remove(path)
     with contextlib.suppress(OSError):
         os.remove(os.path.join(session_dir, PID_FILE))
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
 
 
 def sessions(temp_dir: str) -> list[str]:

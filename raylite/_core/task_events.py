@@ -20,7 +20,11 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from typing import Any
+
+from raylite._core import resources as R
+from raylite._core.task_spec import KIND_ACTOR_CALL, KIND_ACTOR_CREATE, TaskSpec
 
 TERMINAL = ("FINISHED", "FAILED")
 _ORDER = {"PENDING_ARGS_AVAIL": 0, "PENDING_NODE_ASSIGNMENT": 1, "SUBMITTED_TO_WORKER": 2, "RUNNING": 3,
@@ -46,13 +50,18 @@ class TaskEventBuffer:
                     self._dropped += 1
         events.append((task_id, attempt, job_id, state, time_s, extra))
 
-    def drain(self) -> tuple[list, int]:
-        """Take everything buffered: ([event lists], dropped count since the last drain)."""
+    def drain(self, describe: Callable[[Any], dict] | None = None) -> tuple[list, int]:
+        """Take everything buffered: ([event lists], dropped count since the last drain).
+
+        An event's `extra` may be recorded as anything cheap to keep (a TaskSpec); `describe`
+        turns it into a dict here, off the task's path."""
         events = self._events
         out = []
         with self._lock:
             for _ in range(len(events)):
                 task_id, attempt, job_id, state, time_s, extra = events.popleft()
+                if extra is not None and describe is not None and not isinstance(extra, dict):
+                    extra = describe(extra)
                 out.append([task_id, attempt, job_id, state, time_s, extra or {}])
             dropped, self._dropped = self._dropped, 0
         return out, dropped
@@ -117,3 +126,25 @@ def _merge(row: dict[str, Any], state: str, time_s: float, extra: dict | None) -
         for k, v in extra.items():
             if v not in (None, "", b"") or k not in row:
                 row[k] = v
+
+
+_TYPES = {KIND_ACTOR_CALL: "ACTOR_TASK", KIND_ACTOR_CREATE: "ACTOR_CREATION_TASK"}
+
+
+def describe_task(extra: Any) -> dict[str, Any]:
+    """What a task's spec tells the state API (Ray's TaskState field names)."""
+    if isinstance(extra, tuple):  # (spec, facts of the process that ran it)
+        spec, facts = extra
+        return {**describe_task(spec), **facts}
+    if not isinstance(extra, TaskSpec):
+        return {}
+    spec = extra
+    func = spec.function.qualname
+    if spec.kind == KIND_ACTOR_CALL:
+        func = f"{func}.{spec.method_name}"
+    elif spec.kind == KIND_ACTOR_CREATE:
+        func = f"{func}.__init__"
+    return {"name": spec.display_name(), "func_or_class_name": func,
+            "type": _TYPES.get(spec.kind, "NORMAL_TASK"), "actor_id": spec.actor_id,
+            "parent_task_id": spec.parent_task_id, "required_resources": R.from_fixed(spec.resources),
+            "language": "PYTHON"}

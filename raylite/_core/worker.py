@@ -92,6 +92,8 @@ class Worker:
         self.setup_error: Exception | None = None  # runtime_env could not be set up here
         self._initial_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         self._output_pipes: list[tuple[int, threading.Lock]] = []  # (read end, pump lock)
+        self._exec_facts: dict | None = None  # node, worker, pid: the same for every task event here
+        self._last_error = threading.local()  # text of the last task error, per thread
 
     # ------------------------------------------------------------ I/O thread side
     def _on_push_task(self, conn, msg: P.PushTask, rid: int):
@@ -254,7 +256,29 @@ class Worker:
         kwargs = {k: values[v.index] if isinstance(v, _ArgPlaceholder) else v for k, v in kwargs.items()}
         return args, kwargs
 
+    def _record(self, spec: TaskSpec, state: str, extra: Any = None) -> None:
+        events = self.client.task_events
+        if events is None:
+            return
+        if state == "RUNNING":
+            facts = self._exec_facts
+            if facts is None:
+                facts = self._exec_facts = {"node_id": self.client.node_id, "worker_id": self.client.worker_id,
+                                            "worker_pid": os.getpid()}
+            extra = (spec, facts)
+        events.record(spec.task_id, spec.attempt, spec.job_id, state, time.time(), extra)
+
+    def _record_end(self, spec: TaskSpec, reply: Any) -> None:
+        kind = getattr(reply, "error_kind", "")
+        if not kind and getattr(reply, "ok", True):
+            self._record(spec, "FINISHED")
+            return
+        error = getattr(self._last_error, "text", "") or kind
+        self._record(spec, "FAILED", {"error_type": "TASK_CANCELLED" if kind == "cancelled" else
+                                      "TASK_EXECUTION_EXCEPTION", "error_message": error})
+
     def _enter(self, spec: TaskSpec) -> None:
+        self._record(spec, "RUNNING")
         self.ctx.task_id = spec.task_id
         self.ctx.task_name = spec.display_name()
         self.ctx.current_spec = spec
@@ -280,6 +304,11 @@ class Worker:
 
     def execute(self, conn, spec: TaskSpec) -> P.PushTaskReply:
         """Run one task or actor call; never raises."""
+        reply = self._execute(conn, spec)
+        self._record_end(spec, reply)
+        return reply
+
+    def _execute(self, conn, spec: TaskSpec) -> P.PushTaskReply:
         self._enter(spec)
         tid = threading.get_ident()
         self.ctx.task_threads[spec.task_id] = tid
@@ -314,6 +343,7 @@ class Worker:
         raise SystemExit(0) from err
 
     def _task_error(self, spec: TaskSpec, e: BaseException) -> BaseException:
+        self._last_error.text = f"{type(e).__name__}: {e}"[:2000]
         if isinstance(e, E.RayTaskError):
             tb = traceback.format_exc()
             return E.RayTaskError(spec.display_name(), tb, e.cause or e, "", os.getpid(), self.client.node_ip).as_instanceof_cause()
@@ -415,8 +445,10 @@ class Worker:
                     self.actor_pool = ThreadPoolExecutor(spec.max_concurrency, thread_name_prefix="actor")
         except BaseException as e:  # noqa: BLE001
             err = self._task_error(spec, e)
+            self._record_end(spec, P.CreateActorReply(False))
             self._reply(conn, rid, P.CreateActorReply(False, ser.serialize(err).to_inline()))
             return
+        self._record(spec, "FINISHED")
         self._reply(conn, rid, P.CreateActorReply(True))
 
     def _start_async_actor(self, spec: TaskSpec) -> None:
@@ -447,6 +479,7 @@ class Worker:
                 elif inspect.isasyncgenfunction(method):
                     result = [x async for x in method(*args, **kwargs)]
                     reply = self._stream(conn, spec, iter(result))
+                    self._record_end(spec, reply)
                     self._reply(conn, rid, reply)
                     return
                 else:
@@ -459,6 +492,7 @@ class Worker:
                 reply = self._error_reply(spec, E.TaskCancelledError(spec.task_id.hex()), "cancelled")
             except BaseException as e:  # noqa: BLE001
                 reply = self._error_reply(spec, self._task_error(spec, e), "app")
+            self._record_end(spec, reply)
             self._reply(conn, rid, reply)
 
     # ------------------------------------------------------------ output
@@ -469,12 +503,22 @@ class Worker:
             os.close(w)
             lock = threading.Lock()
             self._output_pipes.append((r, lock))
-            threading.Thread(target=self._pump_output, args=(r, stream, lock), daemon=True,
-                             name=f"raylite-{stream}").start()
+            threading.Thread(target=self._pump_output, args=(r, stream, lock, self._log_file(stream)),
+                             daemon=True, name=f"raylite-{stream}").start()
+
+    def _log_file(self, stream: str) -> int:
+        """This worker's own log file (kept with the session after the cluster stops); -1 if none."""
+        name = f"worker-{self.client.worker_id.hex()[:16]}-{os.getpid()}.{'out' if stream == 'stdout' else 'err'}"
+        try:
+            logs = os.path.join(self.request["session_dir"], "logs")
+            os.makedirs(logs, exist_ok=True)
+            return os.open(os.path.join(logs, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError:
+            return -1
         sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
         sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
 
-    def _pump_output(self, fd: int, stream: str, lock: threading.Lock) -> None:
+    def _pump_output(self, fd: int, stream: str, lock: threading.Lock, log_fd: int = -1) -> None:
         # read only while holding `lock`: data is either still in the pipe or queued for
         # sending, never in between (see _drain_output)
         pending = b""
@@ -484,6 +528,9 @@ class Worker:
                 data = os.read(fd, 65536)
                 if not data:
                     return
+                if log_fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.write(log_fd, data)
                 pending += data
                 if b"\n" not in pending:
                     continue

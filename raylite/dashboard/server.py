@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     allow_loopback = config.dashboard_loopback_without_token and is_loopback(host)
     app = build_app(ctx, allow_loopback=allow_loopback)
     ucfg = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False,
-                          ws="websockets", timeout_graceful_shutdown=2)
+                          ws="websockets-sansio", timeout_graceful_shutdown=2)
     server = uvicorn.Server(ucfg)
 
     async def watch_parent() -> None:

@@ -1,0 +1,58 @@
+"""Helpers shared by tests/jobs and tests/state: a local cluster with its HTTP API."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import raylite
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Api:
+    url: str
+    token: str
+    session_dir: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def client(self):
+        import httpx
+
+        return httpx.Client(base_url=self.url, headers=self.headers, timeout=60)
+
+    def env(self) -> dict[str, str]:
+        """Environment for a CLI subprocess talking to this cluster."""
+        env = dict(os.environ)
+        env["RAY_ADDRESS"] = self.url
+        env["RAYLITE_TOKEN"] = self.token
+        env.pop("RAYLITE_ADDRESS", None)
+        return env
+
+    def cli(self, *args: str, timeout: float = 120, check: bool = False, input: str | None = None):
+        r = subprocess.run([sys.executable, "-m", "raylite.cli", *args], capture_output=True, text=True,
+                           timeout=timeout, env=self.env(), input=input)
+        if check and r.returncode != 0:
+            raise AssertionError(f"raylite {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+        return r
+
+
+def start_api_cluster(num_cpus: int = 2) -> Api:
+    if raylite.is_initialized():
+        raylite.shutdown()
+    ctx = raylite.init(num_cpus=num_cpus, dashboard_port=free_port())
+    session = ctx["session_dir"]
+    with open(os.path.join(session, "token")) as f:
+        token = f.read().strip()
+    return Api("http://" + ctx.dashboard_url, token, session)
