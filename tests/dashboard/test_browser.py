@@ -200,6 +200,15 @@ def test_serve_app_shows_its_replicas(browser, artifacts):
         serve.shutdown()
 
 
+def test_logs_page_lists_files_and_shows_one(browser, artifacts):
+    browser.open("logs")
+    browser.page.wait_for_selector("#files tr.clickable:has-text('node.')")
+    browser.page.locator("#files tr.clickable:has-text('node.')").first.click()  # the node daemon's log
+    browser.page.wait_for_selector("#logname:has-text('node.')")
+    browser.page.wait_for_function("document.querySelector('#logtext').textContent.length > 0")
+    browser.shot(artifacts, "logs")
+
+
 def test_every_page_renders_without_javascript_errors(browser, artifacts):
     for name in PAGES:
         browser.open(name)

@@ -239,33 +239,39 @@ function pageJobs(main) {
 }
 
 function pageLogs(main) {
-  main.innerHTML = `<h1>Logs</h1><div class="split"><div class="card"><h2>Files</h2><div id="files"></div></div>
+  main.innerHTML = `<h1>Logs</h1>${filterBar("lf", [["file", "file"], ["cat", "kind"]])}
+    <div class="split"><div class="card"><h2>Files</h2><div id="files"></div></div>
     <div class="card"><div class="row"><h2 id="logname">Select a file</h2><label class="muted"><input type="checkbox" id="tail" checked> follow</label></div>
     <pre class="log" id="logtext"></pre></div></div>`;
-  let current = null;
-  const listFiles = async () => {
-    const nodes = await api("api/dashboard/nodes");
-    const out = [];
-    for (const n of nodes.filter(n => n.state === "ALIVE")) {
-      const res = await apiOr(`api/v0/logs?node_id=${n.node_id}`, null);
-      const cats = res && res.data && res.data.result ? res.data.result : {};
-      for (const [cat, files] of Object.entries(cats)) for (const f of files) out.push({ node: n.node_id, cat, file: f });
-    }
-    document.getElementById("files").innerHTML = out.length ? table([
-      ["file", f => `<span class="mono">${esc(f.file)}</span>`], ["kind", f => esc(f.cat)], ["node", f => short(f.node)]], out,
-      { rowAttrs: (f, i) => `class="clickable" data-i="${i}"` }) : `<div class="empty">No log files listed (the logs API answers under /api/v0/logs).</div>`;
+  let current = null; let files = [];
+  const draw = () => {
+    const f = readFilters("lf");
+    const shown = files.filter(x => matches(x.filename, f.file) && matches(x.category, f.cat));
+    document.getElementById("files").innerHTML = table([
+      ["file", x => `<span class="mono">${esc(x.filename)}</span>`], ["kind", x => esc(x.category || "")],
+      ["size", x => fmtBytes(x.size), { num: true }], ["modified", x => fmtTime(x.mtime)], ["node", x => x.node_ip || short(x.node_id)]],
+      shown, { empty: files.length ? "No file matches the filters." : "No log files listed.",
+               rowAttrs: x => `class="clickable ${current && current.filename === x.filename && current.node_id === x.node_id ? "selected" : ""}"
+                 data-i="${files.indexOf(x)}"` });
     document.querySelectorAll("#files tr[data-i]").forEach(tr => tr.addEventListener("click", () => {
-      current = out[Number(tr.dataset.i)]; tailLog();
+      current = files[Number(tr.dataset.i)]; draw(); tailLog();
     }));
   };
+  document.getElementById("lf").addEventListener("input", draw);
   const tailLog = async () => {
     if (!current) return;
-    const text = await api(`api/v0/logs/file?node_id=${current.node}&filename=${encodeURIComponent(current.file)}&lines=2000`);
+    const text = await api(`api/v0/logs/file?node_id=${current.node_id}&filename=${encodeURIComponent(current.filename)}&lines=2000`);
     const pre = document.getElementById("logtext");
-    document.getElementById("logname").textContent = current.file;
-    pre.textContent = typeof text === "string" ? text : JSON.stringify(text, null, 1);
-    if (document.getElementById("tail").checked) pre.scrollTop = pre.scrollHeight;
+    const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 20;
+    document.getElementById("logname").textContent = `${current.filename} (last 2000 lines)`;
+    pre.textContent = typeof text === "string" ? (text || "(the file is empty)") : JSON.stringify(text, null, 1);
+    if (document.getElementById("tail").checked && atBottom) pre.scrollTop = pre.scrollHeight;
   };
-  listFiles().catch(e => setStatus(String(e.message || e), true));
-  every(2000, tailLog);
+  every(3000, async () => {
+    const res = await apiOr("api/v0/logs", null);
+    files = res && res.data && Array.isArray(res.data.result) ? res.data.result : [];
+    files.sort((a, b) => (b.mtime || 0) - (a.mtime || 0));
+    draw();
+    if (document.getElementById("tail").checked) await tailLog();
+  });
 }
