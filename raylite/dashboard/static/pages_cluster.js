@@ -168,7 +168,7 @@ function pageTasks(main) {
 /* Per-worker spans of task and actor-call executions, as an SVG. */
 function timelineSvg(tasks) {
   const spans = tasks.filter(t => t.start_time_s).map(t => ({
-    lane: `${String(t.node_id || "").slice(0, 6)} pid ${t.pid || t.worker_pid || "?"}`, name: t.name || t.func_or_class_name || "task",
+    lane: `node ${String(t.node_id || "").slice(0, 6)} pid ${t.pid || t.worker_pid || "?"}`, name: t.name || t.func_or_class_name || "task",
     start: t.start_time_s, end: t.end_time_s || Date.now() / 1000, state: t.state }));
   if (!spans.length) return `<div class="empty">No task has run yet.</div>`;
   const lanes = [...new Set(spans.map(s => s.lane))].sort();
@@ -185,7 +185,8 @@ function timelineSvg(tasks) {
       fill="${color(s)}" rx="2"><title>${esc(s.name)} ${esc(s.state)} ${esc(fmtDur(s.end - s.start))}</title></rect>`);
   }
   const H = lanes.length * laneH + 20;
-  parts.push(`<text x="${left}" y="${H - 4}">${esc(fmtTime(t0))}</text><text x="${W - 70}" y="${H - 4}">${esc(fmtTime(t1))}</text>`);
+  parts.push(`<text x="${left}" y="${H - 4}">${esc(fmtTime(t0))}</text>
+    <text x="${W - 10}" y="${H - 4}" text-anchor="end">+${esc(fmtDur(t1 - t0))}</text>`);
   return `<svg width="${W}" height="${H}">${parts.join("")}</svg>`;
 }
 
