@@ -189,12 +189,14 @@ def test_serve_app_shows_its_replicas(browser, artifacts):
         def __call__(self, request) -> str:
             return "hello"
 
-    serve.run(Hello.bind(), name="dash_app", route_prefix="/hello")
+    handle = serve.run(Hello.bind(), name="dash_app", route_prefix="/hello")
     try:
+        assert [handle.remote(None).result() for _ in range(5)] == ["hello"] * 5
         browser.open("serve")
         browser.page.wait_for_selector("#serve td:has-text('dash_app')", timeout=60_000)
         wait_for(lambda: browser.page.locator("#serve tr:has-text('Hello') .badge.RUNNING").count() >= 2,
                  timeout_s=60, what="two RUNNING replicas of Hello on the Serve page")
+        browser.page.wait_for_selector("#serve tr[data-deployment='Hello']:not([data-requests='0'])")
         browser.shot(artifacts, "serve")
     finally:
         serve.shutdown()

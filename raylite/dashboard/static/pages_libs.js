@@ -123,14 +123,14 @@ function pageServe(main) {
       ["error rate", x => x.d.error_rate !== undefined ? fmtPct(100 * x.d.error_rate) : perSecond(x.errRate), { num: true }],
       ["p50", x => latency(x.d, "p50"), { num: true }], ["p90", x => latency(x.d, "p90"), { num: true }],
       ["p99", x => latency(x.d, "p99"), { num: true }],
-      ["requests total", x => esc(x.d.requests_total ?? x.d.requests ?? "–"), { num: true }]], rows)}</div>
+      ["requests total", x => esc(x.d.requests_total ?? x.d.requests ?? "–"), { num: true }]], rows,
+      { rowAttrs: x => `data-deployment="${esc(x.dep)}" data-requests="${esc(x.d.requests_total ?? 0)}"` })}</div>
       <div class="card"><h2>Replicas</h2>${table([
         ["application", x => esc(x.app)], ["deployment", x => esc(x.dep)],
         ["replica", x => `<span class="mono">${esc(x.r.replica_id || x.r.actor_name || x.r.actor_id || "")}</span>`],
         ["state", x => badge(x.r.state)], ["node", x => `<span class="mono">${short(x.r.node_id, 12)}</span>`],
         ["pid", x => esc(x.r.pid || "–"), { num: true }]], replicas, { empty: "No replicas." })}</div>`;
     const holder = document.getElementById("servecharts");
-    document.getElementById("traffic").hidden = false;
     const reqKeys = Object.keys(ts).filter(k => k.startsWith("raylite_serve_requests_total"));
     if (reqKeys.length) {
       liveChart(holder, "rps", "requests per second", reqKeys.map(k => parseKey(k).labels.deployment),
@@ -140,6 +140,7 @@ function pageServe(main) {
         [ts.time, ...errKeys.map(k => (ts[k] ? rate(ts.time, ts[k]) : ts.time.map(() => null)))], { unit: v => `${fmtNum(v)}/s` });
     }
     const latKeys = Object.keys(ts).filter(k => k.startsWith("raylite_serve_latency_ms"));
+    document.getElementById("traffic").hidden = !(reqKeys.length || latKeys.length);
     if (latKeys.length) {
       liveChart(holder, "lat", "latency percentiles", latKeys.map(k => { const l = parseKey(k).labels; return `${l.deployment} q${l.quantile}`; }),
         columns(ts, latKeys), { unit: v => `${fmtNum(v, 1)} ms` });
