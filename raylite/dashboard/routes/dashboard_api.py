@@ -73,8 +73,6 @@ async def actors(ctx: Any) -> list[dict[str, Any]]:
 async def tasks(ctx: Any, limit: int = 2000) -> list[dict[str, Any]]:
     from raylite._core import protocol as P
 
-    if not hasattr(P, "GetTaskEvents"):
-        return []
     rows = (await ctx.head.request(P.GetTaskEvents(b"", limit))).tasks
     return [plain(r) for r in rows]
 
@@ -126,9 +124,7 @@ def routes(ctx: Any) -> list:
         node_rows = await nodes(ctx)
         actor_rows = await actors(ctx)
         task_rows = await tasks(ctx, 500)
-        jobs = []
-        if hasattr(P, "ListJobs"):
-            jobs = plain((await ctx.head.request(P.ListJobs())).jobs)
+        jobs = plain((await ctx.head.request(P.ListJobs())).jobs)
         total: dict[str, float] = {}
         used: dict[str, float] = {}
         for n in node_rows:
