@@ -96,7 +96,10 @@ def probe(name: str, mode: str) -> None:
             scrape = [_get(base + "/metrics", headers) for _ in range(5)]
         else:
             for path in ("/", "/api/cluster_status"):
-                _get(base + path, headers)
+                try:  # best effort: on a shared machine 8265 may be someone else's server
+                    _get(base + path, headers)
+                except OSError as e:
+                    emit({"framework": name, "metric": "error", "error": f"GET {base}{path}: {e}"})
             scrape = []
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and len(scrape) < 5:
@@ -150,12 +153,13 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--ray-python", default=DEFAULT_RAY_PYTHON)
     p.add_argument("--no-ray", action="store_true")
+    p.add_argument("--only-ray", action="store_true", help="measure Ray alone (to rerun its side)")
     args = p.parse_args()
     if args.worker:
         probe(args.worker, args.mode)
         return
-    results = {"raylite": run_framework("raylite", sys.executable, args.runs)}
-    frameworks = ["raylite"]
+    results = {} if args.only_ray else {"raylite": run_framework("raylite", sys.executable, args.runs)}
+    frameworks = [] if args.only_ray else ["raylite"]
     if not args.no_ray and os.path.exists(args.ray_python):
         results["ray"] = run_framework("ray", args.ray_python, args.runs)
         frameworks.append("ray")
