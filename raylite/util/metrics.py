@@ -64,6 +64,7 @@ class Metric:
         self._description = description
         self._tag_keys: tuple[str, ...] = tuple(tag_keys)
         self._default_tags: dict[str, str] = {}
+        self._default_key: tuple[str, ...] | None = () if not self._tag_keys else None  # tags=None
         # metrics of one name share their values in this process (a task that builds its
         # Counter on every call adds to the same count)
         self._values: dict[tuple[str, ...], Any] = _REGISTRY.family(self)
@@ -80,6 +81,8 @@ class Metric:
             raise TypeError(f"default_tags must be a dict of str to str, got {default_tags!r}")
         self._check_tags(default_tags, "default_tags")
         self._default_tags = dict(default_tags)
+        complete = all(k in self._default_tags for k in self._tag_keys)
+        self._default_key = tuple(self._default_tags[k] for k in self._tag_keys) if complete else None
         return self
 
     def _check_tags(self, tags: Mapping[str, str], what: str) -> None:
@@ -92,9 +95,11 @@ class Metric:
                                 f"{value!r} ({type(value).__name__}); pass str({value!r})")
 
     def _tag_values(self, tags: Mapping[str, str] | None) -> tuple[str, ...]:
+        if not tags and self._default_key is not None:
+            return self._default_key
         merged = dict(self._default_tags)
         if tags:
-            if not isinstance(tags, Mapping):
+            if type(tags) is not dict and not isinstance(tags, Mapping):
                 raise TypeError(f"tags must be a dict of str to str, got {tags!r}")
             self._check_tags(tags, "tags")
             merged.update(tags)
@@ -110,6 +115,8 @@ class Metric:
 
 
 def _number(value: Any, metric: str) -> float:
+    if type(value) is float or type(value) is int:  # the common case, without ABC checks
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"metric {metric!r} records numbers, got {value!r} ({type(value).__name__})")
     return float(value)
@@ -214,8 +221,14 @@ class _Registry:
         self._values: dict[str, dict[tuple[str, ...], Any]] = {}
         self.dirty = False
         self._thread: threading.Thread | None = None
-        self._pid = 0
         self.key = ""
+        # a forked child (a worker from the zygote) has no flush thread: it starts its own,
+        # under its own key, on its first record
+        os.register_at_fork(after_in_child=self._forget_thread)
+
+    def _forget_thread(self) -> None:
+        self._thread = None
+        self.lock = threading.Lock()
 
     def family(self, metric: Metric) -> dict[tuple[str, ...], Any]:
         """The values shared by every metric of this name; a clash of kind, tag keys or
@@ -232,12 +245,11 @@ class _Registry:
             return self._values.setdefault(metric._name, {})
 
     def start(self) -> None:
-        if self._thread is not None and self._pid == os.getpid():
+        if self._thread is not None:
             return
         with self.lock:
-            if self._thread is not None and self._pid == os.getpid():
+            if self._thread is not None:
                 return
-            self._pid = os.getpid()  # a forked child starts its own thread and key
             self.key = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
             self._thread = threading.Thread(target=self._loop, name="raylite-metrics-flush", daemon=True)
             self._thread.start()
