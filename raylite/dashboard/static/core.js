@@ -60,6 +60,12 @@ function fmtTime(t) {
   const ms = t > 1e12 ? t : t * 1000;
   return new Date(ms).toLocaleTimeString();
 }
+/* 24-hour wall clock of epoch seconds: "14:05" or "14:05:30". */
+function clock(t, seconds) {
+  const d = new Date(t * 1000);
+  const p = n => String(n).padStart(2, "0");
+  return `${p(d.getHours())}:${p(d.getMinutes())}${seconds ? ":" + p(d.getSeconds()) : ""}`;
+}
 function fmtResource(name, v) {
   if (name === "memory" || name === "object_store_memory") return fmtBytes(v);
   if (name === "CPU") return `${fmtNum(v)} cores`;
@@ -124,7 +130,11 @@ function lineChart(el, title, labels, data, opts = {}) {
     width, height: opts.height || 200,
     scales: { x: { time: opts.time !== false },
               y: { range: (u, min, max) => [Math.min(0, min), Math.max(max > 0 ? max * 1.1 : 1, opts.minMax || 0)] } },
-    axes: [{ stroke: "#667085", grid: { stroke: "#f0f1f4" } },
+    axes: [{ stroke: "#667085", grid: { stroke: "#f0f1f4" }, space: 90,
+             values: opts.time === false ? undefined : (u, vals) => {
+               const span = vals.length > 1 ? vals[vals.length - 1] - vals[0] : 0;
+               return vals.map(v => clock(v, span <= 300));
+             } },
            { stroke: "#667085", grid: { stroke: "#f0f1f4" }, size: 70, values: (u, vals) => vals.map(v => fmt(v)) }],
     series, legend: { live: true },
   }, data, plotEl);

@@ -79,6 +79,8 @@ function drawRun(run) {
   const metrics = new Set();
   Object.values(ranks).forEach(r => Object.keys(r.metrics || {}).forEach(m => metrics.add(m)));
   const mc = document.getElementById("metriccharts");
+  if (!metrics.size) mc.innerHTML = `<div class="empty">Charts appear with the first train.report().</div>`;
+  else mc.querySelectorAll(".empty").forEach(e => e.remove());
   for (const m of [...metrics].sort()) {
     const { labels, data } = rankColumns(ranks, r => (r.metrics || {})[m]);
     liveChart(mc, `metric:${m}`, m, labels, data, { time: false, xLabel: "report" });
