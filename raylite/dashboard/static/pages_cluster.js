@@ -141,7 +141,9 @@ function taskDuration(t) {
 function pageTasks(main) {
   main.innerHTML = `<h1>Tasks</h1>${filterBar("tf", [["state", "state", ["PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "RUNNING", "FINISHED", "FAILED"]],
     ["name", "name"], ["node", "node"]])}
-    <div class="card"><h2>Timeline (per worker)</h2><div class="timeline" id="timeline"></div></div>
+    <div class="card"><h2>Timeline (per worker) <span class="sub muted"><span style="color:#2f6fdb">■</span> finished
+      <span style="color:#e8590c">■</span> running <span style="color:#c62828">■</span> failed</span></h2>
+      <div class="timeline" id="timeline"></div></div>
     <div class="card"><h2>Failures</h2><div id="failures"></div></div>
     <div class="card"><h2>Task attempts</h2><div id="tasks"></div></div>`;
   let rows = [];
