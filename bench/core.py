@@ -59,7 +59,12 @@ METRICS = [
     Metric("get_gbps", "get 100 MiB numpy array", "GB/s", False),
     Metric("get_ms", "get 100 MiB numpy array", "ms", True),
     Metric("task_arg_100mib_ms", "task with the 100 MiB ref as argument", "ms", True),
+    Metric("init_nodash_s", "init(include_dashboard=False)", "s", True),
     Metric("tree_rss_idle_mib", "process tree RSS after init", "MiB", True),
+    Metric("tree_pss_idle_mib", "process tree PSS after init", "MiB", True),
+    Metric("api_first_request_ms", "first HTTP API request after init (GET /api/version)", "ms", True),
+    Metric("tree_rss_api_mib", "process tree RSS with the HTTP API server running", "MiB", True),
+    Metric("tree_pss_api_mib", "process tree PSS with the HTTP API server running", "MiB", True, 50),
     Metric("tree_rss_mib", "process tree RSS under load", "MiB", True, 300),
     Metric("tree_pss_mib", "process tree PSS under load", "MiB", True),
     Metric("tree_uss_mib", "process tree USS under load", "MiB", True),
@@ -137,11 +142,11 @@ def time_import(module_name: str, runs: int) -> list[float]:
     return times
 
 
-def probe_init(module_name: str, num_cpus: int) -> None:
+def probe_init(module_name: str, num_cpus: int, dashboard: bool = True) -> None:
     """Fresh-interpreter mode: time init(), the first task and shutdown(); print one JSON line."""
     framework = importlib.import_module(module_name)
     start = time.perf_counter()
-    framework.init(num_cpus=num_cpus)
+    framework.init(num_cpus=num_cpus, **({} if dashboard else {"include_dashboard": False}))
     init_s = time.perf_counter() - start
     task = framework.remote(noop)
     start = time.perf_counter()
@@ -152,11 +157,12 @@ def probe_init(module_name: str, num_cpus: int) -> None:
           "teardown_s": teardown_s})
 
 
-def run_probes(module_name: str, num_cpus: int, runs: int) -> list[dict]:
+def run_probes(module_name: str, num_cpus: int, runs: int, dashboard: bool = True) -> list[dict]:
     results = []
     for _ in range(runs):
+        extra = [] if dashboard else ["--no-dashboard"]
         out = subprocess.run([sys.executable, os.path.abspath(__file__), "--probe-init", module_name,
-                              "--num-cpus", str(num_cpus)], capture_output=True, text=True, timeout=120)
+                              "--num-cpus", str(num_cpus), *extra], capture_output=True, text=True, timeout=120)
         lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
         if out.returncode != 0 or not lines:
             raise RuntimeError(f"init probe for {module_name} failed:\n{out.stderr[-2000:]}")
@@ -179,14 +185,35 @@ def timed_shutdown(framework) -> tuple[float, float, int]:
 
 def report_memory(framework_name: str, suffix: str) -> None:
     memory = tree_memory(os.getpid())
-    if suffix == "idle":
-        report(framework_name, "tree_rss_idle_mib", memory.rss_bytes / MIB, processes=memory.processes)
+    if suffix in ("idle", "api"):
+        report(framework_name, f"tree_rss_{suffix}_mib", memory.rss_bytes / MIB, processes=memory.processes)
+        if memory.pss_bytes is not None:
+            report(framework_name, f"tree_pss_{suffix}_mib", memory.pss_bytes / MIB)
         return
     report(framework_name, "tree_rss_mib", memory.rss_bytes / MIB, processes=memory.processes)
     if memory.pss_bytes is not None:
         report(framework_name, "tree_pss_mib", memory.pss_bytes / MIB)
         report(framework_name, "tree_uss_mib", memory.uss_bytes / MIB)
     report(framework_name, "tree_processes", memory.processes)
+
+
+def measure_api(context, name: str) -> None:
+    """The head's HTTP API: time of the first request (raylite starts its server then) and the
+    process tree's memory with the server running. Ray's dashboard runs from init() on."""
+    import urllib.request
+
+    url = "http://" + str(context.dashboard_url or "127.0.0.1:8265")
+    request = urllib.request.Request(url + "/api/version")
+    token_file = os.path.join(str(context.get("session_dir") or ""), "token")
+    if os.path.exists(token_file):
+        with open(token_file) as f:
+            request.add_header("Authorization", "Bearer " + f.read().strip())
+    start = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=60) as r:
+        r.read()
+    report(name, "api_first_request_ms", (time.perf_counter() - start) * 1e3)
+    time.sleep(1.0)  # let the server settle (imports done, lazy state built)
+    report_memory(name, "api")
 
 
 def measure_tasks(fw, name: str, reps: Repeats) -> None:
@@ -261,6 +288,7 @@ def run_worker(module_name: str, num_cpus: int, quick: bool) -> None:
     reps = Repeats(quick)
     import_times = time_import(module_name, reps.import_runs)
     probes = run_probes(module_name, num_cpus, reps.init_probes)
+    probes_nodash = run_probes(module_name, num_cpus, max(1, reps.init_probes + 1), dashboard=False)
 
     start = time.perf_counter()
     fw = importlib.import_module(module_name)
@@ -271,15 +299,19 @@ def run_worker(module_name: str, num_cpus: int, quick: bool) -> None:
     report(module_name, "import_s", median(import_times), import_times)
 
     start = time.perf_counter()
-    fw.init(num_cpus=num_cpus)
+    context = fw.init(num_cpus=num_cpus)
     init_times = [time.perf_counter() - start] + [p["init_s"] for p in probes]
     report(module_name, "init_s", median(init_times), init_times)
+    nodash = [p["init_s"] for p in probes_nodash]
+    report(module_name, "init_nodash_s", median(nodash), nodash)
     task = fw.remote(noop)
     start = time.perf_counter()
     fw.get(task.remote())
     first = [time.perf_counter() - start] + [p["first_task_s"] for p in probes]
     report(module_name, "first_task_s", median(first), first)
     report_memory(module_name, "idle")
+    with section(module_name, "api"):
+        measure_api(context, module_name)
 
     with section(module_name, "tasks"):
         measure_tasks(fw, module_name, reps)
@@ -321,10 +353,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout-s", type=float, default=300.0, help="per framework")
     parser.add_argument("--worker", metavar="MODULE", help=argparse.SUPPRESS)
     parser.add_argument("--probe-init", metavar="MODULE", help=argparse.SUPPRESS)
+    parser.add_argument("--no-dashboard", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     if args.probe_init:
-        probe_init(args.probe_init, args.num_cpus)
+        probe_init(args.probe_init, args.num_cpus, dashboard=not args.no_dashboard)
         return 0
     if args.worker:
         run_worker(args.worker, args.num_cpus, args.quick)

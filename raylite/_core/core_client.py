@@ -175,9 +175,9 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller):
         buf = self.task_events
         if buf is None or not len(buf) or self.head is None or self.head.is_closed():
             return
-        events, dropped = buf.drain(describe_task)
+        events, descs, dropped = buf.drain(describe_task)
         with contextlib.suppress(Exception):
-            self.head.send(P.TaskEvents(events, dropped))
+            self.head.send(P.TaskEvents(events, dropped, descs))
 
     def _trim_writer_maps(self) -> None:
         """Unmap cached writer segments the node has deleted, so their memory really goes back."""

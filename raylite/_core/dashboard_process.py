@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 log = logging.getLogger("raylite.dashboard")
 
@@ -122,8 +123,9 @@ class LazyServer:
             return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env,
                                     pass_fds=(self.sock.fileno(),), close_fds=True)
 
-    def stop(self) -> None:
-        """Stop the server (it stops the jobs it supervises) and close the socket."""
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the server (it stops the jobs it supervises) and close the socket. The head
+        keeps serving meanwhile: the server's shutdown still talks to it."""
         self._stopped = True
         if self._loop is not None:
             with contextlib.suppress(Exception):
@@ -131,9 +133,10 @@ class LazyServer:
         proc = self.process
         if proc is not None and proc.poll() is None:
             proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
+            deadline = time.monotonic() + timeout_s
+            while proc.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            if proc.poll() is None:
                 proc.kill()
         with contextlib.suppress(OSError):
             self.sock.close()

@@ -403,7 +403,7 @@ class Head:
 
     # ------------------------------------------------------------ task events (state API)
     def _on_task_events(self, conn, msg: P.TaskEvents, rid):
-        self.task_events.add(msg.events, msg.dropped, conn.context.get("job_id", b""))
+        self.task_events.add(msg.events, msg.descs, msg.dropped, conn.context.get("job_id", b""))
 
     def _on_get_task_events(self, conn, msg: P.GetTaskEvents, rid):
         return P.GetTaskEventsReply(self.task_events.rows(msg.job_id, msg.limit),

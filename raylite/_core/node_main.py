@@ -168,7 +168,7 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool) 
     waiter = loop.create_task(node.stopped.wait())
     await asyncio.wait([waiter, stop], return_when=asyncio.FIRST_COMPLETED)
     if lazy is not None:
-        lazy.stop()
+        await lazy.stop()
     node.stop()
     if head is not None:
         head.close()

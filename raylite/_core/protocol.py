@@ -722,13 +722,13 @@ class PullObjectReply(Message):
 class TaskEvents(Message):
     """Client -> head, about once a second and only when there is news: task state changes.
 
-    events: [[task_id, attempt, job_id, state, time_s, extra], ...] where extra is a dict
-    with what this process knows (name, type, actor_id, node_id, worker_id, pid, error...).
-    dropped: events this process dropped (its buffer was full) since its last flush.
+    See task_events.TaskEventBuffer.drain for the layout. dropped: events this process
+    dropped (its buffer was full) since its last flush.
     """
 
-    events: list
+    events: list  # [[task_id, attempt, job_id, state, time_s, [desc indexes], start_s], ...]
     dropped: int = 0
+    descs: list = []  # dicts shared by this batch's events (a function's description, the worker's facts)
 
 
 @message(121)

@@ -41,7 +41,9 @@ class TaskEventBuffer:
         self._lock = threading.Lock()
 
     def record(self, task_id: bytes, attempt: int, job_id: bytes, state: str, time_s: float,
-               extra: dict | None = None) -> None:
+               extra: Any = None) -> None:
+        """`extra`: None, a dict (merged into the task's row), a TaskSpec (described at drain
+        time), or (spec, dict)."""
         events = self._events
         if len(events) >= self._capacity:
             with self._lock:
@@ -50,24 +52,57 @@ class TaskEventBuffer:
                     self._dropped += 1
         events.append((task_id, attempt, job_id, state, time_s, extra))
 
-    def drain(self, describe: Callable[[Any], dict] | None = None) -> tuple[list, int]:
-        """Take everything buffered: ([event lists], dropped count since the last drain).
+    def drain(self, describe: Callable[[Any], dict] | None = None) -> tuple[list, list, int]:
+        """Take everything buffered as (events, descs, dropped) for one TaskEvents message.
 
-        An event's `extra` may be recorded as anything cheap to keep (a TaskSpec); `describe`
-        turns it into a dict here, off the task's path."""
+        Wire event: [task_id, attempt, job_id, state, time_s, [desc indexes], start_s]. Facts
+        shared by many events (a function's description, this worker's node and pid) are sent
+        once per batch in `descs`; a RUNNING event whose task also ended within the batch is
+        folded into the terminal one (start_s), so a short task costs the head one event."""
         events = self._events
-        out = []
+        out: list[list] = []
+        descs: list[dict] = []
+        by_key: dict[Any, int] = {}
+        running: dict[tuple[bytes, int], int] = {}
+
+        def index_of(extra: Any) -> int:
+            if isinstance(extra, dict):
+                key: Any = id(extra)
+            elif isinstance(extra, TaskSpec):
+                key = _spec_key(extra)
+            else:
+                key = None
+            i = by_key.get(key) if key is not None else None
+            if i is None:
+                i = len(descs)
+                descs.append(extra if isinstance(extra, dict) else (describe(extra) if describe else {}))
+                if key is not None:
+                    by_key[key] = i
+            return i
+
         with self._lock:
             for _ in range(len(events)):
                 task_id, attempt, job_id, state, time_s, extra = events.popleft()
-                if extra is not None and describe is not None and not isinstance(extra, dict):
-                    extra = describe(extra)
-                out.append([task_id, attempt, job_id, state, time_s, extra or {}])
+                idx = [] if extra is None else [index_of(extra)]
+                key = (task_id, attempt)
+                if state == "RUNNING":
+                    running[key] = len(out)
+                elif state in TERMINAL and key in running:
+                    prior = out[running.pop(key)]
+                    prior[3], prior[6], prior[4] = state, prior[4], time_s
+                    prior[5].extend(idx)
+                    continue
+                out.append([task_id, attempt, job_id, state, time_s, idx, 0.0])
             dropped, self._dropped = self._dropped, 0
-        return out, dropped
+        return out, descs, dropped
 
     def __len__(self) -> int:
         return len(self._events)
+
+
+def _spec_key(spec: TaskSpec) -> tuple:
+    return (spec.function.function_id, spec.kind, spec.method_name, spec.name, spec.actor_id,
+            spec.parent_task_id, tuple(spec.resources.items()))
 
 
 class TaskEventTable:
@@ -78,8 +113,10 @@ class TaskEventTable:
         self._jobs: dict[bytes, OrderedDict[tuple[bytes, int], dict[str, Any]]] = {}
         self.dropped: dict[bytes, int] = {}
 
-    def add(self, events: list, dropped_at_source: int = 0, source_job: bytes = b"") -> None:
-        for task_id, attempt, job_id, state, time_s, extra in events:
+    def add(self, events: list, descs: list | None = None, dropped_at_source: int = 0,
+            source_job: bytes = b"") -> None:
+        descs = descs or []
+        for task_id, attempt, job_id, state, time_s, idx, start_s in events:
             rows = self._jobs.get(job_id)
             if rows is None:
                 rows = self._jobs[job_id] = OrderedDict()
@@ -87,18 +124,23 @@ class TaskEventTable:
             row = rows.get(key)
             if row is None:
                 if len(rows) >= self.max_per_job:
-                    rows.popitem(last=False)
+                    rows.popitem(last=False)  # O(1); a plain dict's front deletions degrade
                     self.dropped[job_id] = self.dropped.get(job_id, 0) + 1
                 row = rows[key] = {"task_id": task_id, "attempt_number": attempt, "job_id": job_id,
                                    "state": state, "events": []}
-            _merge(row, state, time_s, extra)
+            if start_s:
+                _merge(row, "RUNNING", start_s)
+            _merge(row, state, time_s)
+            if idx:  # kept by reference (shared within a batch), merged when read
+                row.setdefault("_descs", []).extend(descs[i] for i in idx if 0 <= i < len(descs))
         if dropped_at_source:
             self.dropped[source_job] = self.dropped.get(source_job, 0) + dropped_at_source
 
     def rows(self, job_id: bytes = b"", limit: int = 0) -> list[dict[str, Any]]:
         """Rows (newest last), of one job or all; `limit` keeps the newest."""
         tables = [self._jobs.get(job_id, OrderedDict())] if job_id else list(self._jobs.values())
-        out = [dict(r, events=list(r["events"])) for t in tables for r in t.values()]
+        # events arrive from owner and worker in any order: show them in time order
+        out = [_materialize(r) for table in tables for r in table.values()]
         if limit and len(out) > limit:
             out.sort(key=lambda r: r.get("creation_time_s") or 0.0)
             out = out[-limit:]
@@ -108,24 +150,33 @@ class TaskEventTable:
         return sum(len(t) for t in self._jobs.values())
 
 
-def _merge(row: dict[str, Any], state: str, time_s: float, extra: dict | None) -> None:
-    row["events"].append({"state": state, "created_ms": int(time_s * 1000)})
+def _materialize(row: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in row.items() if k != "_descs"}
+    for desc in row.get("_descs", ()):
+        for k, v in desc.items():
+            if v not in (None, "", b"") or k not in out:
+                out[k] = v
+    out["events"] = [{"state": st, "created_ms": int(t * 1000)} for st, t in sorted(row["events"], key=_event_order)]
+    return out
+
+
+def _event_order(event: tuple[str, float]) -> tuple[float, int]:
+    return event[1], _ORDER.get(event[0], 0)
+
+
+def _merge(row: dict[str, Any], state: str, time_s: float) -> None:
+    row["events"].append((state, time_s))
     current = row["state"]
-    # events come from two processes, in any order: the furthest state wins
-    if current not in TERMINAL and _ORDER.get(state, 0) >= _ORDER.get(current, 0):
+    rank = _ORDER.get(state, 0)
+    # events come from two processes, in any order: the furthest state wins (FAILED over FINISHED)
+    if (current not in TERMINAL and rank >= _ORDER.get(current, 0)) or (state == "FAILED" and current == "FINISHED"):
         row["state"] = state
-    elif state == "FAILED" and current == "FINISHED":
-        row["state"] = state
-    if state in ("PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT"):
+    if rank <= 2:
         row.setdefault("creation_time_s", time_s)
-    elif state == "RUNNING":
+    elif rank == 3:
         row["start_time_s"] = time_s
-    elif state in TERMINAL:
-        row["end_time_s"] = max(time_s, row.get("end_time_s") or 0.0)
-    if extra:
-        for k, v in extra.items():
-            if v not in (None, "", b"") or k not in row:
-                row[k] = v
+    elif time_s > row.get("end_time_s", 0.0):
+        row["end_time_s"] = time_s
 
 
 _TYPES = {KIND_ACTOR_CALL: "ACTOR_TASK", KIND_ACTOR_CREATE: "ACTOR_CREATION_TASK"}

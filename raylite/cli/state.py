@@ -48,9 +48,7 @@ def _render(rows: list[dict[str, Any]], resource: str, fmt: str, detail: bool) -
         return yaml.safe_dump([dict(r) for r in rows], sort_keys=False, default_flow_style=False).rstrip()
     if not rows:
         return f"No {resource.replace('_', ' ')} found."
-    cols = list(rows[0]) if detail else [c for c in COLUMNS[resource] if c in rows[0]]
-    if detail:
-        cols = [c for c in cols if not isinstance(rows[0].get(c), (list, dict)) or c in COLUMNS[resource]]
+    cols = [c for c in rows[0] if c != "events"] if detail else [c for c in COLUMNS[resource] if c in rows[0]]
     table = [[_cell(r.get(c)) for c in cols] for r in rows]
     return format_table([c.upper() for c in cols], table)
 

@@ -4,8 +4,8 @@ import raylite
 from tests.api_fixtures import start_api_cluster
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def api():
-    """A local cluster for the module, with its HTTP API on a free port."""
+    """One local cluster for tests/state, with its HTTP API on a free port."""
     yield start_api_cluster()
     raylite.shutdown()

@@ -1,0 +1,67 @@
+"""TaskEventTable / TaskEventBuffer: merging, bounds, drop counts (pure, no cluster)."""
+
+from raylite._core.task_events import TaskEventBuffer, TaskEventTable
+
+
+def ev(task, state, t, job=b"j1", attempt=0, idx=(), start=0.0):
+    return [task, attempt, job, state, t, list(idx), start]
+
+
+def test_rows_merge_owner_and_worker_events_in_any_order():
+    table = TaskEventTable(max_per_job=10)
+    table.add([ev(b"t1", "FINISHED", 3.0, idx=[0], start=2.0)], [{"node_id": b"n1", "worker_pid": 7}])
+    table.add([ev(b"t1", "PENDING_NODE_ASSIGNMENT", 1.0, idx=[0])], [{"name": "f"}])  # the owner's flush came later
+    (row,) = table.rows()
+    assert row["state"] == "FINISHED" and row["name"] == "f" and row["worker_pid"] == 7
+    assert row["creation_time_s"] == 1.0 and row["start_time_s"] == 2.0 and row["end_time_s"] == 3.0
+    assert [e["state"] for e in row["events"]] == ["PENDING_NODE_ASSIGNMENT", "RUNNING", "FINISHED"]
+
+
+def test_failed_wins_and_attempts_are_separate_rows():
+    table = TaskEventTable()
+    table.add([ev(b"t1", "FAILED", 2.0, idx=[0]), ev(b"t1", "RUNNING", 1.0),
+               ev(b"t1", "RUNNING", 3.0, attempt=1), ev(b"t1", "FINISHED", 4.0, attempt=1)],
+              [{"error_type": "WORKER_DIED"}])
+    rows = {r["attempt_number"]: r for r in table.rows()}
+    assert rows[0]["state"] == "FAILED" and rows[0]["error_type"] == "WORKER_DIED"
+    assert rows[1]["state"] == "FINISHED"
+
+
+def test_per_job_cap_drops_oldest_and_counts():
+    table = TaskEventTable(max_per_job=3)
+    table.add([ev(bytes([i]), "FINISHED", float(i)) for i in range(5)])
+    table.add([ev(b"x", "FINISHED", 1.0, job=b"j2")])
+    assert [r["task_id"] for r in table.rows(b"j1")] == [bytes([2]), bytes([3]), bytes([4])]
+    assert table.dropped == {b"j1": 2}
+    assert len(table.rows(b"j2")) == 1 and len(table) == 4
+    assert len(table.rows(limit=2)) == 2
+
+
+def test_buffer_is_bounded_and_drops_count():
+    buf = TaskEventBuffer(capacity=3)
+    for i in range(5):
+        buf.record(bytes([i]), 0, b"j", "PENDING_NODE_ASSIGNMENT", float(i))
+    events, descs, dropped = buf.drain()
+    assert dropped == 2 and [e[0] for e in events] == [bytes([2]), bytes([3]), bytes([4])]
+    assert buf.drain() == ([], [], 0)
+
+
+def test_drain_shares_descriptions_and_folds_running_into_the_end():
+    buf = TaskEventBuffer()
+    facts = {"worker_pid": 9}
+    for i in range(3):
+        buf.record(bytes([i]), 0, b"j", "RUNNING", 1.0 + i, facts)
+        buf.record(bytes([i]), 0, b"j", "FINISHED", 1.5 + i)
+    buf.record(b"e", 0, b"j", "RUNNING", 5.0, facts)
+    buf.record(b"e", 0, b"j", "FAILED", 6.0, {"error_type": "X"})
+    buf.record(b"long", 0, b"j", "RUNNING", 7.0, facts)  # still running at the flush
+    events, descs, dropped = buf.drain()
+    assert descs == [facts, {"error_type": "X"}]
+    assert [(e[0], e[3], e[4], e[5], e[6]) for e in events] == [
+        (b"\x00", "FINISHED", 1.5, [0], 1.0), (b"\x01", "FINISHED", 2.5, [0], 2.0),
+        (b"\x02", "FINISHED", 3.5, [0], 3.0), (b"e", "FAILED", 6.0, [0, 1], 5.0), (b"long", "RUNNING", 7.0, [0], 0.0)]
+    table = TaskEventTable()
+    table.add(events, descs)
+    rows = {r["task_id"]: r for r in table.rows()}
+    assert rows[b"e"]["error_type"] == "X" and rows[b"e"]["start_time_s"] == 5.0
+    assert rows[b"long"]["state"] == "RUNNING" and rows[b"\x00"]["worker_pid"] == 9
