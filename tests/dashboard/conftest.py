@@ -29,7 +29,7 @@ class Dashboard:
 def dashboard():
     if raylite.is_initialized():
         raylite.shutdown()
-    ctx = raylite.init(num_cpus=2)
+    ctx = raylite.init(num_cpus=2, dashboard_port=0)  # a free port: 8265 may be taken on a shared box
     if not ctx.dashboard_url:
         raylite.shutdown()
         pytest.skip("this cluster runs without its HTTP server (include_dashboard is off)")
