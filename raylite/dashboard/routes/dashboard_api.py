@@ -123,7 +123,10 @@ def routes(ctx: Any) -> list:
 
         node_rows = await nodes(ctx)
         actor_rows = await actors(ctx)
-        task_rows = await tasks(ctx, 500)
+        task_rows = await tasks(ctx, 500)  # the newest, for recent failures
+        families = (await ctx.head.request(P.GetClusterMetrics())).families
+        task_counts = {key.split('"')[1]: int(value) for fam in families if fam["name"] == "raylite_tasks"
+                       for key, value in fam["samples"] if value}
         jobs = plain((await ctx.head.request(P.ListJobs())).jobs)
         total: dict[str, float] = {}
         used: dict[str, float] = {}
@@ -146,7 +149,7 @@ def routes(ctx: Any) -> list:
             "resources_total": total, "resources_used": used, "machine": machine,
             "nodes": {"ALIVE": sum(n["state"] == "ALIVE" for n in node_rows),
                       "DEAD": sum(n["state"] == "DEAD" for n in node_rows)},
-            "actors": _count(actor_rows), "tasks": _count(task_rows), "drivers": jobs,
+            "actors": _count(actor_rows), "tasks": task_counts, "drivers": jobs,
             "train": [{k: r.get(k) for k in ("name", "status", "attempt", "num_workers", "reports")}
                       for r in await train_runs(ctx)],
             "serve": await serve_snapshot(ctx), "failures": failures,
