@@ -126,7 +126,8 @@ function pageActors(main) {
       ["actor", a => `<span class="mono">${short(a.actor_id, 12)}</span>`], ["class", a => esc(a.class_name)],
       ["name", a => esc(a.name) || "–"], ["state", a => badge(a.state)], ["node", a => `<span class="mono">${short(a.node_id, 12)}</span>`],
       ["pid", a => esc(a.pid || "–"), { num: true }], ["restarts", a => esc(a.num_restarts), { num: true }],
-      ["death cause", a => a.death_cause ? `<pre class="trace">${esc(a.death_cause)}</pre>` : ""]],
+      ["death cause", a => !a.death_cause ? "" : a.death_cause.includes("\n") ? `<pre class="trace">${esc(a.death_cause)}</pre>`
+        : `<span class="${a.state === "DEAD" ? "muted" : ""}">${esc(a.death_cause)}</span>`]],
       shown, { empty: rows.length ? "No actor matches the filters." : "No actors yet." });
   };
   document.getElementById("af").addEventListener("input", draw);
