@@ -10,7 +10,8 @@ install-test:
 	$(PIP) install -q -e '.[test]'
 	@# the dashboard's browser tests drive Debian's chromium (never a downloaded browser); they skip without it
 	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
-		apt-get install -y -q chromium >/dev/null 2>&1 || echo "chromium could not be installed: browser tests will skip"; fi
+		{ apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; } >/dev/null 2>&1 \
+		|| echo "chromium could not be installed: browser tests will skip"; fi
 
 run: install
 	$(PYTHON) examples/demo.py
