@@ -1,7 +1,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install install-test run test lint bench
+.PHONY: install install-test run test lint bench dashboard-assets
 
 install:
 	$(PIP) install -q -e '.[data,train]'
@@ -24,3 +24,11 @@ lint:
 
 bench:
 	$(PYTHON) bench/core.py
+
+# re-vendor the dashboard's charting library from the npm registry (the files are committed)
+UPLOT_VERSION ?= 1.6.32
+dashboard-assets:
+	rm -rf /tmp/raylite-uplot && mkdir -p /tmp/raylite-uplot
+	cd /tmp/raylite-uplot && npm pack -q uplot@$(UPLOT_VERSION) && tar xzf uplot-$(UPLOT_VERSION).tgz
+	cp /tmp/raylite-uplot/package/dist/uPlot.iife.min.js /tmp/raylite-uplot/package/dist/uPlot.min.css \
+		/tmp/raylite-uplot/package/LICENSE raylite/dashboard/static/vendor/uplot/
