@@ -57,7 +57,7 @@ async def nodes(ctx: Any) -> list[dict[str, Any]]:
             "node_id": n["node_id"].hex(), "ip": n["ip"], "state": "ALIVE" if n["alive"] else "DEAD",
             "is_head": n["node_id"].hex() == ctx.node_id, "death_cause": n.get("death_cause", ""),
             "resources_total": total, "resources_used": {k: total[k] - avail.get(k, 0.0) for k in total},
-            "labels": n.get("labels", {}), "stats": plain(n.get("stats") or {}),
+            "labels": n.get("labels", {}), "stats": plain(n.get("stats") or {}) if n["alive"] else {},
         })
     return out
 
