@@ -1,7 +1,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install install-test run test lint bench
+.PHONY: install install-test run test lint bench dashboard-assets
 
 install:
 	$(PIP) install -q -e '.[data,train]'
@@ -12,6 +12,10 @@ install-test:
 	@if ! command -v redis-server >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		(apt-get install -y -q redis-server || (apt-get update -q && apt-get install -y -q redis-server)) >/dev/null 2>&1 \
 		|| echo "redis-server could not be installed: the Redis persistence tests will be skipped"; fi
+	@# the dashboard's browser tests drive Debian's chromium (never a downloaded browser); they skip without it
+	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
+		{ apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; } >/dev/null 2>&1 \
+		|| echo "chromium could not be installed: browser tests will skip"; fi
 
 run: install
 	$(PYTHON) examples/demo.py
@@ -24,3 +28,11 @@ lint:
 
 bench:
 	$(PYTHON) bench/core.py
+
+# re-vendor the dashboard's charting library from the npm registry (the files are committed)
+UPLOT_VERSION ?= 1.6.32
+dashboard-assets:
+	rm -rf /tmp/raylite-uplot && mkdir -p /tmp/raylite-uplot
+	cd /tmp/raylite-uplot && npm pack -q uplot@$(UPLOT_VERSION) && tar xzf uplot-$(UPLOT_VERSION).tgz
+	cp /tmp/raylite-uplot/package/dist/uPlot.iife.min.js /tmp/raylite-uplot/package/dist/uPlot.min.css \
+		/tmp/raylite-uplot/package/LICENSE raylite/dashboard/static/vendor/uplot/

@@ -77,6 +77,7 @@ class NodeRecord:
     local_address: str = ""
     data_address: str = ""
     pending: list[Any] = field(default_factory=list)  # resource demands queued on the node
+    stats: dict[str, Any] = field(default_factory=dict)  # latest machine/worker statistics
 
     def view(self) -> S.NodeView:
         return S.NodeView(self.node_id, self.total, self.available, self.alive)
@@ -252,10 +253,12 @@ class ControlStore:
         return "", [self._persist_node(rec), *self._retry_unplaced()]
 
     def heartbeat(self, node_id: bytes, available: Mapping[str, int], total: Mapping[str, int] | None,
-                  pending: Iterable[Any]) -> bool:
+                  pending: Iterable[Any], stats: Mapping[str, Any] | None = None) -> bool:
         """Record a load report; False tells a node already declared dead to fence itself."""
         rec = self.nodes.get(node_id)
         if rec is not None and rec.alive:
+            if stats:
+                rec.stats = dict(stats)
             rec.available = dict(available)
             if total is not None:
                 rec.total = dict(total)

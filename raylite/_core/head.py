@@ -25,6 +25,7 @@ from raylite._core import scheduling as S
 from raylite._core.clock import Clock, MonotonicClock
 from raylite._core.config import Config
 from raylite._core.control_store import NodeRecord, expired_nodes  # noqa: F401  (tests import them here)
+from raylite._core.head_metrics import HeadMetrics
 from raylite._core.persistence import Persistence
 from raylite._core.task_events import TaskEventTable
 from raylite._core.task_spec import TaskSpec
@@ -75,6 +76,8 @@ class Head:
             P.ListJobs: self._on_list_jobs,
         }
         self.task_events = TaskEventTable(config.task_events_max_per_job)
+        self.metrics = HeadMetrics(self.store, self.task_events)  # /metrics and the dashboard's history
+        self.handlers.update(self.metrics.handlers())
         if persist is not None:
             self.store.restore(persist.load)
             s = self.store
@@ -87,6 +90,7 @@ class Head:
                                               on_connect=self._on_connect))
         if self._liveness is None:
             self._liveness = asyncio.get_running_loop().create_task(self._liveness_loop())
+            self._spawn(self.metrics.run())
             if self._restored:
                 self._restored = False
                 self._apply(self.store.resume())
@@ -216,7 +220,7 @@ class Head:
         return P.RegisterNodeReply(True)
 
     def _on_heartbeat(self, conn, msg: P.Heartbeat, rid):
-        alive = self.store.heartbeat(msg.node_id, msg.available, msg.total, msg.pending)
+        alive = self.store.heartbeat(msg.node_id, msg.available, msg.total, msg.pending, msg.stats)
         return P.HeartbeatReply(alive) if rid else None
 
     def _on_pick_node(self, conn, msg: P.PickNode, rid):
@@ -237,7 +241,7 @@ class Head:
              "total": n.total, "available": n.available, "labels": n.labels,
              "death_cause": n.death_cause, "store_dir": n.store_dir,
              "local_address": n.local_address, "data_address": n.data_address,
-             "pending": n.pending}
+             "pending": n.pending, "stats": n.stats}
             for n in self.store.nodes.values()])
 
     # ------------------------------------------------------------ actors

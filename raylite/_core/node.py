@@ -23,6 +23,7 @@ from raylite._core import scheduling as S
 from raylite._core.clock import MonotonicClock
 from raylite._core.config import Config
 from raylite._core.gpu_ids import GpuIds, gpu_amount, node_device_ids
+from raylite._core.node_stats import NodeStats
 from raylite._core.object_store import Freed, ObjectStore, default_capacity_bytes
 from raylite._core.task_spec import _FIELDS as TASK_SPEC_FIELDS
 from raylite._core.transport import rpc
@@ -76,6 +77,7 @@ class NodeDaemon:
         self._spilling: dict[bytes, asyncio.Future] = {}  # object id -> copy to disk in flight
         self._restoring: dict[bytes, asyncio.Future] = {}
         self.pool = WorkerPool(address, token, session_dir, self._on_worker_exit)
+        self._stats = NodeStats()
         self.pending: list[PendingLease] = []
         self.leases: dict[bytes, WorkerRecord] = {}
         self.clients: dict[bytes, rpc.Connection] = {}  # worker_id -> conn (drivers and workers)
@@ -248,10 +250,23 @@ class NodeDaemon:
                 continue
             try:
                 fut = head.request_future(P.Heartbeat(self.node_id, self.available,
-                                                      [p.msg.resources for p in self.pending], self.total))
+                                                      [p.msg.resources for p in self.pending], self.total,
+                                                      self._stats_if_due(now)))
                 fut.add_done_callback(self._heartbeat_answered)
             except Exception:  # noqa: BLE001
                 pass
+
+    def _stats_if_due(self, now: float) -> dict | None:
+        """Machine and worker statistics for the dashboard, every stats interval (else None)."""
+        if not self._stats.due(now):
+            return None
+        workers = [{"pid": w.pid, "worker_id": w.worker_id.hex(), "state": w.state,
+                    "actor_id": w.actor_id.hex() if w.actor_id else ""}
+                   for w in self.pool.workers.values() if w.pid and w.state != "DEAD"]
+        try:
+            return self._stats.sample(workers, self.store, now)
+        except Exception:  # noqa: BLE001 - statistics must never stop heartbeats
+            return None
 
     def _heartbeat_answered(self, fut: asyncio.Future) -> None:
         if fut.cancelled() or fut.exception() is not None:

@@ -617,6 +617,7 @@ class Heartbeat(Message):
     available: dict
     pending: list  # resource demands waiting on this node
     total: dict | None = None  # changes when placement-group bundles are reserved
+    stats: dict | None = None  # every ~2 s: machine CPU/memory, store, workers (node_stats.py)
 
 
 @message(93)
@@ -775,3 +776,28 @@ class ReadLogReply(Message):
     found: bool
     data: bytes
     end: int  # offset after the data (the file size for a tail read)
+
+
+# ---------------------------------------------------------------- metrics (dashboard, /metrics)
+@message(140)
+class GetClusterMetrics(Message):
+    """-> ClusterMetricsReply: every metric family the head computes now (cluster_metrics.py)."""
+
+
+@message(141)
+class ClusterMetricsReply(Message):
+    families: list  # [{"name", "type", "help", "samples": [[series key, value], ...]}]
+
+
+@message(142)
+class GetTimeSeries(Message):
+    """-> TimeSeriesReply: the head's history of the named series (or those starting with prefix)."""
+
+    names: list
+    prefix: str = ""
+    since: float = 0.0
+
+
+@message(143)
+class TimeSeriesReply(Message):
+    series: dict  # {"time": [...], name: [value or None, ...]}

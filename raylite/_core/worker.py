@@ -275,7 +275,8 @@ class Worker:
             return
         error = getattr(self._last_error, "text", "") or kind
         self._record(spec, "FAILED", {"error_type": "TASK_CANCELLED" if kind == "cancelled" else
-                                      "TASK_EXECUTION_EXCEPTION", "error_message": error})
+                                      "TASK_EXECUTION_EXCEPTION", "error_message": error,
+                                      "traceback": getattr(self._last_error, "traceback", "")})
 
     def _enter(self, spec: TaskSpec) -> None:
         self._record(spec, "RUNNING")
@@ -344,6 +345,8 @@ class Worker:
 
     def _task_error(self, spec: TaskSpec, e: BaseException) -> BaseException:
         self._last_error.text = f"{type(e).__name__}: {e}"[:2000]
+        user_tb = e.__traceback__.tb_next if e.__traceback__ else None  # from the user's frame on
+        self._last_error.traceback = "".join(traceback.format_exception(type(e), e, user_tb))[-8000:]
         if isinstance(e, E.RayTaskError):
             tb = traceback.format_exc()
             return E.RayTaskError(spec.display_name(), tb, e.cause or e, "", os.getpid(), self.client.node_ip).as_instanceof_cause()

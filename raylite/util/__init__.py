@@ -31,10 +31,10 @@ def list_named_actors(all_namespaces: bool = False) -> list:
 
 
 def __getattr__(name: str):
-    if name == "state":  # raylite.util.state loads on first use
+    if name in ("state", "metrics"):  # raylite.util.state / .metrics load on first use
         import importlib
 
-        return importlib.import_module("raylite.util.state")
+        return importlib.import_module(f"raylite.util.{name}")
     raise AttributeError(f"module 'raylite.util' has no attribute {name!r}")
 
 __all__ = [

@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol
 
 from raylite.train._internal.callbacks import CallbackDispatcher, CallbackFailed
 from raylite.train._internal.checkpoints import CheckpointManager, TrackedCheckpoint
+from raylite.train._internal.dashboard_feed import RunFeed
 from raylite.train._internal.messages import (
     RankInfo,
     WorkerError,
@@ -128,6 +129,7 @@ class TrainController:
         self._warned_shipping = False
         self._noted_shipping = False
         self._started_at = clock()
+        self.feed = RunFeed(spec.storage.experiment_name, spec.trainer_name, spec.num_workers)
 
     # -- the loop -----------------------------------------------------------------
     def run(self) -> Result:
@@ -141,6 +143,7 @@ class TrainController:
             self._stop_group()
         if self.phase is Phase.ERRORED:
             self._sweep_unkept()  # the workers are gone: nothing writes any more
+        self.feed.finished(self.state.status, self.state.error)
         elapsed = self._clock() - self._started_at
         self._reporter.finished(
             self.phase.value.lower(), len(self.state.history), elapsed, self.spec.storage.experiment_path
@@ -158,6 +161,7 @@ class TrainController:
             self._start_attempt()
         elif self.phase is Phase.RUNNING:
             self._absorb(self._group.poll(self.spec.poll_timeout_s) if self._group else [])
+            self.feed.publish()
         elif self.phase is Phase.RESTARTING:
             self._stop_group()
             self.phase = Phase.SCHEDULING
@@ -182,6 +186,7 @@ class TrainController:
             self._first_index = base
         resume = self._resume_checkpoint()
         self._persist_state()
+        self.feed.attempt(self.attempt)
         self._reporter.started(self.attempt, spec.num_workers, resume.path if resume else None)
         if spec.callbacks is not None:
             spec.callbacks.started(self.attempt)
@@ -267,6 +272,7 @@ class TrainController:
         failure: WorkerError | None = None
         for poll in polls:
             for report in poll.reports:
+                self.feed.report(report.rank, report.index, report.metrics, report.timestamp)
                 if report.packed is not None and report.checkpoint_dir:
                     self._warn_if_shipping_is_slow(len(report.packed))
                     self.spec.storage.persist_packed(report.packed, report.checkpoint_dir)
@@ -346,6 +352,7 @@ class TrainController:
             self._evicted.add(old.dir_name)
             self.spec.storage.delete_checkpoint(old.dir_name)
         self.state.checkpoints = self.checkpoints.kept
+        self.feed.checkpoints(self.checkpoints.kept)
         self._persist_state()
 
     # -- failures -----------------------------------------------------------------

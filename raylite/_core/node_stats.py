@@ -1,0 +1,120 @@
+"""A node's machine and worker statistics for its load reports (dashboard, /metrics).
+
+The node daemon sends these to the head every `interval_s` inside its heartbeat, so the
+head (and through it the dashboard) sees every machine without a scrape per node. One
+sample costs a few psutil calls: the machine's CPU % and memory, and for each worker
+process its CPU % (since the previous sample) and resident memory. GPUs are read with
+`nvidia-smi` only where one exists, and at most every `gpu_interval_s` (it is a process
+start); a machine without GPUs reports none rather than zeros.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from typing import Any
+
+
+class NodeStats:
+    """Samples the machine; `sample()` returns a msgpack-able dict or None when not due."""
+
+    def __init__(self, interval_s: float = 2.0, gpu_interval_s: float = 5.0) -> None:
+        self.interval_s = interval_s
+        self.gpu_interval_s = gpu_interval_s
+        self._last = 0.0
+        self._procs: dict[int, Any] = {}
+        self._gpu_at = 0.0
+        self._gpus: list[dict[str, Any]] = []
+        self._smi = shutil.which("nvidia-smi")
+        self._psutil: Any = None
+
+    def due(self, now: float) -> bool:
+        return now - self._last >= self.interval_s
+
+    def sample(self, workers: list[dict[str, Any]], store: Any, now: float | None = None) -> dict[str, Any]:
+        """Machine CPU/memory, object store use, GPUs, and CPU/RSS of each worker in `workers`
+        (dicts with at least "pid"; other keys are copied through)."""
+        now = time.monotonic() if now is None else now
+        self._last = now
+        if self._psutil is None:
+            import psutil
+
+            self._psutil = psutil
+        ps = self._psutil
+        vm = ps.virtual_memory()
+        out: dict[str, Any] = {
+            "time": time.time(),
+            "cpu_percent": ps.cpu_percent(None),
+            "num_cpus": ps.cpu_count() or 1,
+            "mem_total_bytes": int(vm.total),
+            "mem_used_bytes": int(vm.total - vm.available),
+            "store_used_bytes": int(getattr(store, "used_bytes", 0)),
+            "store_spilled_bytes": int(getattr(store, "spilled_bytes", 0)),
+            "store_capacity_bytes": int(getattr(store, "capacity_bytes", 0)),
+            "workers": self._workers(workers),
+        }
+        gpus = self._gpu_sample(now)
+        if gpus:
+            out["gpus"] = gpus
+        return out
+
+    def _workers(self, workers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        ps = self._psutil
+        seen: set[int] = set()
+        rows = []
+        for w in workers:
+            pid = int(w.get("pid") or 0)
+            if not pid:
+                continue
+            seen.add(pid)
+            proc = self._procs.get(pid)
+            try:
+                if proc is None:
+                    proc = self._procs[pid] = ps.Process(pid)
+                    proc.cpu_percent(None)  # the first call only starts the measurement
+                    cpu = 0.0
+                else:
+                    cpu = proc.cpu_percent(None)
+                rss = proc.memory_info().rss
+            except (ps.NoSuchProcess, ps.AccessDenied, ps.ZombieProcess):
+                self._procs.pop(pid, None)
+                continue
+            rows.append({**w, "cpu_percent": cpu, "rss_bytes": int(rss)})
+        for pid in set(self._procs) - seen:
+            del self._procs[pid]
+        return rows
+
+    def _gpu_sample(self, now: float) -> list[dict[str, Any]]:
+        if self._smi is None:
+            return []
+        if now - self._gpu_at < self.gpu_interval_s:
+            return self._gpus
+        self._gpu_at = now
+        try:
+            text = subprocess.run(
+                [self._smi, "--query-gpu=index,name,utilization.gpu,memory.used,memory.total",
+                 "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=5, check=True,
+            ).stdout
+            self._gpus = parse_nvidia_smi(text)
+        except (OSError, subprocess.SubprocessError):
+            self._gpus = []
+        return self._gpus
+
+
+def parse_nvidia_smi(text: str) -> list[dict[str, Any]]:
+    """Rows of `nvidia-smi --query-gpu=index,name,utilization.gpu,memory.used,memory.total
+    --format=csv,noheader,nounits` (memory in MiB) as dicts with bytes."""
+    gpus = []
+    for line in text.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 5:
+            continue
+        try:
+            gpus.append({"index": int(parts[0]), "name": parts[1],
+                         "utilization_percent": float(parts[2]),
+                         "mem_used_bytes": int(float(parts[3]) * 2**20),
+                         "mem_total_bytes": int(float(parts[4]) * 2**20)})
+        except ValueError:
+            continue
+    return gpus
