@@ -1,0 +1,110 @@
+"""What the `serve` command line keeps and prints: deployed configs, status YAML, built configs.
+
+`serve deploy` stores each application's config in the cluster's key-value store (namespace
+"serve", key `cli_config:<app>`), so `serve config` on any machine prints what was deployed.
+`status_dict` turns `serve.status()` into the plain mapping Ray's `serve status` prints;
+`build_config` turns applications into the document `serve build` writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from typing import Any
+
+_NAMESPACE = "serve"
+_PREFIX = "cli_config:"
+
+
+def _kv() -> Any:
+    from raylite.experimental import internal_kv
+
+    return internal_kv
+
+
+def save_configs(config: Any) -> None:
+    """Remember each application's section of a deployed config (and forget dropped apps)."""
+    kv = _kv()
+    shared = config.model_dump(mode="json", exclude_unset=True, exclude={"applications"})
+    keep = set()
+    for app in config.applications:
+        doc = {**shared, "applications": [app.model_dump(mode="json", exclude_unset=True)]}
+        doc["applications"][0].setdefault("name", app.name)
+        kv._internal_kv_put(_PREFIX + app.name, json.dumps(doc), namespace=_NAMESPACE)
+        keep.add(app.name)
+    for name in set(load_configs()) - keep:
+        kv._internal_kv_del(_PREFIX + name, namespace=_NAMESPACE)
+
+
+def load_configs() -> dict[str, dict]:
+    """Application name -> the config document `serve deploy` last sent for it."""
+    kv = _kv()
+    out = {}
+    for key in kv._internal_kv_list(_PREFIX, namespace=_NAMESPACE):
+        raw = kv._internal_kv_get(key, namespace=_NAMESPACE)
+        if raw is not None:
+            out[key.decode()[len(_PREFIX):]] = json.loads(raw)
+    return dict(sorted(out.items()))
+
+
+def clear_configs() -> None:
+    _kv()._internal_kv_del(_PREFIX, del_by_prefix=True, namespace=_NAMESPACE)
+
+
+def _plain(value: Any) -> Any:
+    """Enums, dataclasses and pydantic models -> YAML-safe builtins."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if hasattr(value, "model_dump"):
+        return _plain(value.model_dump())
+    if isinstance(value, dict):
+        return {str(_plain(k)): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _ordered(d: dict, keys: list[str]) -> dict:
+    out = {k: d[k] for k in keys if k in d}
+    out.update({k: v for k, v in d.items() if k not in out})
+    return out
+
+
+def status_dict(status: Any) -> dict[str, Any]:
+    """`serve.status()` -> {proxies, applications: {name: {status, message, last_deployed_time_s,
+    deployments: {name: {status, status_trigger, replica_states, message}}}}, target_capacity}."""
+    data = _plain(status)
+    if not isinstance(data, dict):
+        data = {}
+    apps = {}
+    for name, app in (data.get("applications") or {}).items():
+        app = dict(app)
+        deployments = {dn: _ordered(dict(d), ["status", "status_trigger", "replica_states", "message"])
+                       for dn, d in (app.get("deployments") or {}).items()}
+        app["deployments"] = deployments
+        apps[name] = _ordered(app, ["status", "message", "last_deployed_time_s", "deployments"])
+    return {"proxies": data.get("proxies") or {}, "applications": apps,
+            "target_capacity": data.get("target_capacity")}
+
+
+def build_config(apps: list[tuple[str, Any]]) -> dict[str, Any]:
+    """[(import_path, app)] -> the config document `serve build` writes."""
+    entries = []
+    for i, (import_path, app) in enumerate(apps, start=1):
+        deployments = [{"name": name, **_plain(options)} for name, options in app._deployment_options().items()]
+        entries.append({
+            "name": f"app{i}",
+            "route_prefix": "/" if len(apps) == 1 else f"/app{i}",
+            "import_path": import_path,
+            "runtime_env": {},
+            "deployments": deployments,
+        })
+    return {
+        "proxy_location": "EveryNode",
+        "http_options": {"host": "0.0.0.0", "port": 8000},
+        "logging_config": {"encoding": "TEXT", "log_level": "INFO", "logs_dir": None, "enable_access_log": True},
+        "applications": entries,
+    }
