@@ -49,6 +49,7 @@ class _ModelCache:
         self._max_models = max_models
         self.models: collections.OrderedDict[str, Any] = collections.OrderedDict()
         self._loading: dict[str, asyncio.Future] = {}
+        self._one_at_a_time: asyncio.Lock | None = None  # loads and unloads never overlap (memory)
         self.listeners: list[Callable[[list[str]], None]] = []
 
     async def get(self, model_id: str) -> Any:
@@ -62,19 +63,28 @@ class _ModelCache:
         return await asyncio.shield(pending)
 
     async def _load(self, model_id: str) -> Any:
+        if self._one_at_a_time is None:
+            self._one_at_a_time = asyncio.Lock()
+        self._notify()  # report the id as soon as it is loading, so its requests come here
         try:
-            await self._make_room()  # free memory before loading, not after
-            owner = self._owner_ref()
-            if owner is _FUNCTION_OWNER:
-                model = await self._loader(model_id)
-            else:
-                model = await self._loader(owner, model_id)
-            await self._make_room()  # other loads may have finished meanwhile
-            self.models[model_id] = model
+            async with self._one_at_a_time:
+                await self._make_room()  # free memory before loading, not after
+                owner = self._owner_ref()
+                if owner is _FUNCTION_OWNER:
+                    model = await self._loader(model_id)
+                else:
+                    model = await self._loader(owner, model_id)
+                self.models[model_id] = model
         finally:
             self._loading.pop(model_id, None)
-        self._notify()
+            self._notify()
         return model
+
+    def ids(self, include_loading: bool) -> list[str]:
+        ids = list(self.models)
+        if include_loading:
+            ids.extend(m for m in self._loading if m not in self.models)
+        return ids
 
     async def _make_room(self) -> None:
         while self._max_models != -1 and len(self.models) >= self._max_models:
@@ -89,7 +99,7 @@ class _ModelCache:
         self._notify()
 
     def _notify(self) -> None:
-        ids = list(self.models)
+        ids = self.ids(include_loading=True)
         for listener in list(self.listeners):
             try:
                 listener(ids)
@@ -142,6 +152,13 @@ def _caches_of(owner: Any, create: bool = True) -> dict[Callable, _ModelCache] |
         if create:
             return _STRONG_CACHES.setdefault(id(owner), {})
         return _STRONG_CACHES.get(id(owner))
+
+
+def _owner_key(instance: Any) -> Any:
+    """None or a function deployment's function -> the key of module-level loaders."""
+    if instance is None or inspect.isfunction(instance) or inspect.isbuiltin(instance):
+        return _FUNCTION_OWNER
+    return instance
 
 
 def _owner_of_call(args: tuple, wrapper: Callable[..., Any]) -> Any:
@@ -227,14 +244,15 @@ def get_multiplexed_model_id() -> str:
     return getattr(context, "multiplexed_model_id", "") or ""
 
 
-def loaded_model_ids(instance: Any = None) -> list[str]:
-    """The model ids loaded by `instance`'s multiplexed loaders, least recently used first
-    (`instance=None`: the loaders that are plain functions). The replica reports these so handles
-    send a model's requests to a replica that already has it."""
-    caches = _caches_of(_FUNCTION_OWNER if instance is None else instance, create=False) or {}
+def loaded_model_ids(instance: Any = None, include_loading: bool = True) -> list[str]:
+    """The model ids that `instance`'s multiplexed loaders hold, least recently used first, then
+    those still loading (as Ray reports them, so requests for a model being loaded already go to
+    this replica). `instance` None or a function deployment's function: the loaders that are
+    plain functions. The replica reports these so handles route a model's requests here."""
+    caches = _caches_of(_owner_key(instance), create=False) or {}
     ids: list[str] = []
     for cache in caches.values():
-        ids.extend(m for m in cache.models if m not in ids)
+        ids.extend(m for m in cache.ids(include_loading) if m not in ids)
     return ids
 
 
@@ -242,20 +260,20 @@ def _add_model_ids_listener(instance: Any, loader: Callable[..., Any],
                             listener: Callable[[list[str]], None]) -> None:
     """Call `listener(ids)` whenever the loaded ids of `instance.loader` change (for the replica to
     push them without polling). `loader` is the decorated function (e.g. `type(obj).get_model`)."""
-    caches = _caches_of(_FUNCTION_OWNER if instance is None else instance)
+    caches = _caches_of(_owner_key(instance))
     loader = getattr(loader, "__func__", loader)
     cache = caches.get(loader)
     if cache is None:
         max_models = getattr(loader, "_serve_multiplexed_max_models", None)
         if max_models is None:
             raise TypeError(f"{loader!r} is not a @serve.multiplexed loader")
-        owner = _FUNCTION_OWNER if instance is None else instance
+        owner = _owner_key(instance)
         cache = caches[loader] = _ModelCache(loader.__wrapped__, owner, max_models)
     cache.listeners.append(listener)
 
 
 async def _unload_all_models(instance: Any = None) -> None:
     """Evict every model of `instance` (replica shutdown), running each model's `__del__`."""
-    caches = _caches_of(_FUNCTION_OWNER if instance is None else instance, create=False) or {}
+    caches = _caches_of(_owner_key(instance), create=False) or {}
     for cache in list(caches.values()):
         await cache.unload_all()

@@ -135,6 +135,7 @@ def test_caches_are_per_instance_and_function_loaders_work():
         return await load("q"), await load("r")
 
     assert run(main()) == ("qq", "rr")
+    assert loaded_model_ids(load) == ["r"]  # a function deployment passes its function
     assert "rr" not in loaded_model_ids() and loaded_model_ids() == ["r"]
 
 
@@ -174,3 +175,39 @@ def test_get_multiplexed_model_id_reads_the_request_context(monkeypatch):
         assert get_multiplexed_model_id() == "m7"
     finally:
         var.reset(token)
+
+
+def test_loads_run_one_at_a_time_and_loading_ids_are_reported():
+    from raylite.serve.multiplex import _add_model_ids_listener
+
+    class Slow:
+        def __init__(self) -> None:
+            self.active = 0
+            self.peak = 0
+            self.gate = None
+
+        @multiplexed(max_num_models_per_replica=2)
+        async def load(self, model_id: str):
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+            await self.gate.wait()
+            self.active -= 1
+            return model_id
+
+    s = Slow()
+    reports: list[list[str]] = []
+    _add_model_ids_listener(s, Slow.load, reports.append)
+
+    async def main():
+        s.gate = asyncio.Event()
+        tasks = [asyncio.ensure_future(s.load(m)) for m in ("a", "b")]
+        for _ in range(100):
+            await asyncio.sleep(0)
+        assert loaded_model_ids(s) == ["a", "b"]  # both loading: both reported
+        assert loaded_model_ids(s, include_loading=False) == []
+        s.gate.set()
+        return await asyncio.gather(*tasks)
+
+    assert run(main()) == ["a", "b"]
+    assert s.peak == 1
+    assert reports[-1] == ["a", "b"]
