@@ -59,7 +59,7 @@ def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if hasattr(value, "model_dump"):
-        return _plain(value.model_dump())
+        return _plain(value.model_dump(exclude_unset=True))
     if isinstance(value, dict):
         return {str(_plain(k)): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set)):
@@ -81,8 +81,9 @@ def status_dict(status: Any) -> dict[str, Any]:
         data = {}
     apps = {}
     for name, app in (data.get("applications") or {}).items():
-        app = dict(app)
-        deployments = {dn: _ordered(dict(d), ["status", "status_trigger", "replica_states", "message"])
+        app = {k: v for k, v in dict(app).items() if k not in ("name", "route_prefix")}
+        deployments = {dn: _ordered({k: v for k, v in dict(d).items() if k != "name"},
+                                    ["status", "status_trigger", "replica_states", "message"])
                        for dn, d in (app.get("deployments") or {}).items()}
         app["deployments"] = deployments
         apps[name] = _ordered(app, ["status", "message", "last_deployed_time_s", "deployments"])
@@ -90,11 +91,80 @@ def status_dict(status: Any) -> dict[str, Any]:
             "target_capacity": data.get("target_capacity")}
 
 
+def deployments_in(app: Any) -> list[Any]:
+    """Every Deployment of an application graph (the ingress first), each once."""
+    from raylite.serve import Application
+
+    found: dict[str, Any] = {}
+    seen: set[int] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, Application):
+            if id(value) in seen:
+                return
+            seen.add(id(value))
+            found.setdefault(value.deployment.name, value.deployment)
+            for arg in (*value._args, *value._kwargs.values()):
+                walk(arg)
+        elif isinstance(value, (list, tuple, set)):
+            for item in value:
+                walk(item)
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+
+    walk(app)
+    return list(found.values())
+
+
+def _explicit_options(deployment: Any) -> dict[str, Any]:
+    """The options the code set on a deployment (not Serve's defaults)."""
+    options = dict(getattr(deployment, "_options", {}) or {})
+    options.pop("name", None)
+    return options
+
+
+def config_overrides(app: Any, app_schema: Any) -> dict[str, dict]:
+    """A config file's application entry -> `{deployment: options}` for `Application._with_overrides`.
+
+    As in Ray, a config's `ray_actor_options` is merged key by key into the code's, and the
+    application's `runtime_env` applies to every deployment under the deployment's own entries.
+    """
+    code = {d.name: _explicit_options(d) for d in deployments_in(app)}
+    overrides = {d.name: d.overrides() for d in app_schema.deployments}
+    unknown = sorted(set(overrides) - set(code))
+    if unknown:
+        raise ValueError(f"the config names deployment(s) {unknown} that the application does not have "
+                         f"(it has {sorted(code)})")
+    app_env = dict(app_schema.runtime_env or {})
+    for name, options in code.items():
+        entry = overrides.get(name)
+        if entry is None and not app_env:
+            continue
+        entry = overrides.setdefault(name, {})
+        if "ray_actor_options" in entry or app_env:
+            actor = {**(options.get("ray_actor_options") or {}), **(entry.get("ray_actor_options") or {})}
+            if app_env:
+                actor["runtime_env"] = {**app_env, **(actor.get("runtime_env") or {})}
+            entry["ray_actor_options"] = actor
+    return overrides
+
+
+def _buildable(options: dict[str, Any]) -> dict[str, Any]:
+    """Options as a config file's deployment entry takes them (code-only ones such as `version` go)."""
+    from raylite.serve.schema import DeploymentSchema
+
+    options = dict(options)
+    if "max_concurrent_queries" in options:  # the old name
+        options.setdefault("max_ongoing_requests", options.pop("max_concurrent_queries"))
+    return {k: _plain(v) for k, v in options.items() if k in DeploymentSchema.model_fields and k != "name"}
+
+
 def build_config(apps: list[tuple[str, Any]]) -> dict[str, Any]:
     """[(import_path, app)] -> the config document `serve build` writes."""
     entries = []
     for i, (import_path, app) in enumerate(apps, start=1):
-        deployments = [{"name": name, **_plain(options)} for name, options in app._deployment_options().items()]
+        deployments = [{"name": d.name, **_buildable(_explicit_options(d))} for d in deployments_in(app)]
         entries.append({
             "name": f"app{i}",
             "route_prefix": "/" if len(apps) == 1 else f"/app{i}",

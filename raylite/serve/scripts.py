@@ -73,13 +73,13 @@ def _load(import_path: str, args: dict[str, Any], app_dir: str) -> Any:
 
 def _apply_config(app: Any, app_schema: Any) -> Any:
     """Per-deployment overrides and the app's runtime_env from a config file onto the app."""
-    overrides = {d.name: d.overrides() for d in app_schema.deployments}
-    if not overrides and not app_schema.runtime_env:
-        return app
+    from raylite.serve._cli_state import config_overrides
+
     try:
-        return app._with_overrides(overrides, runtime_env=app_schema.runtime_env or None)
+        overrides = config_overrides(app, app_schema)
+        return app._with_overrides(overrides) if overrides else app
     except (KeyError, ValueError, TypeError) as e:
-        _fail(f"application {app_schema.name!r}: {e}")
+        _fail(f"application {app_schema.name!r} in the config: {e}")
 
 
 def _load_config(path: str) -> Any:
