@@ -254,3 +254,27 @@ def test_deploy_without_a_cluster_is_a_clear_error(app_dir, env):
     result = cli(["deploy", str(config)], env, app_dir, timeout=120, check=False)
     assert result.returncode == 1
     assert "raylite start --head" in result.stderr
+
+
+def test_build_writes_a_config_that_run_accepts(app_dir, env):
+    import yaml
+
+    out = app_dir / "built.yaml"
+    cli(["build", "hello_cli:app", "-o", str(out)], env, app_dir, timeout=120)
+    doc = yaml.safe_load(out.read_text())
+    assert doc["applications"][0]["import_path"] == "hello_cli:app"
+    assert doc["applications"][0]["deployments"] == [{"name": "Hello", "ray_actor_options": {"num_cpus": 0}}]
+    from raylite.serve.schema import parse_config_file
+
+    parse_config_file(str(out))
+
+
+def test_port_in_use_is_an_error_without_traceback_and_leaves_nothing_running(app_dir, env):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = cli(["run", "hello_cli:app", "--port", str(port)], env, app_dir, timeout=180, check=False)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.startswith("Error: ") and "Traceback" not in result.stderr  # the runtime's message
+    wait_until(lambda: not processes_using(env["RAYLITE_TEMP_DIR"]), 30, "the local cluster to stop")
