@@ -30,9 +30,13 @@ __all__ = ["batch"]
 _END = object()  # ends one caller's stream
 
 
-@dataclass
+@dataclass(eq=False)
 class _Settings:
-    """Batching knobs shared by every queue of one decorated function (Ray's setters change them)."""
+    """Batching knobs shared by every queue of one decorated function (Ray's setters change them).
+
+    Also the key of that function's queues in `_REGISTRIES`: the decorated function's closure
+    holds only this plain object, so it pickles (a replica gets the class by value) and the copy
+    in the replica starts with no queues of its own."""
 
     max_batch_size: int
     batch_wait_timeout_s: float
@@ -273,6 +277,30 @@ class _QueueRegistry:
             return self.strong_owner.setdefault(id(owner), weakref.WeakKeyDictionary())
 
 
+_REGISTRIES: weakref.WeakKeyDictionary[_Settings, _QueueRegistry] = weakref.WeakKeyDictionary()
+
+
+def _registry(settings: _Settings) -> _QueueRegistry:
+    registry = _REGISTRIES.get(settings)
+    if registry is None:
+        registry = _REGISTRIES[settings] = _QueueRegistry()
+    return registry
+
+
+def _enqueue(func: Callable[..., Any], settings: _Settings, streaming: bool, wrapper: Callable[..., Any],
+             call: _Call) -> None:
+    """Put `call` on the queue of its owner (instance or function) in the running loop."""
+    owner = _owner_of_call(call.args, wrapper)
+    if owner is not None:
+        call.args = call.args[1:]
+    per_loop = _registry(settings).per_loop(owner)
+    loop = asyncio.get_running_loop()
+    queue = per_loop.get(loop)
+    if queue is None:
+        queue = per_loop[loop] = _BatchQueue(func, owner, settings, streaming)
+    queue.put(call)
+
+
 def _owner_of_call(args: tuple, wrapper: Callable[..., Any]) -> Any:
     """The instance when the wrapper was called as a method (`self.f(x)`), else None."""
     if not args:
@@ -288,24 +316,11 @@ def _decorate(func: Callable[..., Any], settings: _Settings) -> Callable[..., An
     if not streaming and not inspect.iscoroutinefunction(func):
         raise TypeError(f"@serve.batch needs an 'async def' function or method (or an async generator "
                         f"for streaming); {getattr(func, '__qualname__', func)!r} is not. Make it async.")
-    registry = _QueueRegistry()
-
-    def enqueue(args: tuple, kwargs: dict, wrapper: Callable[..., Any], call: _Call) -> None:
-        owner = _owner_of_call(args, wrapper)
-        if owner is not None:
-            call.args = args[1:]
-        per_loop = registry.per_loop(owner)
-        loop = asyncio.get_running_loop()
-        queue = per_loop.get(loop)
-        if queue is None:
-            queue = per_loop[loop] = _BatchQueue(func, owner, settings, streaming)
-        queue.put(call)
-
     if streaming:
         @functools.wraps(func)
         async def wrapper(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
             call = _Call(args, kwargs, stream=asyncio.Queue())
-            enqueue(args, kwargs, wrapper, call)
+            _enqueue(func, settings, streaming, wrapper, call)
             try:
                 while True:
                     item = await call.stream.get()
@@ -320,7 +335,7 @@ def _decorate(func: Callable[..., Any], settings: _Settings) -> Callable[..., An
         @functools.wraps(func)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
             call = _Call(args, kwargs, future=asyncio.get_running_loop().create_future())
-            enqueue(args, kwargs, wrapper, call)
+            _enqueue(func, settings, streaming, wrapper, call)
             return await call.future  # cancelling the caller cancels the future: the call is dropped
 
     def set_max_batch_size(new_max_batch_size: int) -> None:

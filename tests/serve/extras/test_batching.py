@@ -244,3 +244,17 @@ def test_bad_decorations_are_clear_errors():
         batch(batch_wait_timeout_s="soon")
     with pytest.raises(TypeError, match="by keyword"):
         batch(4)
+
+
+def test_decorated_class_pickles_by_value_and_works_after_loading():
+    import cloudpickle
+
+    class Local:  # defined in a function: cloudpickle sends it by value, as to a replica
+        @batch(max_batch_size=2, batch_wait_timeout_s=5)
+        async def add_one(self, xs):
+            return [x + 1 for x in xs]
+
+    Local.add_one.set_batch_wait_timeout_s(0.01)
+    assert run(Local().add_one(1)) == 2  # queues exist before pickling the class
+    copy_cls = cloudpickle.loads(cloudpickle.dumps(Local))  # (same process: cloudpickle may reuse Local)
+    assert run(copy_cls().add_one(41)) == 42

@@ -211,3 +211,19 @@ def test_loads_run_one_at_a_time_and_loading_ids_are_reported():
     assert run(main()) == ["a", "b"]
     assert s.peak == 1
     assert reports[-1] == ["a", "b"]
+
+
+def test_decorated_class_pickles_by_value_and_works_after_loading():
+    import cloudpickle
+
+    class Local:
+        @multiplexed(max_num_models_per_replica=1)
+        async def get_model(self, model_id: str):
+            return model_id[::-1]
+
+    warm = Local()
+    assert run(warm.get_model("abc")) == "cba"  # a cache exists before pickling the class
+    copy_cls = cloudpickle.loads(cloudpickle.dumps(Local))
+    fresh = copy_cls()
+    assert run(fresh.get_model("xyz")) == "zyx"
+    assert loaded_model_ids(fresh) == ["xyz"]
