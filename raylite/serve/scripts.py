@@ -13,6 +13,7 @@ the other commands need one.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -192,16 +193,27 @@ def run(config_or_import_path: str, arguments: tuple[str, ...], address: str | N
     if working_dir and not os.path.isdir(working_dir):
         _fail(f"--working-dir {working_dir!r} is not a directory")
     _connect_for_run(address, runtime_env)
-    if config is not None:
-        names = _deploy_config(config, apps, host, port)
-    else:
-        _start_serve(None, host, port)
-        names = [name or "default"]
-        _deploy_app(app, names[0], route_prefix if route_prefix is not None else "/")
-        click.echo(f"Deployed app {names[0]!r} successfully.")
-    if not blocking:
-        return
-    _block_until_interrupted(names)
+    names = [a.name for a in config.applications] if config is not None else [name or "default"]
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    outcome = "failed"
+    try:
+        if config is not None:
+            _deploy_config(config, apps, host, port)
+        else:
+            _start_serve(None, host, port)
+            _deploy_app(app, names[0], route_prefix if route_prefix is not None else "/")
+            click.echo(f"Deployed app {names[0]!r} successfully.")
+        outcome = "deployed"
+        if blocking:
+            while True:  # replica logs stream to this terminal meanwhile
+                time.sleep(1.0)
+    except (KeyboardInterrupt, _Interrupted):
+        click.echo("Got interrupted, shutting down Serve...", err=True)
+        outcome = "interrupted"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if outcome != "deployed" or blocking:
+            _tear_down(names, shutdown_serve=outcome == "interrupted")
 
 
 def _connect_for_run(address: str | None, runtime_env: dict | None) -> None:
@@ -218,24 +230,22 @@ def _raise_interrupted(signum: int, frame: Any) -> None:
     raise _Interrupted()
 
 
-def _block_until_interrupted(names: list[str]) -> None:
-    """Sleep in the foreground (logs stream meanwhile); Ctrl-C or SIGTERM tears everything down."""
+def _tear_down(names: list[str], shutdown_serve: bool) -> None:
+    """Ctrl-C: shut Serve down (as Ray's `serve run` does). A failed deploy: delete only the apps
+    this command tried to deploy. Then disconnect (a local cluster started here stops)."""
     import raylite
 
-    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave a half-stopped app
     try:
-        while True:
-            time.sleep(1.0)
-    except (KeyboardInterrupt, _Interrupted):
-        click.echo("Got interrupted, shutting down Serve...", err=True)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave a half-stopped app
-        try:
+        if shutdown_serve:
             _serve().shutdown()
-        finally:
-            raylite.shutdown()
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
+        else:
+            for app_name in names:
+                with contextlib.suppress(Exception):
+                    _serve().delete(app_name)
+    finally:
+        raylite.shutdown()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @main.command(context_settings=_HELP)

@@ -52,6 +52,15 @@ APP = textwrap.dedent('''
 
     def builder(args: Args):
         return Hello.bind(args.greeting)
+
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0})
+    class Broken:
+        def __init__(self):
+            raise ValueError("the model file is missing")
+
+
+    broken = Broken.bind()
 ''')
 
 
@@ -146,8 +155,8 @@ def processes_using(path: str) -> list[int]:
     return found
 
 
-def interrupt_and_wait(proc, port: int, log_path, sessions: str) -> None:
-    proc.send_signal(signal.SIGINT)
+def interrupt_and_wait(proc, port: int, log_path, sessions: str, sig: int = signal.SIGINT) -> None:
+    proc.send_signal(sig)
     try:
         proc.wait(90)
     except subprocess.TimeoutExpired:
@@ -157,7 +166,6 @@ def interrupt_and_wait(proc, port: int, log_path, sessions: str) -> None:
     wait_until(lambda: not processes_using(sessions), 30, "the local cluster's processes to exit")
 
 
-@pytest.mark.slow
 def test_serve_run_import_path_answers_http_streams_logs_and_ctrl_c_tears_down(app_dir, env, tmp_path):
     port = free_port()
     log = tmp_path / "run.log"
@@ -196,7 +204,7 @@ def test_serve_run_builder_args_config_file_and_seed_form(app_dir, env, tmp_path
     with serve_run([str(config)], env, app_dir, log) as proc:
         assert wait_until(lambda: get_json(f"http://127.0.0.1:{port}/a"), 120, "app a") == {"msg": "from-config"}
         assert wait_until(lambda: get_json(f"http://127.0.0.1:{port}/b"), 30, "app b") == {"msg": "hello"}
-        interrupt_and_wait(proc, port, log, env["RAYLITE_TEMP_DIR"])
+        interrupt_and_wait(proc, port, log, env["RAYLITE_TEMP_DIR"], signal.SIGTERM)  # as `kill` or systemd do
 
 
 @pytest.mark.slow
@@ -277,4 +285,11 @@ def test_port_in_use_is_an_error_without_traceback_and_leaves_nothing_running(ap
         result = cli(["run", "hello_cli:app", "--port", str(port)], env, app_dir, timeout=180, check=False)
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stderr.startswith("Error: ") and "Traceback" not in result.stderr  # the runtime's message
+    wait_until(lambda: not processes_using(env["RAYLITE_TEMP_DIR"]), 30, "the local cluster to stop")
+
+
+def test_a_constructor_error_fails_with_the_replica_traceback(app_dir, env):
+    result = cli(["run", "hello_cli:broken", "--port", str(free_port())], env, app_dir, timeout=180, check=False)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "the model file is missing" in result.stderr and "ValueError" in result.stderr
     wait_until(lambda: not processes_using(env["RAYLITE_TEMP_DIR"]), 30, "the local cluster to stop")
