@@ -301,10 +301,25 @@ def _enqueue(func: Callable[..., Any], settings: _Settings, streaming: bool, wra
     queue.put(call)
 
 
+def defined_as_method(func: Callable[..., Any]) -> bool:
+    """Whether `func` was written in a class body with `self` first (`Class.method`, not a
+    function): then the first argument of every call is the instance, also through super()."""
+    parts = getattr(func, "__qualname__", "").split(".")
+    if len(parts) < 2 or parts[-2] == "<locals>":
+        return False
+    try:
+        params = list(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        return False
+    return bool(params) and params[0] == "self"
+
+
 def _owner_of_call(args: tuple, wrapper: Callable[..., Any]) -> Any:
     """The instance when the wrapper was called as a method (`self.f(x)`), else None."""
     if not args:
         return None
+    if getattr(wrapper, "_serve_is_method", False):
+        return args[0]
     bound = getattr(type(args[0]), wrapper.__name__, None)
     if bound is wrapper or getattr(bound, "__func__", None) is wrapper:
         return args[0]
@@ -349,6 +364,7 @@ def _decorate(func: Callable[..., Any], settings: _Settings) -> Callable[..., An
     def set_max_concurrent_batches(new_max_concurrent_batches: int) -> None:
         settings.max_concurrent_batches = _check_concurrency(new_max_concurrent_batches)
 
+    wrapper._serve_is_method = defined_as_method(func)
     wrapper.set_max_batch_size = set_max_batch_size
     wrapper.set_batch_wait_timeout_s = set_batch_wait_timeout_s
     wrapper.set_max_concurrent_batches = set_max_concurrent_batches

@@ -23,6 +23,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from raylite.serve.batching import defined_as_method
+
 __all__ = ["get_multiplexed_model_id", "loaded_model_ids", "multiplexed"]
 
 logger = logging.getLogger("raylite.serve")
@@ -163,6 +165,8 @@ def _owner_key(instance: Any) -> Any:
 
 def _owner_of_call(args: tuple, wrapper: Callable[..., Any]) -> Any:
     if len(args) == 2:
+        if getattr(wrapper, "_serve_is_method", False):
+            return args[0]
         bound = getattr(type(args[0]), wrapper.__name__, None)
         if bound is wrapper or getattr(bound, "__func__", None) is wrapper:
             return args[0]
@@ -221,6 +225,7 @@ def multiplexed(func: Callable[..., Any] | None = None, max_num_models_per_repli
             return await cache.get(model_id)
 
         wrapper._serve_multiplexed_max_models = max_models
+        wrapper._serve_is_method = defined_as_method(loader)
         return wrapper
 
     if func is not None:

@@ -258,3 +258,16 @@ def test_decorated_class_pickles_by_value_and_works_after_loading():
     assert run(Local().add_one(1)) == 2  # queues exist before pickling the class
     copy_cls = cloudpickle.loads(cloudpickle.dumps(Local))  # (same process: cloudpickle may reuse Local)
     assert run(copy_cls().add_one(41)) == 42
+
+
+def test_subclass_calling_the_batched_method_through_super():
+    class Base:
+        @batch(max_batch_size=2, batch_wait_timeout_s=0.01)
+        async def score(self, xs):
+            return [x * 10 for x in xs]
+
+    class Child(Base):
+        async def score(self, x):
+            return await super().score(x) + 1
+
+    assert run(Child().score(4)) == 41
