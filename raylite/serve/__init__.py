@@ -10,10 +10,24 @@
     serve.run(Echo.bind())          # http://127.0.0.1:8000/
 """
 
-from raylite.serve.api import (delete, get_app_handle, get_deployment_handle, get_replica_context, run, shutdown,
-                               start, status)
+from raylite.serve.api import (
+                               delete,
+                               get_app_handle,
+                               get_deployment_handle,
+                               get_replica_context,
+                               run,
+                               shutdown,
+                               start,
+                               status,
+)
 from raylite.serve.batching import batch
-from raylite.serve.config import AutoscalingConfig, HTTPOptions, LoggingConfig, ProxyLocation, gRPCOptions
+from raylite.serve.config import (
+                               AutoscalingConfig,
+                               HTTPOptions,
+                               LoggingConfig,
+                               ProxyLocation,
+                               gRPCOptions,
+)
 from raylite.serve.deployment import Application, Deployment, deployment, ingress
 from raylite.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
 from raylite.serve.multiplex import get_multiplexed_model_id, multiplexed

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 import os
 import socket
 import tempfile
@@ -25,8 +24,16 @@ import cloudpickle
 
 from raylite.serve import context as serve_context
 from raylite.serve._internal import http_util, logs, wire
-from raylite.serve._internal.wire import (CANCEL, KIND_CALL, R_CHUNK, R_END, R_ERR, R_OK, R_REJECT, R_START,
-                                          REQ)
+from raylite.serve._internal.wire import (
+    CANCEL,
+    KIND_CALL,
+    R_CHUNK,
+    R_END,
+    R_ERR,
+    R_OK,
+    R_REJECT,
+    REQ,
+)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -220,7 +227,7 @@ class ReplicaImpl:
     # ------------------------------------------------------------ request path
     def _on_lost(self, proto: wire.FrameProtocol, exc: BaseException | None) -> None:
         key = id(proto)
-        for (pid, rid), task in list(self.tasks.items()):
+        for (pid, _rid), task in list(self.tasks.items()):
             if pid == key:
                 task.cancel()
 
