@@ -10,17 +10,35 @@
     serve.run(Echo.bind())          # http://127.0.0.1:8000/
 """
 
-from raylite.serve.api import (delete, get_app_handle, get_deployment_handle, get_replica_context, run, shutdown,
-                               start, status)
-from raylite.serve.batching import batch
-from raylite.serve.config import AutoscalingConfig, HTTPOptions, LoggingConfig, ProxyLocation, gRPCOptions
-from raylite.serve.deployment import Application, Deployment, deployment, ingress
-from raylite.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
-from raylite.serve.multiplex import get_multiplexed_model_id, multiplexed
+from __future__ import annotations
 
-__all__ = [
-    "Application", "AutoscalingConfig", "Deployment", "DeploymentHandle", "DeploymentResponse",
-    "DeploymentResponseGenerator", "HTTPOptions", "LoggingConfig", "ProxyLocation", "batch", "delete", "deployment",
-    "gRPCOptions", "get_app_handle", "get_deployment_handle", "get_multiplexed_model_id", "get_replica_context",
-    "ingress", "multiplexed", "run", "shutdown", "start", "status",
-]
+import importlib
+from typing import Any
+
+# Loaded on first use (PEP 562), so replica, proxy and controller processes that import one
+# internal module do not pay for pydantic and the whole facade.
+_NAMES = {
+    "delete": "api", "get_app_handle": "api", "get_deployment_handle": "api", "get_replica_context": "api",
+    "run": "api", "shutdown": "api", "start": "api", "status": "api",
+    "batch": "batching",
+    "AutoscalingConfig": "config", "HTTPOptions": "config", "LoggingConfig": "config", "ProxyLocation": "config",
+    "gRPCOptions": "config",
+    "Application": "application", "Deployment": "application", "deployment": "application", "ingress": "application",
+    "DeploymentHandle": "handle", "DeploymentResponse": "handle", "DeploymentResponseGenerator": "handle",
+    "get_multiplexed_model_id": "multiplex", "multiplexed": "multiplex",
+}
+
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str) -> Any:
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'raylite.serve' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"raylite.serve.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_NAMES))

@@ -11,9 +11,9 @@ from typing import Any
 
 from raylite.serve._internal import client as _client
 from raylite.serve._internal.status_types import ServeStatus
+from raylite.serve.application import DEFAULT, Application, build_app
 from raylite.serve.config import HTTPOptions, LoggingConfig, ProxyLocation
 from raylite.serve.context import _get_internal_replica_context
-from raylite.serve.deployment import DEFAULT, Application, build_app
 from raylite.serve.exceptions import RayServeException
 from raylite.serve.handle import DeploymentHandle
 
@@ -55,6 +55,15 @@ def start(detached: bool = True, http_options: dict | HTTPOptions | None = None,
         raise TypeError(f"serve.start() got unexpected argument(s) {sorted(kwargs)}")
     location = ProxyLocation.parse(proxy_location) if proxy_location is not None else (
         opts.location or ProxyLocation.EveryNode)
+    controller = _get_or_create_controller(opts, location, http_options is not None)
+    error = raylite.get(controller.ensure_proxies.remote())
+    if error:
+        raise OSError(error)
+
+
+def _get_or_create_controller(opts: HTTPOptions, location: ProxyLocation, explicit: bool) -> Any:
+    import raylite
+
     controller = _controller_or_none()
     if controller is None:
         from raylite.serve._internal.controller import ServeController
@@ -62,22 +71,18 @@ def start(detached: bool = True, http_options: dict | HTTPOptions | None = None,
         http = opts.model_dump(exclude={"middlewares", "location"})
         cls = raylite.remote(ServeController)
         try:
-            controller = cls.options(name=_client.CONTROLLER_NAME, namespace=_client.SERVE_NAMESPACE,
-                                     lifetime="detached", num_cpus=0, max_concurrency=1000, max_restarts=-1,
-                                     max_task_retries=-1).remote(http, location.value)
+            return cls.options(name=_client.CONTROLLER_NAME, namespace=_client.SERVE_NAMESPACE,
+                               lifetime="detached", num_cpus=0, max_concurrency=1000, max_restarts=-1,
+                               max_task_retries=-1).remote(http, location.value)
         except ValueError:  # another driver created it meanwhile
-            controller = _client.get_controller()
-    else:
-        current = raylite.get(controller.get_http_options.remote())
-        want = opts.model_dump(exclude={"middlewares", "location"})
-        have = current["http_options"]
-        if http_options is not None and (want.get("host"), want.get("port")) != (have.get("host"), have.get("port")):
+            return _client.get_controller()
+    if explicit:
+        have = raylite.get(controller.get_http_options.remote())["http_options"]
+        if (opts.host, opts.port) != (have.get("host"), have.get("port")):
             raise RayServeException(
                 f"Serve is already running with HTTP on {have.get('host')}:{have.get('port')}; it cannot move to "
-                f"{want.get('host')}:{want.get('port')} while running. Call serve.shutdown() first.")
-    error = raylite.get(controller.ensure_proxies.remote())
-    if error:
-        raise OSError(error)
+                f"{opts.host}:{opts.port} while running. Call serve.shutdown() first.")
+    return controller
 
 
 def _http_from_host_port(host: str | None, port: int | None) -> dict | None:
@@ -105,10 +110,15 @@ def run(target: Application, blocking: bool = False, name: str = DEFAULT_APP_NAM
     if not isinstance(name, str) or not name:
         raise ValueError(f"application name must be a non-empty str, not {name!r}")
     app_dict = _build(target, name, route_prefix, logging_config)
-    start(http_options=_http_from_host_port(host, port)) if _controller_or_none() is None else (
-        _check_http(host, port))
-    controller = _client.get_controller()
+    _ensure_core()
+    http = _http_from_host_port(host, port)
+    controller = _get_or_create_controller(HTTPOptions(**(http or {})), ProxyLocation.EveryNode, http is not None)
+    # proxies start while the replicas do
+    proxies_ref = controller.ensure_proxies.remote()
     raylite.get(controller.deploy_application.remote(app_dict))
+    proxy_error = raylite.get(proxies_ref)
+    if proxy_error:
+        raise OSError(proxy_error)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
         st = raylite.get(controller.wait_for_app.remote(name, 2.0))
@@ -127,12 +137,6 @@ def run(target: Application, blocking: bool = False, name: str = DEFAULT_APP_NAM
         except KeyboardInterrupt:
             shutdown()
     return handle
-
-
-def _check_http(host: str | None, port: int | None) -> None:
-    if host is None and port is None:
-        return
-    start(http_options=_http_from_host_port(host, port))
 
 
 def _build(target: Application, name: str, route_prefix: Any, logging_config: Any) -> dict:

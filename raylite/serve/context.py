@@ -24,7 +24,7 @@ class RequestContext:
 
 
 _serve_request_context: contextvars.ContextVar[RequestContext] = contextvars.ContextVar(
-    "serve_request_context", default=RequestContext())
+    "serve_request_context", default=RequestContext())  # noqa: B039 - never mutated
 
 
 @dataclass

@@ -24,10 +24,23 @@ import uuid
 from typing import Any
 
 from raylite.serve._internal import controller_proxies, controller_status
-from raylite.serve._internal.deployment_state import (A_DEPLOY_FAILED, A_DEPLOYING, A_RUNNING, A_UNHEALTHY,
-                                                      D_DEPLOY_FAILED, D_HEALTHY, D_UNHEALTHY, D_UPDATING,
-                                                      RUNNING, STARTING, STOPPING, UNHEALTHY, DeploymentRecord,
-                                                      ReplicaRecord, plan)
+from raylite.serve._internal.deployment_state import (
+    A_DEPLOY_FAILED,
+    A_DEPLOYING,
+    A_RUNNING,
+    A_UNHEALTHY,
+    D_DEPLOY_FAILED,
+    D_HEALTHY,
+    D_UNHEALTHY,
+    D_UPDATING,
+    RUNNING,
+    STARTING,
+    STOPPING,
+    UNHEALTHY,
+    DeploymentRecord,
+    ReplicaRecord,
+    plan,
+)
 
 KV_NAMESPACE = "serve"
 CHECKPOINT_KEY = "controller_checkpoint"

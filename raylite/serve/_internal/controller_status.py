@@ -9,7 +9,12 @@ import time
 from collections import deque
 from typing import Any
 
-from raylite.serve._internal.deployment_state import STARTING, DeploymentRecord, ReplicaRecord, percentile
+from raylite.serve._internal.deployment_state import (
+    STARTING,
+    DeploymentRecord,
+    ReplicaRecord,
+    percentile,
+)
 
 WINDOW_S = 10.0
 
@@ -70,7 +75,7 @@ def status_dict(ctrl: Any) -> dict:
                       "last_deployed_time_s": app.get("deployed_at", 0.0), "deployments": deps,
                       "route_prefix": app.get("route_prefix")}
     proxies = {node: "HEALTHY" for node in ctrl.proxies.proxies}
-    for node, err in ctrl.proxies.errors.items():
+    for node in ctrl.proxies.errors:
         proxies[node] = "UNHEALTHY"
     return {"proxies": proxies, "applications": apps, "target_capacity": None}
 

@@ -8,7 +8,6 @@ start frame plus one frame per body chunk, written as soon as the app sends it (
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import json
 from typing import Any
@@ -131,37 +130,3 @@ async def send_result(result: Any, scope: dict, receive: Any, send: WireSender, 
     send.status = status
     send.done = True
     send.proto.send((send.rid, R_OK, (status, headers, body), send.replica.ongoing - 1))
-
-
-def bind_ingress(asgi_app: Any, cls: type, instance: Any) -> Any:
-    """Make a FastAPI app's routes that are methods of `cls` call them on `instance`.
-
-    Routes were declared on the class body (`@app.get("/") def root(self)`), so FastAPI saw
-    `self` as a parameter; each such route is rebuilt with the bound method as its endpoint.
-    """
-    try:
-        from fastapi.routing import APIRoute
-    except ImportError:  # pragma: no cover
-        return asgi_app
-    methods = {}
-    for name, member in inspect.getmembers(cls):
-        func = getattr(member, "__func__", member)
-        if inspect.isfunction(func):
-            methods[func] = name
-    router = asgi_app.router
-    params = [p for p in inspect.signature(APIRoute.__init__).parameters if p not in ("self", "path", "endpoint")]
-    for i, route in enumerate(list(router.routes)):
-        if not isinstance(route, APIRoute) or route.endpoint not in methods:
-            continue
-        bound = getattr(instance, methods[route.endpoint])
-        kwargs = {p: getattr(route, p) for p in params if hasattr(route, p)}
-        kwargs.pop("dependency_overrides_provider", None)
-        new = APIRoute(route.path, bound, dependency_overrides_provider=getattr(
-            route, "dependency_overrides_provider", None), **kwargs)
-        router.routes[i] = new
-    asgi_app.middleware_stack = None
-    return asgi_app
-
-
-def wrap_function_ingress(fn: Any) -> Any:  # pragma: no cover - reserved
-    return functools.wraps(fn)(fn)

@@ -1,6 +1,6 @@
-"""The HTTP proxy: one actor per node, uvicorn (httptools + uvloop when installed) in front of a
-raw ASGI function that routes by longest `route_prefix` and forwards each request to a replica
-of the app's ingress deployment as ONE frame, answering from ONE frame (or a start frame and
+"""The HTTP proxy: one actor per node; a lean httptools server (`proxy_http.py`) on uvloop whose
+dispatch callback routes by longest `route_prefix` and forwards each request to a replica of
+the app's ingress deployment as ONE frame, answering from ONE frame (or a start frame and
 chunks for a stream).
 
 The proxy keeps no per-request Core state: routes and replica sets arrive by long poll from the
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import socket
 import uuid
 from typing import Any
@@ -23,7 +24,6 @@ from raylite.serve.exceptions import BackPressureError, DeploymentUnavailableErr
 
 _TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
 _JSON = [(b"content-type", b"application/json")]
-_END = object()
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -68,161 +68,79 @@ class ProxyImpl:
                 return prefix, app, dep
         return None
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        kind = scope["type"]
-        if kind != "http":
-            if kind == "lifespan":
-                while True:
-                    msg = await receive()
-                    if msg["type"] == "lifespan.startup":
-                        await send({"type": "lifespan.startup.complete"})
-                    else:
-                        await send({"type": "lifespan.shutdown.complete"})
-                        return
-            return
-        path = scope["path"]
-        headers = scope["headers"]
-        request_id = model_id = ""
-        for k, v in headers:
-            if k == b"x-request-id":
-                request_id = v.decode("latin-1")
-            elif k == b"serve_multiplexed_model_id" or k == b"serve-multiplexed-model-id":
-                model_id = v.decode("latin-1")
-        if not request_id:
-            request_id = uuid.uuid4().hex
-        rid_header = (b"x-request-id", request_id.encode("latin-1"))
+    def dispatch(self, req: Any) -> None:
+        """Route one parsed request (called by the HTTP server, in order per connection)."""
+        if not req.request_id:
+            req.request_id = uuid.uuid4().hex
+        path = req.path
         found = self.match(path)
         if found is None:
             if path == "/-/healthz":
-                return await _reply(send, 200, _TEXT, b"success", rid_header)
+                return req.respond(200, _TEXT, b"success")
             if path == "/-/routes":
-                import json
-
-                body = json.dumps({p: a for p, a, _ in self.routes}).encode()
-                return await _reply(send, 200, _JSON, body, rid_header)
-            msg = (f"Path '{path}' not found. Ping http://.../-/routes for available routes.").encode()
-            return await _reply(send, 404, _TEXT, msg, rid_header)
+                return req.respond(200, _JSON, json.dumps({p: a for p, a, _ in self.routes}).encode())
+            return req.respond(404, _TEXT, (f"Path '{path}' not found. Ping http://.../-/routes for available "
+                                            "routes.").encode())
         prefix, app_name, dep = found
-        body = b""
-        more = True
-        while more:
-            msg = await receive()
-            if msg["type"] == "http.disconnect":
-                return
-            body += msg.get("body", b"")
-            more = msg.get("more_body", False)
-        payload = (scope["method"], scope.get("scheme", "http"), path, scope["query_string"], headers,
-                   scope.get("client"), scope.get("server"), scope.get("http_version", "1.1"), body)
-        meta = (request_id, prefix, app_name, model_id, False, "__call__")
-        await self._forward(self.state.router(app_name, dep), meta, payload, model_id, receive, send, rid_header)
+        conn = req.conn
+        payload = (req.method, "http", path, req.query, req.headers, conn.client, self.server_addr,
+                   req.http_version, req.body)
+        meta = (req.request_id, prefix, app_name, req.model_id, False, "__call__")
+        if self.timeout_s:
+            req.timer = self.loop.call_later(self.timeout_s, self._expire, req)
+        self._send(req, self.state.router(app_name, dep), meta, payload, 0)
 
-    async def _forward(self, router: Any, meta: tuple, payload: tuple, model_id: str, receive: Any, send: Any,
-                       rid_header: tuple) -> None:
-        loop = asyncio.get_running_loop()
-        for _attempt in range(4):
-            fut = loop.create_future()
-            chunks: asyncio.Queue | None = None
-
-            def on_reply(code: int, data: Any, last: bool, fut: asyncio.Future = fut) -> None:
-                nonlocal chunks
-                if not fut.done():
-                    if code == R_START:
-                        chunks = asyncio.Queue()
-                    fut.set_result((code, data))
-                    return
-                if chunks is not None:
-                    if code == R_CHUNK:
-                        chunks.put_nowait(data)
-                    elif code == R_END:
-                        chunks.put_nowait(_END)
-                    else:
-                        chunks.put_nowait(None)
-
-            try:
-                conn, rid = await router.send(KIND_HTTP, meta, payload, on_reply, model_id)
-            except BackPressureError as e:
-                return await _reply(send, 503, _TEXT, str(e).encode(), rid_header)
-            except (DeploymentUnavailableError, ReplicaDiedError) as e:
-                return await _reply(send, 503, _TEXT, str(e).encode(), rid_header)
-            watcher = loop.call_later(0.25, self._watch_disconnect, receive, fut, conn, rid)
-            timer = None
-            if self.timeout_s:
-                timer = loop.call_later(self.timeout_s, _expire, fut, conn, rid)
-            try:
-                code, data = await fut
-            finally:
-                watcher.cancel()
-                if timer is not None:
-                    timer.cancel()
+    def _send(self, req: Any, router: Any, meta: tuple, payload: tuple, attempt: int) -> None:
+        def on_reply(code: int, data: Any, last: bool) -> None:
             if code == R_OK:
-                status, headers, body = data
-                headers.append(rid_header)
-                await send({"type": "http.response.start", "status": status, "headers": headers})
-                await send({"type": "http.response.body", "body": body})
-                return
-            if code == R_START:
-                return await self._stream(data, chunks, send, rid_header, conn, rid)
-            if code == R_REJECT:
-                continue
-            if code == _TIMEOUT:
-                return await _reply(send, 408, _TEXT, (
-                    f"Request {meta[0]} timed out after request_timeout_s={self.timeout_s}s").encode(), rid_header)
-            if code == _DISCONNECTED:
-                return
-            if code == R_ERR:
-                return await _reply(send, 500, _TEXT, b"Internal Server Error", rid_header)
-            return await _reply(send, 500, _TEXT, (
-                f"The replica of deployment {router.deployment_name!r} handling this request died; "
-                "retry (Serve is starting a replacement)").encode(), rid_header)
-        return await _reply(send, 503, _TEXT, b"all replicas are shutting down; retry", rid_header)
+                req.respond(*data)
+            elif code == R_CHUNK:
+                req.write_chunk(data)
+            elif code == R_START:
+                req.start_stream(*data)
+            elif code == R_END:
+                req.end_stream()
+            elif code == R_REJECT:
+                if attempt >= 4:
+                    req.respond(503, _TEXT, b"every replica is shutting down; retry")
+                elif not req.done:
+                    self._send(req, router, meta, payload, attempt + 1)
+            elif req.streaming:
+                req.end_stream(ok=False)
+            elif code == R_ERR:
+                req.respond(500, _TEXT, b"Internal Server Error")
+            else:
+                req.respond(500, _TEXT, (f"The replica of deployment {router.deployment_name!r} handling this "
+                                         "request died; retry (Serve is starting a replacement)").encode())
 
-    async def _stream(self, start: tuple, chunks: asyncio.Queue, send: Any, rid_header: tuple, conn: Any,
-                      rid: int) -> None:
-        status, headers = start
-        headers = list(headers)
-        headers.append(rid_header)
-        await send({"type": "http.response.start", "status": status, "headers": headers})
+        sent = router.send_nowait(KIND_HTTP, meta, payload, on_reply, req.model_id)
+        if sent is not None:
+            conn, rid = sent
+            req.cancel_cb = lambda: cancel(conn, rid)
+            return
+        task = self.loop.create_task(self._send_slow(req, router, meta, payload, on_reply))
+        req.cancel_cb = task.cancel
+
+    async def _send_slow(self, req: Any, router: Any, meta: tuple, payload: tuple, on_reply: Any) -> None:
         try:
-            while True:
-                chunk = await chunks.get()
-                if chunk is _END:
-                    break
-                if chunk is None:  # the replica failed mid-stream: end the body
-                    break
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except (OSError, asyncio.CancelledError):
+            conn, rid = await router.send(KIND_HTTP, meta, payload, on_reply, req.model_id)
+        except (BackPressureError, DeploymentUnavailableError, ReplicaDiedError) as e:
+            return req.respond(503, _TEXT, str(e).encode())
+        if req.done:
             cancel(conn, rid)
-            raise
-        await send({"type": "http.response.body", "body": b""})
+        else:
+            req.cancel_cb = lambda: cancel(conn, rid)
 
-    def _watch_disconnect(self, receive: Any, fut: asyncio.Future, conn: Any, rid: int) -> None:
-        """The request is slow: watch for the client going away, and cancel it on the replica."""
-        async def watch() -> None:
-            while not fut.done():
-                msg = await receive()
-                if msg["type"] == "http.disconnect":
-                    if not fut.done():
-                        cancel(conn, rid)
-                        fut.set_result((_DISCONNECTED, None))
-                    return
-
-        task = asyncio.ensure_future(watch())
-        fut.add_done_callback(lambda _f: task.cancel())
-
-
-_TIMEOUT = -10
-_DISCONNECTED = -11
-
-
-def _expire(fut: asyncio.Future, conn: Any, rid: int) -> None:
-    if not fut.done():
-        cancel(conn, rid)
-        fut.set_result((_TIMEOUT, None))
-
-
-async def _reply(send: Any, status: int, headers: list, body: bytes, rid_header: tuple) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": [*headers, rid_header]})
-    await send({"type": "http.response.body", "body": body})
+    def _expire(self, req: Any) -> None:
+        if req.done:
+            return
+        if req.cancel_cb is not None:
+            req.cancel_cb()
+        if req.streaming:
+            req.end_stream(ok=False)
+        else:
+            req.respond(408, _TEXT, (f"Request {req.request_id} timed out after request_timeout_s="
+                                     f"{self.timeout_s}s").encode())
 
 
 class ServeProxy:
@@ -243,34 +161,23 @@ class ServeProxy:
         asyncio.run_coroutine_threadsafe(self._start(), self.loop).result()
 
     async def _start(self) -> None:
-        import uvicorn
+        from raylite.serve._internal.proxy_http import HttpServer
 
         impl = ProxyImpl(self.options)
-        try:
-            import httptools  # noqa: F401
-
-            http = "httptools"
-        except ImportError:  # pragma: no cover
-            http = "h11"
-        config = uvicorn.Config(impl, http=http, lifespan="off", access_log=False, log_level="warning",
-                                timeout_keep_alive=int(self.options.get("keep_alive_timeout_s", 5)),
-                                root_path=self.options.get("root_path", ""), loop="none")
-        self.server = uvicorn.Server(config)
-        self.task = asyncio.ensure_future(self.server.serve(sockets=[self.sock]))
+        impl.loop = asyncio.get_running_loop()
+        impl.server_addr = tuple(self.sock.getsockname()[:2])
+        self.server = HttpServer(impl.loop, impl.dispatch, float(self.options.get("keep_alive_timeout_s", 5)))
+        await self.server.start(self.sock)
 
     async def ready(self) -> dict:
         """{"ok": bool, "error": str, "port": int}: whether the proxy listens."""
         if self.error:
             return {"ok": False, "error": self.error}
-        for _ in range(200):
-            if self.server is not None and self.server.started:
-                break
-            await asyncio.sleep(0.01)
         return {"ok": True, "error": "", "port": self.sock.getsockname()[1]}
 
     async def shutdown(self) -> None:
         if self.server is not None:
-            self.server.should_exit = True
+            self.loop.call_soon_threadsafe(self.server.close)
         if self.sock is not None:
             try:
                 self.sock.close()

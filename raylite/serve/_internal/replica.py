@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 import os
 import socket
 import tempfile
@@ -25,8 +24,16 @@ import cloudpickle
 
 from raylite.serve import context as serve_context
 from raylite.serve._internal import http_util, logs, wire
-from raylite.serve._internal.wire import (CANCEL, KIND_CALL, R_CHUNK, R_END, R_ERR, R_OK, R_REJECT, R_START,
-                                          REQ)
+from raylite.serve._internal.wire import (
+    CANCEL,
+    KIND_CALL,
+    R_CHUNK,
+    R_END,
+    R_ERR,
+    R_OK,
+    R_REJECT,
+    REQ,
+)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -110,14 +117,17 @@ class ReplicaImpl:
     # ------------------------------------------------------------ lifecycle (run on self.loop)
     async def initialize(self) -> dict:
         """Construct the user's object, apply user_config, open the request channel."""
-        from raylite.serve.deployment import _unwrap_target
-
         target = cloudpickle.loads(self._definition)
         args, kwargs = cloudpickle.loads(self._init_args)
         serve_context._set_internal_replica_context(serve_context.ReplicaContext(
             app_name=self.app_name, deployment=self.deployment_name, replica_tag=self.replica_id,
             replica_id=self.replica_id))
-        cls_or_fn, asgi_app = _unwrap_target(target)
+        recipe = None
+        if isinstance(target, tuple) and target and target[0] == "__serve_ingress__":
+            _, target, recipe = target
+        else:
+            import starlette.requests  # noqa: F401 - warm it before the first request
+        cls_or_fn = target
         if inspect.isclass(cls_or_fn):
             instance = cls_or_fn.__new__(cls_or_fn)
             init = instance.__init__(*args, **kwargs)
@@ -125,8 +135,10 @@ class ReplicaImpl:
                 await init
             self.instance = instance
             self.callable = instance
-            if asgi_app is not None:
-                self.asgi_app = http_util.bind_ingress(asgi_app, cls_or_fn, instance)
+            if recipe is not None:
+                from raylite.serve._internal.ingress import build_app_from_recipe
+
+                self.asgi_app = build_app_from_recipe(recipe, cls_or_fn, instance)
         else:
             self.is_function = True
             self.callable = cls_or_fn
@@ -220,7 +232,7 @@ class ReplicaImpl:
     # ------------------------------------------------------------ request path
     def _on_lost(self, proto: wire.FrameProtocol, exc: BaseException | None) -> None:
         key = id(proto)
-        for (pid, rid), task in list(self.tasks.items()):
+        for (pid, _rid), task in list(self.tasks.items()):
             if pid == key:
                 task.cancel()
 

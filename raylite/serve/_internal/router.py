@@ -19,7 +19,17 @@ from typing import Any
 import cloudpickle
 
 from raylite.serve._internal import wire
-from raylite.serve._internal.wire import CANCEL, KIND_CALL, R_CHUNK, R_END, R_ERR, R_OK, R_REJECT, R_START, REQ
+from raylite.serve._internal.wire import (
+    CANCEL,
+    KIND_CALL,
+    R_CHUNK,
+    R_END,
+    R_ERR,
+    R_OK,
+    R_REJECT,
+    R_START,
+    REQ,
+)
 from raylite.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
 
@@ -217,7 +227,7 @@ class Router:
     # ------------------------------------------------------------ sending
     async def send(self, kind: int, meta: tuple, payload: Any, on_reply: Any, model_id: str = "",
                    retries: int = 3) -> tuple[Connection, int]:
-        """Send one request; `on_reply(code, payload, qlen, last)` gets every reply frame."""
+        """Send one request; `on_reply(code, payload, last)` gets every reply frame."""
         while True:
             rep = await self._assign(model_id)
             rid_ = rep["replica_id"]
@@ -231,18 +241,39 @@ class Router:
                     raise
                 retries -= 1
                 continue
-            rid = next(_rids)
+            self.inflight[rid_] -= 1
+            return self._send_on(conn, rid_, kind, meta, payload, on_reply)
 
-            def cb(code: int, data: Any, qlen: int | None, last: bool, _r: str = rid_) -> None:
-                if last:
-                    self._done(_r, qlen)
-                elif qlen is not None:
-                    self.qlen[_r] = qlen
-                on_reply(code, data, last)
+    def send_nowait(self, kind: int, meta: tuple, payload: Any, on_reply: Any,
+                    model_id: str = "") -> tuple[Connection, int] | None:
+        """The fast path: send at once if a replica has room and is connected, else None."""
+        if self.waiters or not self.replicas:
+            return None
+        rep = self._pick(model_id)
+        if rep is None:
+            return None
+        rid_ = rep["replica_id"]
+        conn = self.pool.conns.get(rid_)
+        if conn is None or conn.closed:
+            return None
+        return self._send_on(conn, rid_, kind, meta, payload, on_reply)
 
-            conn.pending[rid] = cb
-            conn.send((REQ, rid, kind, meta, payload))
-            return conn, rid
+    def _send_on(self, conn: Connection, replica_id: str, kind: int, meta: tuple, payload: Any,
+                 on_reply: Any) -> tuple[Connection, int]:
+        self.inflight[replica_id] = self.inflight.get(replica_id, 0) + 1
+        rid = next(_rids)
+        qlen_map = self.qlen
+
+        def cb(code: int, data: Any, qlen: int | None, last: bool) -> None:
+            if last:
+                self._done(replica_id, qlen)
+            elif qlen is not None:
+                qlen_map[replica_id] = qlen
+            on_reply(code, data, last)
+
+        conn.pending[rid] = cb
+        conn.send((REQ, rid, kind, meta, payload))
+        return conn, rid
 
     def _done(self, replica_id: str, qlen: int | None) -> None:
         n = self.inflight.get(replica_id, 0) - 1

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-from typing import Any, Callable
+import weakref
+from collections.abc import Callable
+from typing import Any
 
 import cloudpickle
 
@@ -263,14 +265,24 @@ def ingress(app: Any) -> Callable[[type], type]:
     def wrap(cls: type) -> type:
         if not inspect.isclass(cls):
             raise TypeError("@serve.ingress must decorate a class (put it under @serve.deployment)")
-        cls._serve_asgi_app = app
+        _INGRESS[cls] = app
         return cls
 
     return wrap
 
 
-def _unwrap_target(target: Any) -> tuple[Any, Any]:
-    return target, getattr(target, "_serve_asgi_app", None) if inspect.isclass(target) else None
+_INGRESS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _definition(target: Any) -> bytes:
+    """The pickled code a replica runs. An ingress class travels with a recipe of its ASGI app
+    (FastAPI apps with compiled routes do not survive pickling); the replica rebuilds the app."""
+    app = _INGRESS.get(target) if inspect.isclass(target) else None
+    if app is None:
+        return cloudpickle.dumps(target)
+    from raylite.serve._internal.ingress import app_recipe, dumps
+
+    return dumps(("__serve_ingress__", target, app_recipe(app)))
 
 
 def build_app(app: Application, app_name: str) -> tuple[dict[str, dict], str]:
@@ -305,7 +317,7 @@ def build_app(app: Application, app_name: str) -> tuple[dict[str, dict], str]:
 
 
 def _target(dep: Deployment, name: str, args: tuple, kwargs: dict) -> dict:
-    definition = cloudpickle.dumps(dep.func_or_class)
+    definition = _definition(dep.func_or_class)
     try:
         init_args = cloudpickle.dumps((args, kwargs))
     except Exception as e:
