@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import pytest
 
@@ -14,21 +13,12 @@ pytestmark = pytest.mark.skipif(not hasattr(serve_pkg, "run"),
                                 reason="the Serve runtime (branch serve) is not merged here")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def serve(cluster):
-    from raylite import serve
-
-    port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.port = port
-    yield serve
-    serve.shutdown()
+def serve(serve_instance):
+    """The shared Serve instance of tests/serve/conftest.py, with its base URL at hand."""
+    module, url = serve_instance
+    module.url = url
+    return module
 
 
 def test_batch_in_a_replica_gathers_concurrent_handle_calls(serve):
@@ -74,7 +64,7 @@ def test_multiplexed_model_id_from_handle_options_and_http_header(serve):
     handle = serve.run(Models.bind(), name="models", route_prefix="/models")
     first = handle.options(multiplexed_model_id="a").remote().result(timeout_s=60)
     assert first == {"model": "model-a", "loads": ["a"]}
-    r = httpx.get(f"http://127.0.0.1:{serve.port}/models", headers={"serve_multiplexed_model_id": "b"},
+    r = httpx.get(f"{serve.url}/models", headers={"serve_multiplexed_model_id": "b"},
                   timeout=30)
     assert r.status_code == 200 and r.json() == {"model": "model-b", "loads": ["a", "b"]}
     again = handle.options(multiplexed_model_id="a").remote().result(timeout_s=60)
