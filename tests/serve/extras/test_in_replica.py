@@ -15,10 +15,13 @@ pytestmark = pytest.mark.skipif(not hasattr(serve_pkg, "run"),
 
 @pytest.fixture(scope="module")
 def serve(serve_instance):
-    """The shared Serve instance of tests/serve/conftest.py, with its base URL at hand."""
-    module, url = serve_instance
-    module.url = url
-    return module
+    """The shared Serve instance of tests/serve/conftest.py."""
+    return serve_instance[0]
+
+
+@pytest.fixture(scope="module")
+def url(serve_instance):
+    return serve_instance[1]
 
 
 def test_batch_in_a_replica_gathers_concurrent_handle_calls(serve):
@@ -46,7 +49,7 @@ def test_batch_in_a_replica_gathers_concurrent_handle_calls(serve):
     serve.delete("batcher")
 
 
-def test_multiplexed_model_id_from_handle_options_and_http_header(serve):
+def test_multiplexed_model_id_from_handle_options_and_http_header(serve, url):
     @serve.deployment(ray_actor_options={"num_cpus": 0})
     class Models:
         def __init__(self) -> None:
@@ -64,7 +67,7 @@ def test_multiplexed_model_id_from_handle_options_and_http_header(serve):
     handle = serve.run(Models.bind(), name="models", route_prefix="/models")
     first = handle.options(multiplexed_model_id="a").remote().result(timeout_s=60)
     assert first == {"model": "model-a", "loads": ["a"]}
-    r = httpx.get(f"{serve.url}/models", headers={"serve_multiplexed_model_id": "b"},
+    r = httpx.get(f"{url}/models", headers={"serve_multiplexed_model_id": "b"},
                   timeout=30)
     assert r.status_code == 200 and r.json() == {"model": "model-b", "loads": ["a", "b"]}
     again = handle.options(multiplexed_model_id="a").remote().result(timeout_s=60)
