@@ -150,6 +150,17 @@ def config_overrides(app: Any, app_schema: Any) -> dict[str, dict]:
     return overrides
 
 
+def runtime_env_overrides(app: Any, runtime_env: dict[str, Any]) -> dict[str, dict]:
+    """`{deployment: {"ray_actor_options": ...}}` giving every deployment `runtime_env` (e.g. the
+    `--working-dir` of `serve run`) beneath the keys the deployment sets itself."""
+    overrides = {}
+    for dep in deployments_in(app):
+        actor = dict(_explicit_options(dep).get("ray_actor_options") or {})
+        actor["runtime_env"] = {**runtime_env, **(actor.get("runtime_env") or {})}
+        overrides[dep.name] = {"ray_actor_options": actor}
+    return overrides
+
+
 def _buildable(options: dict[str, Any]) -> dict[str, Any]:
     """Options as a config file's deployment entry takes them (code-only ones such as `version` go)."""
     from raylite.serve.schema import DeploymentSchema

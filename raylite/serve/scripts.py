@@ -163,11 +163,13 @@ def main() -> None:
               help="Directory to import the application from (put on sys.path).")
 @click.option("--working-dir", default=None, help="Directory shipped to every replica and used as "
               "its working directory (runtime_env working_dir).")
+@click.option("--runtime-env-json", default=None, help="A runtime_env for every replica, as JSON, e.g. "
+              "'{\"env_vars\": {\"MODE\": \"prod\"}}'.")
 @click.option("--blocking/--non-blocking", default=True, show_default=True,
               help="Stay in the foreground until Ctrl-C (which deletes the apps).")
 def run(config_or_import_path: str, arguments: tuple[str, ...], address: str | None, host: str | None,
         port: int | None, route_prefix: str | None, name: str | None, app_dir: str, working_dir: str | None,
-        blocking: bool) -> None:
+        runtime_env_json: str | None, blocking: bool) -> None:
     """Run an application (`module:app [key=value ...]`) or a config file, and block.
 
     Replica logs stream to this terminal. Ctrl-C deletes the applications (and stops the local
@@ -189,10 +191,14 @@ def run(config_or_import_path: str, arguments: tuple[str, ...], address: str | N
         except ValueError as e:
             _fail(str(e))
         app = _load(config_or_import_path, args, app_dir)
-    runtime_env = {"working_dir": working_dir} if working_dir else None
-    if working_dir and not os.path.isdir(working_dir):
-        _fail(f"--working-dir {working_dir!r} is not a directory")
+    runtime_env = _runtime_env_option(runtime_env_json, working_dir)
     _connect_for_run(address, runtime_env)
+    if runtime_env:  # replicas are created by the controller: give each deployment the env itself
+        shipped = _shipped_runtime_env()
+        if config is not None:
+            apps = [(a, _with_runtime_env(built, shipped, a.name)) for a, built in apps]
+        else:
+            app = _with_runtime_env(app, shipped, name or "default")
     names = [a.name for a in config.applications] if config is not None else [name or "default"]
     previous = signal.signal(signal.SIGTERM, _raise_interrupted)
     outcome = "failed"
@@ -214,6 +220,40 @@ def run(config_or_import_path: str, arguments: tuple[str, ...], address: str | N
         signal.signal(signal.SIGTERM, previous)
         if outcome != "deployed" or blocking:
             _tear_down(names, shutdown_serve=outcome == "interrupted")
+
+
+def _runtime_env_option(runtime_env_json: str | None, working_dir: str | None) -> dict | None:
+    import json
+
+    env: dict[str, Any] = {}
+    if runtime_env_json:
+        try:
+            env = json.loads(runtime_env_json)
+        except json.JSONDecodeError as e:
+            _fail(f"--runtime-env-json is not valid JSON: {e}")
+        if not isinstance(env, dict):
+            _fail("--runtime-env-json must be a JSON object such as '{\"env_vars\": {\"A\": \"1\"}}'")
+    if working_dir:
+        if not os.path.isdir(working_dir):
+            _fail(f"--working-dir {working_dir!r} is not a directory")
+        env["working_dir"] = os.path.abspath(working_dir)
+    return env or None
+
+
+def _shipped_runtime_env() -> dict[str, Any]:
+    """The job's runtime_env as the cluster holds it (a working_dir already uploaded as a package)."""
+    import raylite
+
+    return dict(raylite.get_runtime_context().runtime_env)
+
+
+def _with_runtime_env(app: Any, runtime_env: dict[str, Any], app_name: str) -> Any:
+    from raylite.serve._cli_state import runtime_env_overrides
+
+    try:
+        return app._with_overrides(runtime_env_overrides(app, runtime_env))
+    except (KeyError, ValueError, TypeError) as e:
+        _fail(f"application {app_name!r}: cannot apply the runtime_env: {e}")
 
 
 def _connect_for_run(address: str | None, runtime_env: dict | None) -> None:

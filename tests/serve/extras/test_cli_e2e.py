@@ -61,6 +61,18 @@ APP = textwrap.dedent('''
 
 
     broken = Broken.bind()
+
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0})
+    class Reader:
+        async def __call__(self, request):
+            import os
+
+            with open("data/msg.txt") as f:  # relative: needs the working_dir
+                return {"file": f.read().strip(), "mode": os.environ.get("MODE")}
+
+
+    reader = Reader.bind()
 ''')
 
 
@@ -205,6 +217,22 @@ def test_serve_run_builder_args_config_file_and_seed_form(app_dir, env, tmp_path
         assert wait_until(lambda: get_json(f"http://127.0.0.1:{port}/a"), 120, "app a") == {"msg": "from-config"}
         assert wait_until(lambda: get_json(f"http://127.0.0.1:{port}/b"), 30, "app b") == {"msg": "hello"}
         interrupt_and_wait(proc, port, log, env["RAYLITE_TEMP_DIR"], signal.SIGTERM)  # as `kill` or systemd do
+
+    (app_dir / "data").mkdir()
+    (app_dir / "data" / "msg.txt").write_text("from the working dir\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with serve_run(["hello_cli:reader", "--port", str(port), "--working-dir", str(app_dir),
+                    "--runtime-env-json", '{"env_vars": {"MODE": "prod"}}'], env, elsewhere, log) as proc:
+        # run from elsewhere (--app-dir defaults to "."): the import fails, naming the module
+        proc.wait(120)
+    assert proc.returncode == 1 and "no module named 'hello_cli'" in open(log).read()
+    with serve_run(["hello_cli:reader", "--app-dir", str(app_dir), "--port", str(port), "--working-dir",
+                    str(app_dir), "--runtime-env-json", '{"env_vars": {"MODE": "prod"}}'], env, elsewhere,
+                   log) as proc:
+        assert wait_until(lambda: get_json(f"http://127.0.0.1:{port}/"), 120, "the reader app") == {
+            "file": "from the working dir", "mode": "prod"}
+        interrupt_and_wait(proc, port, log, env["RAYLITE_TEMP_DIR"])
 
 
 @pytest.mark.slow
