@@ -124,11 +124,12 @@ def _explicit_options(deployment: Any) -> dict[str, Any]:
     return options
 
 
-def config_overrides(app: Any, app_schema: Any) -> dict[str, dict]:
+def config_overrides(app: Any, app_schema: Any, app_env: dict[str, Any] | None = None) -> dict[str, dict]:
     """A config file's application entry -> `{deployment: options}` for `Application._with_overrides`.
 
     As in Ray, a config's `ray_actor_options` is merged key by key into the code's, and the
-    application's `runtime_env` applies to every deployment under the deployment's own entries.
+    application's `runtime_env` (`app_env`, default the schema's) applies to every deployment under
+    the deployment's own entries.
     """
     code = {d.name: _explicit_options(d) for d in deployments_in(app)}
     overrides = {d.name: d.overrides() for d in app_schema.deployments}
@@ -136,7 +137,7 @@ def config_overrides(app: Any, app_schema: Any) -> dict[str, dict]:
     if unknown:
         raise ValueError(f"the config names deployment(s) {unknown} that the application does not have "
                          f"(it has {sorted(code)})")
-    app_env = dict(app_schema.runtime_env or {})
+    app_env = dict(app_schema.runtime_env or {}) if app_env is None else dict(app_env)
     for name, options in code.items():
         entry = overrides.get(name)
         if entry is None and not app_env:

@@ -73,11 +73,11 @@ def _load(import_path: str, args: dict[str, Any], app_dir: str) -> Any:
 
 
 def _apply_config(app: Any, app_schema: Any) -> Any:
-    """Per-deployment overrides and the app's runtime_env from a config file onto the app."""
+    """A config file's per-deployment overrides onto the app (its runtime_env comes once connected)."""
     from raylite.serve._cli_state import config_overrides
 
     try:
-        overrides = config_overrides(app, app_schema)
+        overrides = config_overrides(app, app_schema, app_env={})
         return app._with_overrides(overrides) if overrides else app
     except (KeyError, ValueError, TypeError) as e:
         _fail(f"application {app_schema.name!r} in the config: {e}")
@@ -131,6 +131,22 @@ def _deploy_app(app: Any, name: str, route_prefix: str | None) -> None:
 def _load_config_apps(config: Any, app_dir: str) -> list[tuple[Any, Any]]:
     """Import every application of a config first: a typo fails before anything is deployed."""
     return [(a, _apply_config(_load(a.import_path, a.args, app_dir), a)) for a in config.applications]
+
+
+def _apply_runtime_envs(apps: list[tuple[Any, Any]], job_env: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """Each app's runtime_env (over the job's), shipped from here so a working_dir on this machine
+    reaches replicas on any node, given to every deployment of the app."""
+    from raylite.remote_function import merge_runtime_env
+
+    out = []
+    for app_schema, app in apps:
+        try:
+            own = merge_runtime_env(None, app_schema.runtime_env) if app_schema.runtime_env else {}
+        except (ValueError, TypeError) as e:
+            _fail(f"application {app_schema.name!r}: runtime_env: {e}")
+        env = {**job_env, **own}
+        out.append((app_schema, _with_runtime_env(app, env, app_schema.name) if env else app))
+    return out
 
 
 def _deploy_config(config: Any, apps: list[tuple[Any, Any]], host: str | None = None,
@@ -193,12 +209,12 @@ def run(config_or_import_path: str, arguments: tuple[str, ...], address: str | N
         app = _load(config_or_import_path, args, app_dir)
     runtime_env = _runtime_env_option(runtime_env_json, working_dir)
     _connect_for_run(address, runtime_env)
-    if runtime_env:  # replicas are created by the controller: give each deployment the env itself
-        shipped = _shipped_runtime_env()
-        if config is not None:
-            apps = [(a, _with_runtime_env(built, shipped, a.name)) for a, built in apps]
-        else:
-            app = _with_runtime_env(app, shipped, name or "default")
+    # replicas are created by the controller, not by this driver: each deployment gets the env itself
+    shipped = _shipped_runtime_env() if runtime_env else {}
+    if config is not None:
+        apps = _apply_runtime_envs(apps, shipped)
+    elif shipped:
+        app = _with_runtime_env(app, shipped, name or "default")
     names = [a.name for a in config.applications] if config is not None else [name or "default"]
     previous = signal.signal(signal.SIGTERM, _raise_interrupted)
     outcome = "failed"
@@ -305,6 +321,7 @@ def deploy(config_file_name: str, address: str | None, app_dir: str) -> None:
     config = _load_config(config_file_name)
     apps = _load_config_apps(config, app_dir)
     _connect(address, must_exist=True)
+    apps = _apply_runtime_envs(apps, {})
     before = set(_app_statuses())
     names = _deploy_config(config, apps)
     for stale in sorted(before - set(names)):

@@ -245,7 +245,16 @@ def test_deploy_status_config_redeploy_and_shutdown_on_a_running_cluster(app_dir
     try:
         config = app_dir / "serve.yaml"
 
-        def write(greeting: str) -> None:
+        (app_dir / "data").mkdir()
+        (app_dir / "data" / "msg.txt").write_text("shipped\n")
+
+        def write(greeting: str, with_reader: bool = True) -> None:
+            reader = textwrap.dedent(f"""
+                - name: reader
+                  route_prefix: /reader
+                  import_path: hello_cli:reader
+                  runtime_env: {{working_dir: {app_dir}, env_vars: {{MODE: cfg}}}}
+            """).lstrip("\n") if with_reader else ""
             config.write_text(textwrap.dedent(f"""
                 http_options: {{host: 127.0.0.1, port: {port}}}
                 applications:
@@ -256,11 +265,13 @@ def test_deploy_status_config_redeploy_and_shutdown_on_a_running_cluster(app_dir
                   deployments:
                   - name: Hello
                     num_replicas: 2
-            """))
+            """) + reader)
 
         write("one")
         cli(["deploy", str(config)], env, app_dir)
         assert wait_until(lambda: get_json(f"http://127.0.0.1:{port}/"), 120, "deployed app") == {"msg": "one"}
+        assert wait_until(lambda: get_json(f"http://127.0.0.1:{port}/reader"), 60, "the reader app") == {
+            "file": "shipped", "mode": "cfg"}  # the app's runtime_env reached its replicas
 
         def running():
             status = yaml.safe_load(cli(["status"], env, app_dir).stdout)
@@ -269,12 +280,17 @@ def test_deploy_status_config_redeploy_and_shutdown_on_a_running_cluster(app_dir
         status = wait_until(running, 60, "status RUNNING")
         assert status["applications"]["greeter"]["deployments"]["Hello"]["replica_states"] == {"RUNNING": 2}
 
-        shown = yaml.safe_load(cli(["config"], env, app_dir).stdout)
-        assert shown["applications"][0]["args"] == {"greeting": "one"}
+        shown = list(yaml.safe_load_all(cli(["config"], env, app_dir).stdout))  # one document per app
+        assert [d["applications"][0]["name"] for d in shown] == ["greeter", "reader"]
+        assert shown[0]["applications"][0]["args"] == {"greeting": "one"}
+        assert shown[0]["http_options"]["port"] == port
 
-        write("two")  # redeploy: a rolling update to the new arguments
-        cli(["deploy", str(config)], env, app_dir)
+        write("two", with_reader=False)  # redeploy: a rolling update to the new arguments; reader dropped
+        out = cli(["deploy", str(config)], env, app_dir).stdout
+        assert "Deleting app 'reader'" in out
         wait_until(lambda: get_json(f"http://127.0.0.1:{port}/") == {"msg": "two"}, 120, "the redeployed app")
+        wait_until(lambda: "reader" not in yaml.safe_load(cli(["status"], env, app_dir).stdout)["applications"],
+                   60, "the dropped app to go")
 
         cli(["shutdown", "-y"], env, app_dir)
         wait_until(lambda: get_json(f"http://127.0.0.1:{port}/") is None, 60, "Serve to stop answering")
