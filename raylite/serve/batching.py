@@ -20,6 +20,7 @@ import asyncio
 import collections
 import functools
 import inspect
+import logging
 import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -96,6 +97,7 @@ class _BatchQueue:
         self._slot_count = settings.max_concurrent_batches
         self._running: set[asyncio.Task] = set()
         self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+        _warn_if_batches_cannot_fill(func, settings)
 
     def put(self, call: _Call) -> None:
         self._waiting.append(call)
@@ -228,6 +230,32 @@ class _BatchQueue:
         for call, done in zip(calls, finished):
             if not done:
                 call.stream.put_nowait(_END)
+
+
+def _replica_max_ongoing_requests() -> int | None:
+    """The replica's `max_ongoing_requests` when running in a Serve replica that exposes it."""
+    try:
+        from raylite.serve.context import _get_internal_replica_context
+    except ImportError:
+        return None
+    ctx = _get_internal_replica_context()
+    config = getattr(ctx, "_deployment_config", None)
+    value = config.get("max_ongoing_requests") if isinstance(config, dict) else getattr(
+        config, "max_ongoing_requests", None)
+    return value if isinstance(value, int) else None
+
+
+def _warn_if_batches_cannot_fill(func: Callable[..., Any], settings: _Settings) -> None:
+    """A replica admits only max_ongoing_requests calls at once, so larger batches never form (as
+    Ray, say so once per queue: it is the usual reason batches stay small)."""
+    limit = _replica_max_ongoing_requests()
+    wanted = settings.max_batch_size * settings.max_concurrent_batches
+    if limit is not None and limit < wanted:
+        logging.getLogger("raylite.serve").warning(
+            "@serve.batch %s: max_batch_size (%d) x max_concurrent_batches (%d) exceeds the deployment's "
+            "max_ongoing_requests (%d), so batches will never be full; set "
+            "@serve.deployment(max_ongoing_requests=%d) or more.", func.__qualname__,
+            settings.max_batch_size, settings.max_concurrent_batches, limit, wanted)
 
 
 def _cancel_if_all_done(work: asyncio.Future, futures: list[asyncio.Future]) -> None:

@@ -271,3 +271,21 @@ def test_subclass_calling_the_batched_method_through_super():
             return await super().score(x) + 1
 
     assert run(Child().score(4)) == 41
+
+
+def test_warns_when_max_ongoing_requests_caps_the_batch(monkeypatch, caplog):
+    import types
+
+    import raylite.serve.context as context
+
+    ctx = types.SimpleNamespace(_deployment_config={"max_ongoing_requests": 5})
+    monkeypatch.setattr(context, "_get_internal_replica_context", lambda: ctx)
+
+    @batch(max_batch_size=16, batch_wait_timeout_s=0)
+    async def ident(items):
+        return items
+
+    with caplog.at_level("WARNING", logger="raylite.serve"):
+        assert run(ident(1)) == 1
+    assert "exceeds the deployment's max_ongoing_requests (5)" in caplog.text
+    assert "max_ongoing_requests=16" in caplog.text
