@@ -96,10 +96,24 @@ def _is_config_file(target: str) -> bool:
     return target.endswith((".yaml", ".yml", ".json"))
 
 
+def _serve_is_running() -> bool:
+    import raylite
+    from raylite.serve._internal.client import CONTROLLER_NAME, SERVE_NAMESPACE
+
+    try:
+        raylite.get_actor(CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+    except ValueError:
+        return False
+    return True
+
+
 def _http_options(config: Any | None, host: str | None, port: int | None) -> dict[str, Any] | None:
+    """HTTP options for serve.start: flags over the config file's. A file without `http_options`
+    means Ray's config defaults (0.0.0.0:8000) for a new Serve instance, and leaves a running one as
+    it is."""
     options: dict[str, Any] = {}
-    if config is not None:
-        options.update(config.http_options.model_dump(exclude_unset=True))
+    if config is not None and ("http_options" in config.model_fields_set or not _serve_is_running()):
+        options.update(config.http_options.model_dump())
     if host is not None:
         options["host"] = host
     if port is not None:
