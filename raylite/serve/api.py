@@ -55,9 +55,12 @@ def start(detached: bool = True, http_options: dict | HTTPOptions | None = None,
         raise TypeError(f"serve.start() got unexpected argument(s) {sorted(kwargs)}")
     location = ProxyLocation.parse(proxy_location) if proxy_location is not None else (
         opts.location or ProxyLocation.EveryNode)
+    existed = _controller_or_none() is not None
     controller = _get_or_create_controller(opts, location, http_options is not None)
     error = raylite.get(controller.ensure_proxies.remote())
     if error:
+        if not existed:
+            shutdown()  # leave no half-started Serve behind, so a retry on another port works
         raise OSError(error)
 
 
@@ -112,12 +115,15 @@ def run(target: Application, blocking: bool = False, name: str = DEFAULT_APP_NAM
     app_dict = _build(target, name, route_prefix, logging_config)
     _ensure_core()
     http = _http_from_host_port(host, port)
+    existed = _controller_or_none() is not None
     controller = _get_or_create_controller(HTTPOptions(**(http or {})), ProxyLocation.EveryNode, http is not None)
     # proxies start while the replicas do
     proxies_ref = controller.ensure_proxies.remote()
     raylite.get(controller.deploy_application.remote(app_dict))
     proxy_error = raylite.get(proxies_ref)
     if proxy_error:
+        if not existed:
+            shutdown()
         raise OSError(proxy_error)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
@@ -197,6 +203,9 @@ def shutdown() -> None:
             raylite.kill(controller, no_restart=True)
         except Exception:  # noqa: BLE001
             pass
+        deadline = time.monotonic() + 10.0  # wait until the name is free, so serve.start() gets a new one
+        while _controller_or_none() is not None and time.monotonic() < deadline:
+            time.sleep(0.02)
     _client.reset()
 
 
