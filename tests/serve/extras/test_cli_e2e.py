@@ -321,14 +321,15 @@ def test_build_writes_a_config_that_run_accepts(app_dir, env):
     parse_config_file(str(out))
 
 
-def test_port_in_use_is_an_error_without_traceback_and_leaves_nothing_running(app_dir, env):
+def test_port_in_use_is_a_clear_error_and_leaves_nothing_running(app_dir, env):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
         result = cli(["run", "hello_cli:app", "--port", str(port)], env, app_dir, timeout=180, check=False)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert result.stderr.startswith("Error: ") and "Traceback" not in result.stderr  # the runtime's message
+    assert result.stderr.startswith("Error: ") and "Traceback" not in result.stderr
+    assert f"{port}" in result.stderr and "already in use" in result.stderr and "--port" in result.stderr
     wait_until(lambda: not processes_using(env["RAYLITE_TEMP_DIR"]), 30, "the local cluster to stop")
 
 
