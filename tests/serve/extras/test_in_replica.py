@@ -76,3 +76,50 @@ def test_multiplexed_model_id_from_handle_options_and_http_header(serve, url):
     last = handle.options(multiplexed_model_id="b").remote().result(timeout_s=60)
     assert last["loads"] == ["a", "b", "c", "b"]
     serve.delete("models")
+
+
+def test_autoscaling_policy_in_the_controller_scales_up_under_load_and_down_when_idle(serve):
+    import threading
+    import time
+
+    @serve.deployment(max_ongoing_requests=10, ray_actor_options={"num_cpus": 0}, autoscaling_config={
+        "min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 1, "upscale_delay_s": 0,
+        "downscale_delay_s": 2, "look_back_period_s": 2, "metrics_interval_s": 0.5})
+    class Slow:
+        async def __call__(self) -> str:
+            await asyncio.sleep(0.3)
+            return "ok"
+
+    handle = serve.run(Slow.bind(), name="auto", route_prefix="/auto")
+
+    def running() -> int:
+        app = serve.status().applications.get("auto")
+        return app.deployments["Slow"].replica_states.get("RUNNING", 0) if app else 0
+
+    def wait(predicate, timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
+            time.sleep(0.2)
+
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def load() -> None:  # about 6 requests in flight: 6x the target of one per replica
+        try:
+            while not stop.is_set():
+                for response in [handle.remote() for _ in range(6)]:
+                    assert response.result(timeout_s=60) == "ok"
+        except BaseException as e:  # noqa: BLE001 - reported by the test below
+            errors.append(e)
+
+    worker = threading.Thread(target=load, daemon=True)
+    worker.start()
+    try:
+        wait(lambda: running() >= 2, 90, "an upscale under load")
+    finally:
+        stop.set()
+        worker.join(60)
+    assert not errors, errors
+    wait(lambda: running() == 1, 90, "the downscale to min_replicas when idle")
+    serve.delete("auto")
