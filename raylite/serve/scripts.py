@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 from typing import Any
 
 import click
@@ -31,7 +32,7 @@ def _fail(message: str) -> None:
     sys.exit(1)
 
 
-class _Interrupted(Exception):
+class _Interrupted(BaseException):  # noqa: N818 - like KeyboardInterrupt, which `except Exception` must not stop
     """SIGTERM, treated like Ctrl-C."""
 
 
@@ -163,8 +164,9 @@ def _apply_runtime_envs(apps: list[tuple[Any, Any]], job_env: dict[str, Any]) ->
     return out
 
 
-def _deploy_config(config: Any, apps: list[tuple[Any, Any]], host: str | None = None,
+def _deploy_config(config: Any | None, apps: list[tuple[Any, Any]], host: str | None = None,
                    port: int | None = None) -> list[str]:
+    """Start Serve (HTTP options from the file `config`, if any, and the flags), deploy each app."""
     _start_serve(config, host, port)
     for app_schema, app in apps:
         _deploy_app(app, app_schema.name, app_schema.route_prefix)
@@ -197,52 +199,43 @@ def main() -> None:
               "'{\"env_vars\": {\"MODE\": \"prod\"}}'.")
 @click.option("--blocking/--non-blocking", default=True, show_default=True,
               help="Stay in the foreground until Ctrl-C (which deletes the apps).")
+@click.option("--reload", is_flag=True, help="Watch --app-dir (and --working-dir) and redeploy on changes "
+              "(for development).")
 def run(config_or_import_path: str, arguments: tuple[str, ...], address: str | None, host: str | None,
         port: int | None, route_prefix: str | None, name: str | None, app_dir: str, working_dir: str | None,
-        runtime_env_json: str | None, blocking: bool) -> None:
+        runtime_env_json: str | None, blocking: bool, reload: bool) -> None:
     """Run an application (`module:app [key=value ...]`) or a config file, and block.
 
     Replica logs stream to this terminal. Ctrl-C deletes the applications (and stops the local
     cluster if this command started one).
     """
-    from raylite.serve._internal.app_loader import parse_builder_args
-
-    config = None
-    if _is_config_file(config_or_import_path):
+    from_file = _is_config_file(config_or_import_path)
+    if from_file:
         if arguments:
             _fail("key=value application arguments go in the config file's 'args', not on the command line")
-        config = _load_config(config_or_import_path)
         if name is not None or route_prefix is not None:
             _fail("--name and --route-prefix apply to an import path; a config file sets them per app")
-        apps = _load_config_apps(config, app_dir)
+        config = _load_config(config_or_import_path)
     else:
-        try:
-            args = parse_builder_args(arguments)
-        except ValueError as e:
-            _fail(str(e))
-        app = _load(config_or_import_path, args, app_dir)
+        config = _config_for_import_path(config_or_import_path, arguments, name, route_prefix)
+    apps = _load_config_apps(config, app_dir)  # import errors surface before any cluster starts
     runtime_env = _runtime_env_option(runtime_env_json, working_dir)
     _connect_for_run(address, runtime_env)
     # replicas are created by the controller, not by this driver: each deployment gets the env itself
     shipped = _shipped_runtime_env() if runtime_env else {}
-    if config is not None:
-        apps = _apply_runtime_envs(apps, shipped)
-    elif shipped:
-        app = _with_runtime_env(app, shipped, name or "default")
-    names = [a.name for a in config.applications] if config is not None else [name or "default"]
+    apps = _apply_runtime_envs(apps, shipped)
+    names = [a.name for a in config.applications]
     previous = signal.signal(signal.SIGTERM, _raise_interrupted)
     outcome = "failed"
     try:
-        if config is not None:
-            _deploy_config(config, apps, host, port)
-        else:
-            _start_serve(None, host, port)
-            _deploy_app(app, names[0], route_prefix if route_prefix is not None else "/")
-            click.echo(f"Deployed app {names[0]!r} successfully.")
+        _deploy_config(config if from_file else None, apps, host, port)
         outcome = "deployed"
         if blocking:
+            watcher = _Watcher([d for d in (app_dir, working_dir) if d]) if reload else None
             while True:  # replica logs stream to this terminal meanwhile
                 time.sleep(1.0)
+                if watcher is not None and watcher.changed():
+                    _redeploy(config, app_dir, shipped)
     except (KeyboardInterrupt, _Interrupted):
         click.echo("Got interrupted, shutting down Serve...", err=True)
         outcome = "interrupted"
@@ -250,6 +243,76 @@ def run(config_or_import_path: str, arguments: tuple[str, ...], address: str | N
         signal.signal(signal.SIGTERM, previous)
         if outcome != "deployed" or blocking:
             _tear_down(names, shutdown_serve=outcome == "interrupted")
+
+
+def _config_for_import_path(import_path: str, arguments: tuple[str, ...], name: str | None,
+                            route_prefix: str | None) -> Any:
+    """`serve run module:app k=v --name N --route-prefix P` as a one-application config."""
+    from pydantic import ValidationError
+
+    from raylite.serve._internal.app_loader import parse_builder_args
+    from raylite.serve.schema import (
+        ServeApplicationSchema,
+        ServeDeploySchema,
+        format_validation_error,
+    )
+
+    try:
+        args = parse_builder_args(arguments)
+    except ValueError as e:
+        _fail(str(e))
+    try:
+        app = ServeApplicationSchema(name=name or "default", import_path=import_path, args=args,
+                                     route_prefix=route_prefix if route_prefix is not None else "/")
+    except ValidationError as e:
+        _fail(format_validation_error(e, "command line"))
+    return ServeDeploySchema(applications=[app])
+
+
+class _Watcher:
+    """Notices changed, added or removed files under some directories (`serve run --reload`)."""
+
+    _MAX_FILES = 5000
+
+    def __init__(self, roots: list[str]) -> None:
+        self._roots = [os.path.abspath(r) for r in roots]
+        self._seen = self._snapshot()
+
+    def _snapshot(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for root in self._roots:
+            for folder, dirs, files in os.walk(root):
+                dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
+                for f in files:
+                    path = os.path.join(folder, f)
+                    with contextlib.suppress(OSError):
+                        out[path] = os.stat(path).st_mtime
+                    if len(out) >= self._MAX_FILES:
+                        return out
+        return out
+
+    def changed(self) -> bool:
+        now = self._snapshot()
+        changed, self._seen = now != self._seen, now
+        return changed
+
+
+def _redeploy(config: Any, app_dir: str, job_env: dict[str, Any]) -> None:
+    """Re-import the applications and roll them out; a broken edit keeps the running version."""
+    from raylite.serve._internal.app_loader import forget_local_modules
+
+    click.echo("Files changed: redeploying...", err=True)
+    forget_local_modules(app_dir)
+    try:
+        apps = _apply_runtime_envs(_load_config_apps(config, app_dir), job_env)
+        for app_schema, app in apps:
+            _deploy_app(app, app_schema.name, app_schema.route_prefix)
+    except (SystemExit, Exception) as e:  # noqa: BLE001 - an edit may break anything; keep serving what runs
+        if not isinstance(e, SystemExit):  # _fail has printed its reason already
+            click.echo("".join(traceback.format_exception_only(type(e), e)).rstrip(), err=True)
+        click.echo("Redeploy failed; the previous version keeps serving. Fix the code and save again.", err=True)
+        return
+    click.echo("Redeployed.", err=True)
 
 
 def _runtime_env_option(runtime_env_json: str | None, working_dir: str | None) -> dict | None:

@@ -144,6 +144,27 @@ def _resolve_annotation(target: Any) -> None:
         pass
 
 
+def _local_modules(app_dir: str) -> list[str]:
+    """Names of the top-level modules imported from `app_dir` (not raylite, not installed packages)."""
+    root = os.path.abspath(app_dir) + os.sep
+    names = []
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if not path or name == "__main__" or name.split(".")[0] == "raylite":
+            continue
+        path = os.path.abspath(path)
+        if path.startswith(root) and os.sep + "site-packages" + os.sep not in path:
+            names.append(name)
+    return names
+
+
+def forget_local_modules(app_dir: str) -> None:
+    """Drop the modules imported from `app_dir` so the next import reads the files again."""
+    importlib.invalidate_caches()
+    for name in _local_modules(app_dir):
+        sys.modules.pop(name, None)
+
+
 def _ship_local_modules(app_dir: str) -> list[str]:
     """Register every imported module whose file lies under `app_dir` to be pickled by value."""
     import cloudpickle

@@ -338,3 +338,18 @@ def test_a_constructor_error_fails_with_the_replica_traceback(app_dir, env):
     assert result.returncode == 1, result.stdout + result.stderr
     assert "the model file is missing" in result.stderr and "ValueError" in result.stderr
     wait_until(lambda: not processes_using(env["RAYLITE_TEMP_DIR"]), 30, "the local cluster to stop")
+
+
+@pytest.mark.slow
+def test_serve_run_reload_redeploys_on_save_and_survives_a_broken_edit(app_dir, env, tmp_path):
+    port = free_port()
+    log = tmp_path / "run.log"
+    source = app_dir / "hello_cli.py"
+    with serve_run(["hello_cli:app", "--port", str(port), "--reload"], env, app_dir, log) as proc:
+        assert wait_until(lambda: get_json(f"http://127.0.0.1:{port}/"), 120, "the app") == {"msg": "hello"}
+        source.write_text(APP + "\nthis is not python\n")
+        wait_until(lambda: "Redeploy failed" in open(log).read(), 60, "the broken edit to be reported")
+        assert get_json(f"http://127.0.0.1:{port}/") == {"msg": "hello"}  # the running version stays
+        source.write_text(APP.replace('greeting: str = "hello"', 'greeting: str = "edited"'))
+        wait_until(lambda: get_json(f"http://127.0.0.1:{port}/") == {"msg": "edited"}, 120, "the redeploy")
+        interrupt_and_wait(proc, port, log, env["RAYLITE_TEMP_DIR"])
