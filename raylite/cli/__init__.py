@@ -136,10 +136,11 @@ def memory(address: str, limit: int) -> None:
 
 from raylite.cli.job import job as _job_group  # noqa: E402  (issue 12: jobs)
 from raylite.cli.state import register as _register_state  # noqa: E402  (issue 12: list/get/summary/logs/timeline)
+from raylite.cli.serve import serve as _serve_group  # noqa: E402 - lazy: loads Serve on first use
 
 main.add_command(_job_group)
 _register_state(main)
-
+main.add_command(_serve_group)
 
 if __name__ == "__main__":
     main()
