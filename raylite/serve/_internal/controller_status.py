@@ -118,9 +118,8 @@ async def write_snapshot(ctrl: Any) -> None:
 # ------------------------------------------------------------ autoscaling glue
 def make_autoscaler(cfg: dict) -> Any:
     from raylite.serve._internal.autoscaling import AutoscalingPolicy
-    from raylite.serve.config import AutoscalingConfig
 
-    return AutoscalingPolicy(AutoscalingConfig(**cfg))
+    return AutoscalingPolicy(dict(cfg))
 
 
 def record_replica(dep: DeploymentRecord, rid: str, ongoing: float) -> None:
