@@ -369,10 +369,16 @@ class ObjectPlane:
 
         def resolve(_entry=None) -> None:
             def work() -> None:
+                if fut.cancelled():  # the awaiting side gave up (asyncio timeout / cancel)
+                    return
                 try:
-                    fut.set_result(self._materialize(ref, entry))
+                    value = self._materialize(ref, entry)
                 except BaseException as e:  # noqa: BLE001
-                    fut.set_exception(e)
+                    if not fut.cancelled():
+                        fut.set_exception(e)
+                    return
+                if not fut.cancelled():
+                    fut.set_result(value)
             threading.Thread(target=work, daemon=True).start() if _needs_thread(entry) else work()
 
         with self._lock:

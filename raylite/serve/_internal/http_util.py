@@ -1,0 +1,132 @@
+"""HTTP on the replica side: the ASGI scope rebuilt from a proxy frame, return values turned into
+responses, the ASGI `send` that writes response frames, and FastAPI class-based ingress.
+
+A non-streaming response goes back as ONE frame `(status, headers, body)`; a streaming one as a
+start frame plus one frame per body chunk, written as soon as the app sends it (SSE works).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from typing import Any
+
+from raylite.serve._internal.wire import R_CHUNK, R_END, R_ERR, R_OK, R_START
+
+_JSON = [(b"content-type", b"application/json")]
+_TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
+_BYTES = [(b"content-type", b"application/octet-stream")]
+
+
+def build_scope(payload: tuple, route: str) -> tuple[dict, bytes]:
+    method, scheme, path, query, headers, client, server, http_version, body = payload
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": http_version,
+             "method": method, "scheme": scheme, "path": path, "raw_path": path.encode(),
+             "query_string": query, "headers": headers, "client": client, "server": server,
+             "root_path": "" if route == "/" else route.rstrip("/"), "state": {}}
+    return scope, body
+
+
+def make_receive(body: bytes) -> Any:
+    sent = False
+
+    async def receive() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        # nothing more will come: wait until the request is cancelled (client disconnect)
+        await asyncio.get_running_loop().create_future()
+        return {"type": "http.disconnect"}
+
+    return receive
+
+
+class WireSender:
+    """The ASGI `send` of a replica: coalesces start+body into one frame when it can."""
+
+    __slots__ = ("proto", "rid", "replica", "start", "started", "status", "done")
+
+    def __init__(self, proto: Any, rid: int, replica: Any) -> None:
+        self.proto = proto
+        self.rid = rid
+        self.replica = replica
+        self.start: tuple | None = None
+        self.started = False
+        self.status = 200
+        self.done = False
+
+    async def __call__(self, message: dict) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            self.status = message["status"]
+            self.start = (message["status"], list(message.get("headers") or []))
+            return
+        if kind != "http.response.body" or self.done:
+            return
+        body = message.get("body", b"")
+        more = message.get("more_body", False)
+        proto = self.proto
+        if not self.started:
+            if self.start is None:
+                raise RuntimeError("ASGI app sent a body before http.response.start")
+            if not more:
+                self.done = True
+                proto.send((self.rid, R_OK, (self.start[0], self.start[1], bytes(body)),
+                            self.replica.ongoing - 1))
+                return
+            self.started = True
+            proto.send((self.rid, R_START, self.start, self.replica.ongoing))
+        if body:
+            proto.send((self.rid, R_CHUNK, bytes(body), self.replica.ongoing))
+        if not more:
+            self.done = True
+            proto.send((self.rid, R_END, None, self.replica.ongoing - 1))
+        else:
+            # let the transport flush so chunks leave one by one (no buffering of a stream)
+            await asyncio.sleep(0)
+
+    def abort(self) -> None:
+        if not self.done:
+            self.done = True
+            self.proto.send((self.rid, R_ERR, None, self.replica.ongoing - 1))
+
+
+def encode_result(result: Any, deployment: str) -> tuple[int, list, bytes]:
+    """A plain return value as (status, headers, body): dict/list -> JSON, str -> text."""
+    if isinstance(result, str):
+        return 200, _TEXT, result.encode()
+    if isinstance(result, bytes | bytearray | memoryview):
+        return 200, _BYTES, bytes(result)
+    if result is None:
+        return 200, _JSON, b"null"
+    try:
+        return 200, _JSON, json.dumps(result, default=_json_default).encode()
+    except (TypeError, ValueError) as e:
+        msg = (f"deployment {deployment!r} returned a value of type {type(result).__name__} that cannot be "
+               f"sent as an HTTP response ({e}); return a dict, list, str, bytes or a starlette Response")
+        return 500, _TEXT, msg.encode()
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump()
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
+async def send_result(result: Any, scope: dict, receive: Any, send: WireSender, deployment: str) -> None:
+    from starlette.responses import Response, StreamingResponse
+
+    if isinstance(result, Response):
+        await result(scope, receive, send)
+        return
+    if inspect.isasyncgen(result) or inspect.isgenerator(result):
+        await StreamingResponse(result, media_type="text/plain")(scope, receive, send)
+        return
+    status, headers, body = encode_result(result, deployment)
+    send.status = status
+    send.done = True
+    send.proto.send((send.rid, R_OK, (status, headers, body), send.replica.ongoing - 1))

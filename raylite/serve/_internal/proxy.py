@@ -1,0 +1,185 @@
+"""The HTTP proxy: one actor per node; a lean httptools server (`proxy_http.py`) on uvloop whose
+dispatch callback routes by longest `route_prefix` and forwards each request to a replica of
+the app's ingress deployment as ONE frame, answering from ONE frame (or a start frame and
+chunks for a stream).
+
+The proxy keeps no per-request Core state: routes and replica sets arrive by long poll from the
+controller; queue lengths come back on every reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import socket
+import uuid
+from typing import Any
+
+from raylite.serve._internal import client as _client
+from raylite.serve._internal.replica import start_loop_thread
+from raylite.serve._internal.router import ReplicaDiedError, cancel
+from raylite.serve._internal.wire import KIND_HTTP, R_CHUNK, R_END, R_ERR, R_OK, R_REJECT, R_START
+from raylite.serve.exceptions import BackPressureError, DeploymentUnavailableError
+
+_TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
+_JSON = [(b"content-type", b"application/json")]
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind the proxy's listening socket, or raise an error naming the port and the fix."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise OSError(errno.EADDRINUSE, (
+                f"Serve's HTTP proxy cannot listen on {host}:{port}: the port is already in use by another "
+                f"process. Stop that process, or pick another port: serve.start(http_options={{'port': "
+                f"{port + 1}}}) or serve.run(app, port={port + 1}) (or `serve run --port`)")) from None
+        raise OSError(e.errno, f"Serve's HTTP proxy cannot listen on {host}:{port}: {e.strerror}") from None
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+class ProxyImpl:
+    """Routing and forwarding; runs on the proxy's own loop."""
+
+    def __init__(self, options: dict) -> None:
+        self.options = options
+        self.routes: list[tuple[str, str, str]] = []  # (prefix, app, ingress deployment), longest first
+        self.timeout_s = options.get("request_timeout_s")
+        self.state = _client.state()
+        self.state.subscribe("routes", self._set_routes)
+
+    def _set_routes(self, value: dict | None) -> None:
+        items = [(p, a, d) for p, (a, d) in (value or {}).items()]
+        items.sort(key=lambda t: len(t[0]), reverse=True)
+        self.routes = items
+
+    def match(self, path: str) -> tuple[str, str, str] | None:
+        for prefix, app, dep in self.routes:
+            if prefix == "/" or path == prefix or path.startswith(prefix + "/") or (
+                    prefix.endswith("/") and path.startswith(prefix)):
+                return prefix, app, dep
+        return None
+
+    def dispatch(self, req: Any) -> None:
+        """Route one parsed request (called by the HTTP server, in order per connection)."""
+        if not req.request_id:
+            req.request_id = uuid.uuid4().hex
+        path = req.path
+        found = self.match(path)
+        if found is None:
+            if path == "/-/healthz":
+                return req.respond(200, _TEXT, b"success")
+            if path == "/-/routes":
+                return req.respond(200, _JSON, json.dumps({p: a for p, a, _ in self.routes}).encode())
+            return req.respond(404, _TEXT, (f"Path '{path}' not found. Ping http://.../-/routes for available "
+                                            "routes.").encode())
+        prefix, app_name, dep = found
+        conn = req.conn
+        payload = (req.method, "http", path, req.query, req.headers, conn.client, self.server_addr,
+                   req.http_version, req.body)
+        meta = (req.request_id, prefix, app_name, req.model_id, False, "__call__")
+        if self.timeout_s:
+            req.timer = self.loop.call_later(self.timeout_s, self._expire, req)
+        self._send(req, self.state.router(app_name, dep), meta, payload, 0)
+
+    def _send(self, req: Any, router: Any, meta: tuple, payload: tuple, attempt: int) -> None:
+        def on_reply(code: int, data: Any, last: bool) -> None:
+            if code == R_OK:
+                req.respond(*data)
+            elif code == R_CHUNK:
+                req.write_chunk(data)
+            elif code == R_START:
+                req.start_stream(*data)
+            elif code == R_END:
+                req.end_stream()
+            elif code == R_REJECT:
+                if attempt >= 4:
+                    req.respond(503, _TEXT, b"every replica is shutting down; retry")
+                elif not req.done:
+                    self._send(req, router, meta, payload, attempt + 1)
+            elif req.streaming:
+                req.end_stream(ok=False)
+            elif code == R_ERR:
+                req.respond(500, _TEXT, b"Internal Server Error")
+            else:
+                req.respond(500, _TEXT, (f"The replica of deployment {router.deployment_name!r} handling this "
+                                         "request died; retry (Serve is starting a replacement)").encode())
+
+        sent = router.send_nowait(KIND_HTTP, meta, payload, on_reply, req.model_id)
+        if sent is not None:
+            conn, rid = sent
+            req.cancel_cb = lambda: cancel(conn, rid)
+            return
+        task = self.loop.create_task(self._send_slow(req, router, meta, payload, on_reply))
+        req.cancel_cb = task.cancel
+
+    async def _send_slow(self, req: Any, router: Any, meta: tuple, payload: tuple, on_reply: Any) -> None:
+        try:
+            conn, rid = await router.send(KIND_HTTP, meta, payload, on_reply, req.model_id)
+        except (BackPressureError, DeploymentUnavailableError, ReplicaDiedError) as e:
+            return req.respond(503, _TEXT, str(e).encode())
+        if req.done:
+            cancel(conn, rid)
+        else:
+            req.cancel_cb = lambda: cancel(conn, rid)
+
+    def _expire(self, req: Any) -> None:
+        if req.done:
+            return
+        if req.cancel_cb is not None:
+            req.cancel_cb()
+        if req.streaming:
+            req.end_stream(ok=False)
+        else:
+            req.respond(408, _TEXT, (f"Request {req.request_id} timed out after request_timeout_s="
+                                     f"{self.timeout_s}s").encode())
+
+
+class ServeProxy:
+    """The Core actor hosting one node's HTTP proxy."""
+
+    def __init__(self, options: dict) -> None:
+        self.options = options
+        self.loop = start_loop_thread("serve-proxy")
+        _client.set_process_loop(self.loop)
+        self.error = ""
+        self.server: Any = None
+        try:
+            self.sock = bind_socket(options.get("host", "127.0.0.1"), int(options.get("port", 8000)))
+        except OSError as e:
+            self.sock = None
+            self.error = str(e.strerror or e)
+            return
+        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result()
+
+    async def _start(self) -> None:
+        from raylite.serve._internal.proxy_http import HttpServer
+
+        impl = ProxyImpl(self.options)
+        impl.loop = asyncio.get_running_loop()
+        impl.server_addr = tuple(self.sock.getsockname()[:2])
+        self.server = HttpServer(impl.loop, impl.dispatch, float(self.options.get("keep_alive_timeout_s", 5)))
+        await self.server.start(self.sock)
+
+    async def ready(self) -> dict:
+        """{"ok": bool, "error": str, "port": int}: whether the proxy listens."""
+        if self.error:
+            return {"ok": False, "error": self.error}
+        return {"ok": True, "error": "", "port": self.sock.getsockname()[1]}
+
+    async def shutdown(self) -> None:
+        if self.server is not None:
+            self.loop.call_soon_threadsafe(self.server.close)
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass

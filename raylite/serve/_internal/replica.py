@@ -1,0 +1,427 @@
+"""The replica: an actor hosting one instance of the user's deployment.
+
+Control calls (initialize, reconfigure, check_health, metrics, shutdown) arrive as Core actor
+calls from the controller. Requests arrive on the direct channel (`wire.py`): the replica's own
+event loop (uvloop when installed) listens on a Unix socket and a TCP port and runs every
+request as a task on that loop, so user `async def` code, `@serve.batch` queues and handles to
+other deployments all live on one loop. Sync user methods run inline on the loop, as in Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import socket
+import tempfile
+import threading
+import time
+import traceback
+from collections import deque
+from typing import Any
+
+import cloudpickle
+
+from raylite.serve import context as serve_context
+from raylite.serve._internal import http_util, logs, wire
+from raylite.serve._internal.wire import (
+    CANCEL,
+    KIND_CALL,
+    R_CHUNK,
+    R_END,
+    R_ERR,
+    R_OK,
+    R_REJECT,
+    REQ,
+)
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop()
+    except ImportError:  # pragma: no cover - uvloop is optional
+        return asyncio.new_event_loop()
+
+
+def start_loop_thread(name: str) -> asyncio.AbstractEventLoop:
+    """A fresh event loop running forever in a daemon thread."""
+    loop = new_event_loop()
+    ready = threading.Event()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.call_soon(ready.set)
+        loop.run_forever()
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    ready.wait()
+    return loop
+
+
+def socket_dir() -> str:
+    path = os.path.join(tempfile.gettempdir(), f"raylite-serve-{os.getuid()}")
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
+
+
+class _Stats:
+    """Request counters and recent latencies, drained by the controller's metrics poll."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.errors = 0
+        self.latencies_ms: deque[float] = deque(maxlen=5000)
+
+    def record(self, latency_s: float, error: bool) -> None:
+        self.requests += 1
+        if error:
+            self.errors += 1
+        self.latencies_ms.append(latency_s * 1000.0)
+
+    def drain(self) -> dict:
+        out = {"requests": self.requests, "errors": self.errors, "latencies_ms": list(self.latencies_ms)}
+        self.latencies_ms.clear()
+        return out
+
+
+class ReplicaImpl:
+    """Everything the replica does; the actor class below only forwards control calls here."""
+
+    def __init__(self, app_name: str, deployment_name: str, replica_id: str, definition: bytes,
+                 init_args: bytes, config: dict) -> None:
+        self.app_name = app_name
+        self.deployment_name = deployment_name
+        self.replica_id = replica_id
+        self.config = config
+        self._definition = definition
+        self._init_args = init_args
+        self.loop = start_loop_thread("serve-replica")
+        self.ongoing = 0
+        self.draining = False
+        self.stats = _Stats()
+        self.tasks: dict[tuple[int, int], asyncio.Task] = {}
+        self.instance: Any = None
+        self.callable: Any = None
+        self.asgi_app: Any = None
+        self.is_function = False
+        self.unix_path = ""
+        self.tcp_addr: tuple[str, int] | None = None
+        self._servers: list[asyncio.AbstractServer] = []
+        self.logger = logs.replica_logger(app_name, deployment_name, replica_id, config.get("logging_config"))
+        from raylite.serve._internal import client
+
+        client.set_process_loop(self.loop)
+
+    # ------------------------------------------------------------ lifecycle (run on self.loop)
+    async def initialize(self) -> dict:
+        """Construct the user's object, apply user_config, open the request channel."""
+        target = cloudpickle.loads(self._definition)
+        args, kwargs = cloudpickle.loads(self._init_args)
+        serve_context._set_internal_replica_context(serve_context.ReplicaContext(
+            app_name=self.app_name, deployment=self.deployment_name, replica_tag=self.replica_id,
+            replica_id=self.replica_id))
+        recipe = None
+        if isinstance(target, tuple) and target and target[0] == "__serve_ingress__":
+            _, target, recipe = target
+        else:
+            import starlette.requests  # noqa: F401 - warm it before the first request
+        cls_or_fn = target
+        if inspect.isclass(cls_or_fn):
+            instance = cls_or_fn.__new__(cls_or_fn)
+            init = instance.__init__(*args, **kwargs)
+            if inspect.isawaitable(init):
+                await init
+            self.instance = instance
+            self.callable = instance
+            if recipe is not None:
+                from raylite.serve._internal.ingress import build_app_from_recipe
+
+                self.asgi_app = build_app_from_recipe(recipe, cls_or_fn, instance)
+        else:
+            self.is_function = True
+            self.callable = cls_or_fn
+        serve_context._get_internal_replica_context().servable_object = self.instance
+        if self.config.get("user_config") is not None:
+            await self.reconfigure(self.config["user_config"])
+        await self._open_servers()
+        return self.info()
+
+    def info(self) -> dict:
+        from raylite.runtime_context import get_runtime_context
+
+        return {"replica_id": self.replica_id, "node_id": get_runtime_context().get_node_id(),
+                "pid": os.getpid(), "unix_path": self.unix_path, "tcp_addr": self.tcp_addr,
+                "actor_name": f"SERVE_REPLICA::{self.replica_id}"}
+
+    async def _open_servers(self) -> None:
+        loop = asyncio.get_running_loop()
+        path = os.path.join(socket_dir(), f"{os.getpid()}-{abs(hash(self.replica_id)) % 10**8}.sock")
+        if os.path.exists(path):
+            os.unlink(path)
+        self._servers.append(await loop.create_unix_server(self._protocol, path))
+        self.unix_path = path
+        from raylite import api
+
+        host = api.node_ip_address() or "127.0.0.1"
+        server = await loop.create_server(self._protocol, host=host, port=0,
+                                          family=socket.AF_INET if ":" not in host else socket.AF_INET6)
+        self._servers.append(server)
+        self.tcp_addr = (host, server.sockets[0].getsockname()[1])
+
+    def _protocol(self) -> wire.FrameProtocol:
+        return wire.FrameProtocol(self._on_frame, self._on_lost)
+
+    async def reconfigure(self, user_config: Any) -> None:
+        self.config["user_config"] = user_config
+        fn = getattr(self.instance, "reconfigure", None)
+        if fn is None:
+            if self.instance is not None or user_config is not None:
+                raise TypeError(f"deployment {self.deployment_name!r} has a user_config but its class "
+                                "defines no reconfigure(self, config) method; add one or drop user_config")
+            return
+        out = fn(user_config)
+        if inspect.isawaitable(out):
+            await out
+
+    async def check_health(self) -> None:
+        fn = getattr(self.instance, "check_health", None)
+        if fn is not None:
+            out = fn()
+            if inspect.isawaitable(out):
+                await out
+
+    def metrics(self) -> dict:
+        out = self.stats.drain()
+        out["ongoing"] = self.ongoing
+        out["model_ids"] = self._model_ids()
+        return out
+
+    def _model_ids(self) -> list[str]:
+        if self.instance is None:
+            return []
+        try:
+            from raylite.serve import multiplex
+
+            return list(multiplex.loaded_model_ids(self.instance))
+        except Exception:  # noqa: BLE001 - multiplexing is optional
+            return []
+
+    async def shutdown(self, wait_loop_s: float, timeout_s: float) -> None:
+        """Stop taking requests, let the running ones finish (bounded), then call __del__."""
+        self.draining = True
+        deadline = time.monotonic() + timeout_s
+        while self.ongoing and time.monotonic() < deadline:
+            await asyncio.sleep(min(0.05, wait_loop_s or 0.05))
+        for task in list(self.tasks.values()):
+            task.cancel()
+        for server in self._servers:
+            server.close()
+        if self.unix_path and os.path.exists(self.unix_path):
+            os.unlink(self.unix_path)
+        if self.instance is not None and hasattr(type(self.instance), "__del__"):
+            try:
+                out = self.instance.__del__()
+                if inspect.isawaitable(out):
+                    await out
+            except Exception:  # noqa: BLE001
+                self.logger.exception("__del__ of deployment %s raised", self.deployment_name)
+            self.instance = None
+
+    # ------------------------------------------------------------ request path
+    def _on_lost(self, proto: wire.FrameProtocol, exc: BaseException | None) -> None:
+        key = id(proto)
+        for (pid, _rid), task in list(self.tasks.items()):
+            if pid == key:
+                task.cancel()
+
+    def _on_frame(self, proto: wire.FrameProtocol, msg: tuple) -> None:
+        if msg[0] == REQ:
+            _, rid, kind, meta, payload = msg
+            if self.draining or self.callable is None:
+                proto.send((rid, R_REJECT, None, self.ongoing))
+                return
+            self.ongoing += 1
+            key = (id(proto), rid)
+            task = self.loop.create_task(self._run(proto, rid, kind, meta, payload))
+            self.tasks[key] = task
+            task.add_done_callback(lambda _t, k=key: self.tasks.pop(k, None))
+        elif msg[0] == CANCEL:
+            task = self.tasks.get((id(proto), msg[1]))
+            if task is not None:
+                task.cancel()
+
+    async def _run(self, proto: wire.FrameProtocol, rid: int, kind: int, meta: tuple, payload: Any) -> None:
+        start = time.perf_counter()
+        request_id, route, app_name, model_id, stream, method_name = meta
+        serve_context._serve_request_context.set(
+            serve_context.RequestContext(route, request_id, app_name, model_id))
+        status = 200
+        try:
+            if kind == KIND_CALL:
+                status = await self._run_call(proto, rid, method_name, payload, stream)
+            else:
+                status = await self._run_http(proto, rid, payload, route)
+        except asyncio.CancelledError:
+            status = 499
+            if not proto.closed:
+                proto.send((rid, R_ERR, cloudpickle.dumps(_cancelled(self.deployment_name)), self.ongoing - 1))
+        finally:
+            self.ongoing -= 1
+            elapsed = time.perf_counter() - start
+            self.stats.record(elapsed, status >= 500)
+            if self.logger.access_enabled:
+                self.logger.access(request_id, payload if kind != KIND_CALL else None, method_name, route,
+                                   status, elapsed)
+
+    async def _run_call(self, proto: wire.FrameProtocol, rid: int, method_name: str, payload: bytes,
+                        stream: bool) -> int:
+        try:
+            args, kwargs = cloudpickle.loads(payload)
+            fn = self._method(method_name)
+            result = fn(*args, **kwargs)
+            if stream:
+                await self._stream_items(proto, rid, result)
+                return 200
+            if inspect.isawaitable(result):
+                result = await result
+            try:
+                data = cloudpickle.dumps(result)
+            except Exception as e:  # noqa: BLE001
+                raise TypeError(f"deployment {self.deployment_name!r} method {method_name!r} returned a value "
+                                f"of type {type(result).__name__} that cannot be serialized ({e}); return "
+                                "plain data (dict, list, str, numbers, numpy arrays)") from None
+            proto.send((rid, R_OK, data, self.ongoing - 1))
+            return 200
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # noqa: BLE001
+            proto.send((rid, R_ERR, self._pack_error(e, method_name), self.ongoing - 1))
+            return 500
+
+    async def _stream_items(self, proto: wire.FrameProtocol, rid: int, result: Any) -> None:
+        if inspect.isawaitable(result):
+            result = await result
+        if inspect.isasyncgen(result):
+            async for item in result:
+                proto.send((rid, R_CHUNK, cloudpickle.dumps(item), self.ongoing))
+        elif inspect.isgenerator(result) or hasattr(result, "__next__"):
+            for item in result:
+                proto.send((rid, R_CHUNK, cloudpickle.dumps(item), self.ongoing))
+                await asyncio.sleep(0)
+        else:
+            raise TypeError(f"handle.options(stream=True) needs a generator method, but deployment "
+                            f"{self.deployment_name!r} returned {type(result).__name__}")
+        proto.send((rid, R_END, None, self.ongoing - 1))
+
+    def _method(self, method_name: str) -> Any:
+        if self.is_function:
+            return self.callable
+        try:
+            return getattr(self.instance, method_name)
+        except AttributeError:
+            raise AttributeError(f"deployment {self.deployment_name!r} has no method {method_name!r}") from None
+
+    def _pack_error(self, e: BaseException, method_name: str) -> bytes:
+        from raylite.exceptions import RayTaskError
+
+        tb = traceback.format_exc()
+        self.logger.error("request to %s.%s failed:\n%s", self.deployment_name, method_name, tb)
+        err = RayTaskError(f"{self.deployment_name}.{method_name}", tb, e, pid=os.getpid())
+        try:
+            return cloudpickle.dumps(err.as_instanceof_cause())
+        except Exception:  # noqa: BLE001 - the cause itself does not pickle
+            return cloudpickle.dumps(RayTaskError(f"{self.deployment_name}.{method_name}", tb, None,
+                                                  pid=os.getpid()))
+
+    async def _run_http(self, proto: wire.FrameProtocol, rid: int, payload: tuple, route: str) -> int:
+        scope, body = http_util.build_scope(payload, route)
+        sender = http_util.WireSender(proto, rid, self)
+        receive = http_util.make_receive(body)
+        try:
+            if self.asgi_app is not None:
+                await self.asgi_app(scope, receive, sender)
+            else:
+                result = await self._call_http_callable(scope, receive)
+                await http_util.send_result(result, scope, receive, sender, self.deployment_name)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # noqa: BLE001
+            self.logger.error("request %s failed:\n%s", scope.get("path"), traceback.format_exc())
+            if sender.started:
+                sender.abort()
+            else:
+                body_text = f"{type(e).__name__}: {e}".encode()
+                proto.send((rid, R_OK, (500, [(b"content-type", b"text/plain; charset=utf-8")], body_text),
+                            self.ongoing - 1))
+            return 500
+        return sender.status
+
+    async def _call_http_callable(self, scope: dict, receive: Any) -> Any:
+        from starlette.requests import Request
+
+        request = Request(scope, receive)
+        result = self.callable(request)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+
+def _cancelled(deployment: str) -> BaseException:
+    from raylite.serve.exceptions import RequestCancelledError
+
+    return RequestCancelledError(f"request to deployment {deployment!r} was cancelled")
+
+
+class ServeReplica:
+    """The Core actor: forwards the controller's calls onto the replica's own loop."""
+
+    def __init__(self, app_name: str, deployment_name: str, replica_id: str, definition: bytes,
+                 init_args: bytes, config: dict) -> None:
+        self._impl = ReplicaImpl(app_name, deployment_name, replica_id, definition, init_args, config)
+
+    async def _on_loop(self, coro: Any) -> Any:
+        fut = asyncio.run_coroutine_threadsafe(coro, self._impl.loop)
+        return await asyncio.wrap_future(fut)
+
+    async def initialize(self) -> dict:
+        return await self._on_loop(self._impl.initialize())
+
+    async def reconfigure(self, user_config: Any) -> None:
+        return await self._on_loop(self._impl.reconfigure(user_config))
+
+    async def check_health(self) -> None:
+        return await self._on_loop(self._impl.check_health())
+
+    async def get_metrics(self) -> dict:
+        async def _m() -> dict:
+            return self._impl.metrics()
+
+        return await self._on_loop(_m())
+
+    async def get_info(self) -> dict:
+        return self._impl.info()
+
+    async def prepare_for_shutdown(self, wait_loop_s: float = 2.0, timeout_s: float = 20.0) -> None:
+        return await self._on_loop(self._impl.shutdown(wait_loop_s, timeout_s))
+
+    async def handle_request(self, method_name: str, args: tuple, kwargs: dict) -> Any:
+        """The Core-call fallback path (used by DeploymentResponse._to_object_ref)."""
+        impl = self._impl
+
+        async def _c() -> Any:
+            out = impl._method(method_name)(*args, **kwargs)
+            if inspect.isawaitable(out):
+                out = await out
+            return out
+
+        return await self._on_loop(_c())
+
+
+def replica_class(app_name: str, deployment_name: str) -> type:
+    """A per-deployment subclass, so Core's log prefix reads `ServeReplica:app:deployment`."""
+    name = f"ServeReplica:{app_name}:{deployment_name}"
+    cls = type(name, (ServeReplica,), {"__module__": __name__})
+    cls.__qualname__ = name
+    return cls

@@ -1,0 +1,355 @@
+"""Choosing a replica and carrying a request to it over the direct channel.
+
+One `Router` per deployment per process (proxy, driver, or a replica holding handles). It keeps
+the replica set the controller publishes, a connection per replica, and for each replica the
+queue length that replica reported on its last reply plus the requests this router has in
+flight to it. A request goes to the less loaded of two randomly sampled replicas (power of two
+choices) -- no probe round trip -- unless both are at `max_ongoing_requests`, in which case it
+waits in the router's queue (bounded by `max_queued_requests`, then BackPressureError).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+from collections import deque
+from typing import Any
+
+import cloudpickle
+
+from raylite.serve._internal import wire
+from raylite.serve._internal.wire import (
+    CANCEL,
+    KIND_CALL,
+    R_CHUNK,
+    R_END,
+    R_ERR,
+    R_OK,
+    R_REJECT,
+    R_START,
+    REQ,
+)
+from raylite.serve.exceptions import BackPressureError, DeploymentUnavailableError
+
+
+class ReplicaDiedError(DeploymentUnavailableError):
+    """The replica handling a request went away before answering."""
+
+
+class Connection(wire.FrameProtocol):
+    """A client connection to one replica; replies are matched to callbacks by request id."""
+
+    def __init__(self, replica_id: str, router_set: ConnectionPool) -> None:
+        super().__init__(self._frame, self._lost)
+        self.replica_id = replica_id
+        self.pool = router_set
+        self.pending: dict[int, Any] = {}
+
+    def _frame(self, _proto: wire.FrameProtocol, msg: tuple) -> None:
+        rid, code, payload, qlen = msg
+        cb = self.pending.get(rid)
+        if cb is None:
+            return
+        if code in (R_CHUNK, R_START):
+            cb(code, payload, qlen, False)
+        else:
+            del self.pending[rid]
+            cb(code, payload, qlen, True)
+
+    def _lost(self, _proto: wire.FrameProtocol, exc: BaseException | None) -> None:
+        self.pool.forget(self.replica_id, self)
+        pending, self.pending = self.pending, {}
+        for cb in pending.values():
+            cb(-1, None, 0, True)
+
+
+class ConnectionPool:
+    """One persistent connection per replica, shared by all routers of the process."""
+
+    def __init__(self, node_id: str) -> None:
+        self.node_id = node_id
+        self.conns: dict[str, Connection] = {}
+        self.connecting: dict[str, asyncio.Future] = {}
+
+    def forget(self, replica_id: str, conn: Connection) -> None:
+        if self.conns.get(replica_id) is conn:
+            del self.conns[replica_id]
+
+    async def get(self, info: dict) -> Connection:
+        rid = info["replica_id"]
+        conn = self.conns.get(rid)
+        if conn is not None and not conn.closed:
+            return conn
+        fut = self.connecting.get(rid)
+        if fut is None:
+            fut = asyncio.ensure_future(self._connect(info))
+            self.connecting[rid] = fut
+            fut.add_done_callback(lambda _f: self.connecting.pop(rid, None))
+        return await asyncio.shield(fut)
+
+    async def _connect(self, info: dict) -> Connection:
+        loop = asyncio.get_running_loop()
+        rid = info["replica_id"]
+        factory = lambda: Connection(rid, self)  # noqa: E731
+        last: Exception | None = None
+        if info.get("unix_path") and info.get("node_id") == self.node_id:
+            try:
+                _, conn = await loop.create_unix_connection(factory, info["unix_path"])
+                self.conns[rid] = conn
+                return conn
+            except OSError as e:
+                last = e
+        if info.get("tcp_addr"):
+            try:
+                host, port = info["tcp_addr"]
+                _, conn = await loop.create_connection(factory, host, port)
+                self.conns[rid] = conn
+                return conn
+            except OSError as e:
+                last = e
+        raise ReplicaDiedError(f"cannot reach replica {rid} ({last}); it probably stopped")
+
+
+_rids = itertools.count(1)
+
+
+class Router:
+    """Replica choice and queueing for one deployment."""
+
+    def __init__(self, app_name: str, deployment_name: str, pool: ConnectionPool) -> None:
+        self.app_name = app_name
+        self.deployment_name = deployment_name
+        self.pool = pool
+        self.replicas: list[dict] = []
+        self.by_id: dict[str, dict] = {}
+        self.inflight: dict[str, int] = {}
+        self.qlen: dict[str, int] = {}
+        self.max_ongoing = 5
+        self.max_queued = -1
+        self.waiters: deque[asyncio.Future] = deque()
+        self.deleted = False
+        self.have_set = asyncio.Event()
+        self.failed_message = ""
+
+    # ------------------------------------------------------------ replica set
+    def update(self, value: dict | None) -> None:
+        """Apply the controller's published view: {"replicas": [...], "max_ongoing_requests", ...}."""
+        if value is None:
+            self.deleted = True
+            self.replicas = []
+            self.by_id = {}
+            self._wake_all()
+            self.have_set.set()
+            return
+        self.deleted = False
+        self.max_ongoing = value.get("max_ongoing_requests", 5)
+        self.max_queued = value.get("max_queued_requests", -1)
+        self.failed_message = value.get("message", "") if value.get("failed") else ""
+        self.replicas = list(value["replicas"])
+        self.by_id = {r["replica_id"]: r for r in self.replicas}
+        for rid in list(self.inflight):
+            if rid not in self.by_id:
+                del self.inflight[rid]
+                self.qlen.pop(rid, None)
+        self.have_set.set()
+        self._wake_all()
+
+    def _wake_all(self) -> None:
+        while self.waiters:
+            w = self.waiters.popleft()
+            if not w.done():
+                w.set_result(None)
+
+    def _wake_one(self) -> None:
+        while self.waiters:
+            w = self.waiters.popleft()
+            if not w.done():
+                w.set_result(None)
+                return
+
+    def queued(self) -> int:
+        return len(self.waiters)
+
+    # ------------------------------------------------------------ choice
+    def _load(self, rid: str) -> int:
+        local = self.inflight.get(rid, 0)
+        reported = self.qlen.get(rid, 0)
+        return local if local > reported else reported
+
+    def _pick(self, model_id: str = "") -> dict | None:
+        reps = self.replicas
+        if model_id:
+            having = [r for r in reps if model_id in r.get("model_ids", ())]
+            if having:
+                best = min(having, key=lambda r: self._load(r["replica_id"]))
+                if self._load(best["replica_id"]) < self.max_ongoing:
+                    return best
+        n = len(reps)
+        if n == 0:
+            return None
+        if n == 1:
+            r = reps[0]
+            return r if self._load(r["replica_id"]) < self.max_ongoing else None
+        a, b = random.sample(reps, 2)
+        la, lb = self._load(a["replica_id"]), self._load(b["replica_id"])
+        if lb < la:
+            a, la = b, lb
+        if la < self.max_ongoing:
+            return a
+        best = min(reps, key=lambda r: self._load(r["replica_id"]))
+        return best if self._load(best["replica_id"]) < self.max_ongoing else None
+
+    async def _assign(self, model_id: str) -> dict:
+        if not self.have_set.is_set():
+            await self.have_set.wait()
+        while True:
+            if self.deleted:
+                raise DeploymentUnavailableError(
+                    f"deployment {self.deployment_name!r} of app {self.app_name!r} does not exist (deleted?)")
+            rep = self._pick(model_id)
+            if rep is not None:
+                return rep
+            if not self.replicas and self.failed_message:
+                raise DeploymentUnavailableError(self.failed_message)
+            if 0 <= self.max_queued <= len(self.waiters):
+                raise BackPressureError(num_queued_requests=len(self.waiters), max_queued_requests=self.max_queued,
+                                        deployment=self.deployment_name)
+            fut = asyncio.get_running_loop().create_future()
+            self.waiters.append(fut)
+            try:
+                await fut
+            except asyncio.CancelledError:
+                if fut in self.waiters:
+                    self.waiters.remove(fut)
+                raise
+
+    # ------------------------------------------------------------ sending
+    async def send(self, kind: int, meta: tuple, payload: Any, on_reply: Any, model_id: str = "",
+                   retries: int = 3) -> tuple[Connection, int]:
+        """Send one request; `on_reply(code, payload, last)` gets every reply frame."""
+        while True:
+            rep = await self._assign(model_id)
+            rid_ = rep["replica_id"]
+            self.inflight[rid_] = self.inflight.get(rid_, 0) + 1
+            try:
+                conn = await self.pool.get(rep)
+            except ReplicaDiedError:
+                self._done(rid_, None)
+                self._drop(rid_)
+                if retries <= 0:
+                    raise
+                retries -= 1
+                continue
+            self.inflight[rid_] -= 1
+            return self._send_on(conn, rid_, kind, meta, payload, on_reply)
+
+    def send_nowait(self, kind: int, meta: tuple, payload: Any, on_reply: Any,
+                    model_id: str = "") -> tuple[Connection, int] | None:
+        """The fast path: send at once if a replica has room and is connected, else None."""
+        if self.waiters or not self.replicas:
+            return None
+        rep = self._pick(model_id)
+        if rep is None:
+            return None
+        rid_ = rep["replica_id"]
+        conn = self.pool.conns.get(rid_)
+        if conn is None or conn.closed:
+            return None
+        return self._send_on(conn, rid_, kind, meta, payload, on_reply)
+
+    def _send_on(self, conn: Connection, replica_id: str, kind: int, meta: tuple, payload: Any,
+                 on_reply: Any) -> tuple[Connection, int]:
+        self.inflight[replica_id] = self.inflight.get(replica_id, 0) + 1
+        rid = next(_rids)
+        qlen_map = self.qlen
+
+        def cb(code: int, data: Any, qlen: int | None, last: bool) -> None:
+            if last:
+                self._done(replica_id, qlen)
+            elif qlen is not None:
+                qlen_map[replica_id] = qlen
+            on_reply(code, data, last)
+
+        conn.pending[rid] = cb
+        conn.send((REQ, rid, kind, meta, payload))
+        return conn, rid
+
+    def _done(self, replica_id: str, qlen: int | None) -> None:
+        n = self.inflight.get(replica_id, 0) - 1
+        if n > 0:
+            self.inflight[replica_id] = n
+        else:
+            self.inflight.pop(replica_id, None)
+        if qlen is not None:
+            self.qlen[replica_id] = qlen
+        if self.waiters:
+            self._wake_one()
+
+    def _drop(self, replica_id: str) -> None:
+        """Stop using a replica we could not reach until the controller says otherwise."""
+        self.replicas = [r for r in self.replicas if r["replica_id"] != replica_id]
+        self.by_id.pop(replica_id, None)
+
+
+def cancel(conn: Connection, rid: int) -> None:
+    if rid in conn.pending and not conn.closed:
+        conn.send((CANCEL, rid))
+
+
+async def call(router: Router, meta: tuple, method_args: tuple, model_id: str) -> Any:
+    """One handle call: returns the result or raises the replica's error."""
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+
+    def on_reply(code: int, data: Any, last: bool) -> None:
+        if fut.done():
+            return
+        if code == R_OK:
+            fut.set_result(data)
+        elif code == R_REJECT:
+            fut.set_result(_RETRY)
+        elif code == R_ERR:
+            fut.set_exception(cloudpickle.loads(data) if data else ReplicaDiedError("replica failed"))
+        else:
+            fut.set_exception(ReplicaDiedError(
+                f"the replica of deployment {router.deployment_name!r} handling this request died"))
+
+    payload = cloudpickle.dumps(method_args)
+    for _ in range(5):
+        conn, rid = await router.send(KIND_CALL, meta, payload, on_reply, model_id)
+        try:
+            data = await fut
+        except asyncio.CancelledError:
+            cancel(conn, rid)
+            raise
+        if data is _RETRY:
+            fut = loop.create_future()
+            continue
+        return cloudpickle.loads(data)
+    raise DeploymentUnavailableError(f"deployment {router.deployment_name!r}: every replica refused the request "
+                                     "(shutting down)")
+
+
+_RETRY = object()
+_STREAM_END = object()
+
+
+async def stream(router: Router, meta: tuple, method_args: tuple, model_id: str, queue: asyncio.Queue,
+                 holder: list) -> None:
+    """A streaming handle call: items go into `queue`, then _STREAM_END or an exception."""
+    def on_reply(code: int, data: Any, last: bool) -> None:
+        if code == R_CHUNK:
+            queue.put_nowait(cloudpickle.loads(data))
+        elif code == R_END:
+            queue.put_nowait(_STREAM_END)
+        elif code == R_ERR:
+            queue.put_nowait(cloudpickle.loads(data) if data else ReplicaDiedError("replica failed"))
+        elif code == R_REJECT:
+            queue.put_nowait(DeploymentUnavailableError("replica is shutting down; retry"))
+        else:
+            queue.put_nowait(ReplicaDiedError(
+                f"the replica of deployment {router.deployment_name!r} streaming this response died"))
+
+    conn, rid = await router.send(KIND_CALL, meta, cloudpickle.dumps(method_args), on_reply, model_id)
+    holder.append((conn, rid))

@@ -1,0 +1,335 @@
+"""`@serve.deployment`, `Deployment`, `Application` and `@serve.ingress`.
+
+A `Deployment` is a spec (what the user asked for: the class or function and its options);
+`.bind(*args)` makes an `Application` node; an Application passed to another's `bind` becomes a
+`DeploymentHandle` in that replica's constructor. `build_app` flattens a graph into the
+controller's target-state dicts (pickled code and arguments, so the controller never imports
+user code).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+
+from raylite.serve.config import AutoscalingConfig, DeploymentConfig, LoggingConfig
+
+_ACTOR_OPTION_KEYS = {"accelerator_type", "memory", "num_cpus", "num_gpus", "object_store_memory", "resources",
+                      "runtime_env", "label_selector"}
+_CONFIG_KEYS = {"num_replicas", "max_ongoing_requests", "max_queued_requests", "user_config",
+                "graceful_shutdown_wait_loop_s", "graceful_shutdown_timeout_s", "health_check_period_s",
+                "health_check_timeout_s", "autoscaling_config", "logging_config"}
+_OTHER_KEYS = {"name", "version", "ray_actor_options", "placement_group_bundles", "placement_group_strategy",
+               "max_replicas_per_node", "route_prefix", "max_concurrent_queries", "request_router_config"}
+
+
+class _Default:
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+DEFAULT: Any = _Default()
+
+
+class Deployment:
+    """A deployment spec: the user's class or function plus Serve options. Immutable; `options()`
+    returns a changed copy."""
+
+    def __init__(self, func_or_class: Any, name: str, options: dict) -> None:
+        self.func_or_class = func_or_class
+        self._name = name
+        self._options = options  # every option that was set explicitly, validated
+        self._config = _make_config(options)
+
+    # Ray's read-only properties
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def version(self) -> str | None:
+        return self._options.get("version")
+
+    @property
+    def num_replicas(self) -> int | str:
+        return self._options.get("num_replicas", 1)
+
+    @property
+    def max_ongoing_requests(self) -> int:
+        return self._config.max_ongoing_requests
+
+    @property
+    def max_queued_requests(self) -> int:
+        return self._config.max_queued_requests
+
+    @property
+    def user_config(self) -> Any:
+        return self._config.user_config
+
+    @property
+    def ray_actor_options(self) -> dict | None:
+        return self._options.get("ray_actor_options")
+
+    @property
+    def autoscaling_config(self) -> AutoscalingConfig | None:
+        return self._config.autoscaling_config
+
+    @property
+    def route_prefix(self) -> str | None:
+        return self._options.get("route_prefix")
+
+    @property
+    def logging_config(self) -> LoggingConfig | None:
+        return self._config.logging_config
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"Deployment {self._name!r} cannot be constructed directly; use "
+                           f"{self._name}.bind(...) and serve.run(app)")
+
+    def bind(self, *args: Any, **kwargs: Any) -> Application:
+        """An application node: this deployment with its constructor arguments."""
+        return Application(self, args, kwargs)
+
+    def options(self, _func_or_class: Any = None, **options: Any) -> Deployment:
+        """A copy with some options replaced (same names as `@serve.deployment`)."""
+        _check_keys(options)
+        merged = {**self._options, **{k: v for k, v in options.items() if v is not DEFAULT}}
+        if "num_replicas" in options and options["num_replicas"] is not DEFAULT and \
+                "autoscaling_config" not in options and options["num_replicas"] != "auto":
+            merged.pop("autoscaling_config", None)
+        name = merged.pop("name", None) or self._name
+        merged["name"] = name
+        _validate(merged)
+        return Deployment(_func_or_class or self.func_or_class, name, merged)
+
+    def __repr__(self) -> str:
+        return f"Deployment(name={self._name!r})"
+
+
+def _check_keys(options: dict) -> None:
+    unknown = set(options) - _CONFIG_KEYS - _OTHER_KEYS
+    if unknown:
+        raise TypeError(f"unknown deployment option(s) {sorted(unknown)}; valid options are "
+                        f"{sorted(_CONFIG_KEYS | _OTHER_KEYS)}")
+
+
+def _validate(options: dict) -> None:
+    nr = options.get("num_replicas")
+    if nr is not None and nr != "auto" and (not isinstance(nr, int) or isinstance(nr, bool) or nr < 0):
+        raise ValueError(f"num_replicas must be a non-negative int or 'auto', not {nr!r}")
+    if isinstance(nr, int) and options.get("autoscaling_config") is not None:
+        raise ValueError("Manually setting num_replicas is not allowed when autoscaling_config is provided; "
+                         "drop num_replicas (or use num_replicas='auto')")
+    rao = options.get("ray_actor_options")
+    if rao is not None:
+        if not isinstance(rao, dict):
+            raise TypeError(f"ray_actor_options must be a dict, not {type(rao).__name__}")
+        bad = set(rao) - _ACTOR_OPTION_KEYS
+        if bad:
+            raise ValueError(f"ray_actor_options has invalid key(s) {sorted(bad)}; valid keys are "
+                             f"{sorted(_ACTOR_OPTION_KEYS)}")
+    bundles = options.get("placement_group_bundles")
+    if bundles is not None and (not isinstance(bundles, list) or not all(isinstance(b, dict) for b in bundles)):
+        raise TypeError("placement_group_bundles must be a list of resource dicts, e.g. [{'CPU': 1}]")
+    strategy = options.get("placement_group_strategy")
+    if strategy is not None and strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
+        raise ValueError(f"placement_group_strategy must be PACK, SPREAD, STRICT_PACK or STRICT_SPREAD, "
+                         f"not {strategy!r}")
+    _make_config(options)
+
+
+def _make_config(options: dict) -> DeploymentConfig:
+    kw = {k: options[k] for k in _CONFIG_KEYS if k in options}
+    if "max_concurrent_queries" in options and "max_ongoing_requests" not in kw:
+        kw["max_ongoing_requests"] = options["max_concurrent_queries"]
+    nr = kw.get("num_replicas")
+    auto = kw.get("autoscaling_config")
+    if isinstance(auto, dict):
+        auto = AutoscalingConfig(**auto)
+    if nr == "auto":
+        base = AutoscalingConfig.default().model_dump()
+        if auto is not None:
+            base.update(auto.model_dump(exclude_unset=True))
+        auto = AutoscalingConfig(**base)
+        kw["num_replicas"] = None
+    if auto is not None:
+        kw["autoscaling_config"] = auto
+        kw["num_replicas"] = None
+    lc = kw.get("logging_config")
+    if isinstance(lc, dict):
+        kw["logging_config"] = LoggingConfig(**lc)
+    return DeploymentConfig(**kw)
+
+
+def deployment(_func_or_class: Any = None, *, name: Any = DEFAULT, version: Any = DEFAULT,
+               num_replicas: Any = DEFAULT, route_prefix: Any = DEFAULT, ray_actor_options: Any = DEFAULT,
+               placement_group_bundles: Any = DEFAULT, placement_group_strategy: Any = DEFAULT,
+               max_replicas_per_node: Any = DEFAULT, user_config: Any = DEFAULT,
+               max_ongoing_requests: Any = DEFAULT, max_queued_requests: Any = DEFAULT,
+               autoscaling_config: Any = DEFAULT, graceful_shutdown_wait_loop_s: Any = DEFAULT,
+               graceful_shutdown_timeout_s: Any = DEFAULT, health_check_period_s: Any = DEFAULT,
+               health_check_timeout_s: Any = DEFAULT, logging_config: Any = DEFAULT,
+               **unknown: Any) -> Any:
+    """Turn a class or function into a Serve `Deployment` (bare or with options)."""
+    if unknown:
+        _check_keys(unknown)
+    given = {k: v for k, v in dict(
+        name=name, version=version, num_replicas=num_replicas, route_prefix=route_prefix,
+        ray_actor_options=ray_actor_options, placement_group_bundles=placement_group_bundles,
+        placement_group_strategy=placement_group_strategy, max_replicas_per_node=max_replicas_per_node,
+        user_config=user_config, max_ongoing_requests=max_ongoing_requests,
+        max_queued_requests=max_queued_requests, autoscaling_config=autoscaling_config,
+        graceful_shutdown_wait_loop_s=graceful_shutdown_wait_loop_s,
+        graceful_shutdown_timeout_s=graceful_shutdown_timeout_s, health_check_period_s=health_check_period_s,
+        health_check_timeout_s=health_check_timeout_s, logging_config=logging_config).items()
+        if v is not DEFAULT}
+    given.update(unknown)
+    _validate(given)
+
+    def wrap(target: Any) -> Deployment:
+        if not (inspect.isclass(target) or callable(target)):
+            raise TypeError(f"@serve.deployment must decorate a class or a function, not {type(target).__name__}")
+        dname = given.get("name") or getattr(target, "__name__", "deployment")
+        return Deployment(target, dname, {**given, "name": dname})
+
+    if _func_or_class is not None:
+        if isinstance(_func_or_class, Deployment):
+            raise TypeError("@serve.deployment applied twice")
+        return wrap(_func_or_class)
+    return wrap
+
+
+class Application:
+    """A bound deployment (and, through its arguments, the graph below it)."""
+
+    def __init__(self, deployment: Deployment, args: tuple, kwargs: dict) -> None:
+        self._deployment = deployment
+        self._args = args
+        self._kwargs = kwargs
+
+    @property
+    def deployment(self) -> Deployment:
+        return self._deployment
+
+    def __repr__(self) -> str:
+        return f"Application({self._deployment.name!r})"
+
+    def _with_overrides(self, overrides: dict[str, dict]) -> Application:
+        """A copy of the graph where deployment `name` gets `options` (`{name: {option: value}}`),
+        e.g. from a config file's `deployments:` list. Unknown deployment names raise ValueError."""
+        seen: set[str] = set()
+        memo: dict[int, Application] = {}
+
+        def walk(app: Application) -> Application:
+            if id(app) in memo:
+                return memo[id(app)]
+            dep = app._deployment
+            seen.add(dep.name)
+            if dep.name in overrides:
+                opts = dict(overrides[dep.name])
+                opts.pop("name", None)
+                dep = dep.options(**opts)
+            new = Application(dep, _map_apps(app._args, walk), _map_apps(app._kwargs, walk))
+            memo[id(app)] = new
+            return new
+
+        out = walk(self)
+        missing = set(overrides) - seen
+        if missing:
+            raise ValueError(f"config overrides name deployment(s) {sorted(missing)} that are not in the "
+                             f"application (it has {sorted(seen)})")
+        return out
+
+
+def _map_apps(value: Any, fn: Callable[[Application], Any]) -> Any:
+    if isinstance(value, Application):
+        return fn(value)
+    if isinstance(value, tuple):
+        return tuple(_map_apps(v, fn) for v in value)
+    if isinstance(value, list):
+        return [_map_apps(v, fn) for v in value]
+    if isinstance(value, dict):
+        return {k: _map_apps(v, fn) for k, v in value.items()}
+    return value
+
+
+def ingress(app: Any) -> Callable[[type], type]:
+    """`@serve.ingress(fastapi_app)`: the class's replica serves HTTP through this ASGI app; routes
+    declared on the class's methods run against the replica's instance."""
+
+    def wrap(cls: type) -> type:
+        if not inspect.isclass(cls):
+            raise TypeError("@serve.ingress must decorate a class (put it under @serve.deployment)")
+        _INGRESS[cls] = app
+        return cls
+
+    return wrap
+
+
+_INGRESS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _definition(target: Any) -> bytes:
+    """The pickled code a replica runs. An ingress class travels with a recipe of its ASGI app
+    (FastAPI apps with compiled routes do not survive pickling); the replica rebuilds the app."""
+    app = _INGRESS.get(target) if inspect.isclass(target) else None
+    if app is None:
+        return cloudpickle.dumps(target)
+    from raylite.serve._internal.ingress import app_recipe, dumps
+
+    return dumps(("__serve_ingress__", target, app_recipe(app)))
+
+
+def build_app(app: Application, app_name: str) -> tuple[dict[str, dict], str]:
+    """Flatten a graph into {deployment name: target dict} and the ingress deployment's name."""
+    from raylite.serve.handle import DeploymentHandle
+
+    if not isinstance(app, Application):
+        if isinstance(app, Deployment):
+            raise TypeError(f"serve.run() needs a bound application: call {app.name}.bind(...) first")
+        raise TypeError(f"serve.run() needs an Application (Deployment.bind(...)), not {type(app).__name__}")
+    targets: dict[str, dict] = {}
+    names: dict[int, str] = {}
+
+    def visit(node: Application) -> DeploymentHandle:
+        if id(node) in names:
+            return DeploymentHandle(names[id(node)], app_name)
+        dep = node._deployment
+        name = dep.name
+        i = 1
+        while name in targets:
+            name = f"{dep.name}_{i}"
+            i += 1
+        names[id(node)] = name
+        targets[name] = {}  # reserve the name before children take theirs
+        args = _map_apps(node._args, visit)
+        kwargs = _map_apps(node._kwargs, visit)
+        targets[name] = _target(dep, name, args, kwargs)
+        return DeploymentHandle(name, app_name)
+
+    ingress_handle = visit(app)
+    return targets, ingress_handle.deployment_name
+
+
+def _target(dep: Deployment, name: str, args: tuple, kwargs: dict) -> dict:
+    definition = _definition(dep.func_or_class)
+    try:
+        init_args = cloudpickle.dumps((args, kwargs))
+    except Exception as e:
+        raise TypeError(f"the arguments bound to deployment {name!r} cannot be serialized: {e}") from None
+    config = dep._config.model_dump(mode="python")
+    opts = dep._options
+    code_hash = hashlib.sha1(definition + init_args + repr((
+        sorted((opts.get("ray_actor_options") or {}).items()), opts.get("placement_group_bundles"),
+        opts.get("placement_group_strategy"), opts.get("version"),
+        config.get("logging_config"))).encode()).hexdigest()[:16]
+    return {"name": name, "definition": definition, "init_args": init_args, "config": config,
+            "ray_actor_options": opts.get("ray_actor_options") or {},
+            "placement_group_bundles": opts.get("placement_group_bundles"),
+            "placement_group_strategy": opts.get("placement_group_strategy"),
+            "version": opts.get("version") or code_hash, "route_prefix": opts.get("route_prefix")}

@@ -1,0 +1,51 @@
+"""Per-request and per-replica context.
+
+`_serve_request_context` is set by the replica around every request it runs (HTTP or handle
+call), so user code and `@serve.multiplexed` can read the route, request id, app and
+multiplexed model id without the values being threaded through every signature.
+`ReplicaContext` is what `serve.get_replica_context()` returns inside a replica.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class RequestContext:
+    """What the replica knows about the request being handled."""
+
+    route: str = ""
+    request_id: str = ""
+    app_name: str = ""
+    multiplexed_model_id: str = ""
+
+
+_serve_request_context: contextvars.ContextVar[RequestContext] = contextvars.ContextVar(
+    "serve_request_context", default=RequestContext())  # noqa: B039 - never mutated
+
+
+@dataclass
+class ReplicaContext:
+    """Ray's `ReplicaContext`: which replica of which deployment this code runs in."""
+
+    app_name: str
+    deployment: str
+    replica_tag: str
+    servable_object: Any = None
+    rank: int = 0
+    replica_id: Any = field(default=None)
+
+
+_INTERNAL_REPLICA_CONTEXT: ReplicaContext | None = None
+
+
+def _set_internal_replica_context(ctx: ReplicaContext | None) -> None:
+    global _INTERNAL_REPLICA_CONTEXT
+    _INTERNAL_REPLICA_CONTEXT = ctx
+
+
+def _get_internal_replica_context() -> ReplicaContext | None:
+    return _INTERNAL_REPLICA_CONTEXT
