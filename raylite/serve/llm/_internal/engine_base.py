@@ -152,7 +152,14 @@ class EngineThread:
 
 
 def vllm_available() -> bool:
-    return importlib.util.find_spec("vllm") is not None
+    """Whether `import vllm` works here (an installed but broken vLLM counts as missing)."""
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def transformers_available() -> bool:
