@@ -12,9 +12,12 @@ import threading
 import httpx
 import pytest
 
-from tests.serve_llm.conftest import llm_app, vllm_skip_reason
+from tests.serve_llm.conftest import llm_app, vllm_skip_reason, wait_until
 
 openai = pytest.importorskip("openai")
+# vLLM's start (three processes importing vllm) takes 30-60 s on 2 idle cores, minutes on a
+# loaded box; the module's app start is part of its first test.
+pytestmark = pytest.mark.timeout(900)
 
 MODEL = "tiny"
 MAX_MODEL_LEN = 256
@@ -36,9 +39,25 @@ def _config(model_path: str, engine: str) -> dict:
 def app(request, tiny_model):
     engine = request.param
     hide = engine == "fallback"
+    before = _engine_core_pids()
     with llm_app([_config(tiny_model, "vLLM")], hide_vllm=hide) as base_url:
         client = openai.OpenAI(base_url=base_url, api_key="not-needed", max_retries=0, timeout=120)
         yield engine, base_url, client
+    # the replica was killed with the cluster: vLLM's engine processes must not outlive it
+    wait_until(lambda: not (_engine_core_pids() - before), 60, "vLLM engine processes to exit")
+
+
+def _engine_core_pids() -> set[int]:
+    import psutil
+
+    pids = set()
+    for p in psutil.process_iter(["name", "cmdline"]):
+        try:
+            if "EngineCore" in (p.info["name"] or "") or "EngineCore" in " ".join(p.info["cmdline"] or []):
+                pids.add(p.pid)
+        except psutil.Error:
+            pass
+    return pids
 
 
 def test_models_list_and_get(app):
@@ -204,3 +223,33 @@ def test_embeddings(app):
     vec = out.data[0].embedding
     assert len(vec) == 128 and abs(sum(x * x for x in vec) - 1.0) < 1e-3
     assert out.usage.prompt_tokens > 0
+
+
+def test_model_that_fails_to_load_fails_the_deployment(app, tmp_path):
+    engine, _, _ = app
+    if engine != "fallback":
+        pytest.skip("checked once, on the fast-failing fallback engine")
+    from raylite import serve
+    from raylite.serve.llm import build_openai_app
+
+    missing = str(tmp_path / "no-such-model")
+    bad = {"model_loading_config": {"model_id": "broken", "model_source": missing},
+           "deployment_config": {"health_check_period_s": 1}}
+    with pytest.raises(RuntimeError) as err:
+        serve.run(build_openai_app({"llm_configs": [bad]}), name="broken", route_prefix="/broken")
+    assert "failed to load" in str(err.value) and missing in str(err.value)
+    status = serve.status().applications["broken"]
+    assert status.status == "DEPLOY_FAILED" and "failed to load" in status.message
+    serve.delete("broken")
+
+
+def test_accelerator_type_missing_from_cluster_fails_at_once(app):
+    engine, _, _ = app
+    if engine != "fallback":
+        pytest.skip("engine-independent")
+    from raylite.serve.llm import build_openai_app
+
+    cfg = {"model_loading_config": {"model_id": "needs-a100", "model_source": "/m"},
+           "accelerator_type": "A100"}
+    with pytest.raises(ValueError, match="accelerator_type='A100'.*no node"):
+        build_openai_app({"llm_configs": [cfg]})

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from raylite.serve.llm._internal.engine_base import ChoiceDelta, Engine, SamplingOptions
+from raylite.serve.llm._internal.reaper import watch_children
 from raylite.serve.llm._internal.tokenizer import Tokenizer
 
 # On a CPU, vLLM reserves gpu_memory_utilization (default 0.9) of the machine's RAM for the KV
@@ -29,6 +30,7 @@ class VLLMEngine(Engine):
         self.tokenizer: Tokenizer | None = None
         self._max_model_len = 0
         self._tasks: tuple[bool, bool] = (True, False)
+        self._reaper: Any = None
 
     def _engine_args(self) -> Any:
         from vllm import AsyncEngineArgs
@@ -52,6 +54,8 @@ class VLLMEngine(Engine):
 
         args = self._engine_args()
         self._engine = AsyncLLM.from_engine_args(args)
+        # vLLM's engine processes outlive a replica killed outright; a watcher reaps them.
+        self._reaper = watch_children()
         self._max_model_len = int(self._engine.model_config.max_model_len)
         tasks = set(await self._engine.get_supported_tasks())
         self._tasks = ("generate" in tasks, "embed" in tasks)
