@@ -112,7 +112,11 @@ class EngineThread:
 
     async def stream(self, make: Callable[[], AsyncIterator[T]],
                      on_cancel: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[T]:
-        """Iterate an engine-side async iterator from the caller's loop, item by item."""
+        """Iterate an engine-side async iterator from the caller's loop.
+
+        Yields lists: every item that is ready when the caller looks, so a consumer slower
+        than the engine (a busy proxy, a slow client) gets fewer, larger messages.
+        """
         caller = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
@@ -129,13 +133,17 @@ class EngineThread:
         finished = False
         try:
             while True:
-                kind, value = await queue.get()
-                if kind == "item":
-                    yield value
-                elif kind == "error":
+                batch = [await queue.get()]
+                while not queue.empty():  # whatever else is ready goes out in the same message
+                    batch.append(queue.get_nowait())
+                items = [value for kind, value in batch if kind == "item"]
+                if items:
+                    yield items
+                kind, value = batch[-1]
+                if kind == "error":
                     finished = True
                     raise value
-                else:
+                if kind == "done":
                     finished = True
                     return
         finally:

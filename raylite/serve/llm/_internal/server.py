@@ -84,8 +84,9 @@ class LLMServer:
         except OpenAIHTTPError as exc:
             return as_error(exc)
         acc = R.ChoiceAccumulator(options.n)
-        async for deltas in self._generate(prompt, options):
-            acc.add(deltas)
+        async for steps in self._generate(prompt, options):
+            for deltas in steps:
+                acc.add(deltas)
         return R.chat_response(self._model_id, acc, len(prompt), bool(body.get("logprobs")))
 
     async def chat_stream(self, body: dict[str, Any]) -> AsyncIterator[Any]:
@@ -108,14 +109,18 @@ class LLMServer:
         yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""},
                       "logprobs": None, "finish_reason": None} for i in range(options.n)])
         completion_tokens = 0
-        async for deltas in self._generate(prompt, options):
-            choices = []
-            for d in deltas:
-                completion_tokens += len(d.token_ids)
-                choices.append({"index": d.index, "delta": {"content": d.text} if d.text else {},
-                                "logprobs": R.chat_logprobs(d.logprobs, want_logprobs),
-                                "finish_reason": d.finish_reason})
-            yield chunk(choices)
+        async for steps in self._generate(prompt, options):
+            events = []
+            for deltas in steps:
+                choices = []
+                for d in deltas:
+                    completion_tokens += len(d.token_ids)
+                    choices.append({"index": d.index,
+                                    "delta": {"content": d.text} if d.text else {},
+                                    "logprobs": R.chat_logprobs(d.logprobs, want_logprobs),
+                                    "finish_reason": d.finish_reason})
+                events.append(chunk(choices))
+            yield "".join(events)
         if include_usage:
             yield R.sse({"id": rid, "object": "chat.completion.chunk", "created": created,
                          "model": self._model_id, "choices": [],
@@ -145,8 +150,9 @@ class LLMServer:
         acc = R.ChoiceAccumulator(options.n * len(prompts))
 
         async def run(k: int, ids: list[int]) -> None:
-            async for deltas in self._generate(ids, options):
-                acc.add(deltas, offset=k * options.n)
+            async for steps in self._generate(ids, options):
+                for deltas in steps:
+                    acc.add(deltas, offset=k * options.n)
 
         await asyncio.gather(*(run(k, ids) for k, ids in enumerate(prompts)))
         echo = None
@@ -168,18 +174,22 @@ class LLMServer:
         rid, created = R.new_id("cmpl"), int(time.time())
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         completion_tokens = 0
-        async for deltas in self._generate(prompts[0], options):
-            choices = []
-            for d in deltas:
-                completion_tokens += len(d.token_ids)
-                choices.append({"index": d.index, "text": d.text,
-                                "logprobs": R.completion_logprobs(d.logprobs, body.get("logprobs")),
-                                "finish_reason": d.finish_reason})
-            obj = {"id": rid, "object": "text_completion", "created": created,
-                   "model": self._model_id, "choices": choices}
-            if include_usage:
-                obj["usage"] = None
-            yield R.sse(obj)
+        async for steps in self._generate(prompts[0], options):
+            events = []
+            for deltas in steps:
+                choices = []
+                for d in deltas:
+                    completion_tokens += len(d.token_ids)
+                    choices.append({"index": d.index, "text": d.text,
+                                    "logprobs": R.completion_logprobs(d.logprobs,
+                                                                      body.get("logprobs")),
+                                    "finish_reason": d.finish_reason})
+                obj = {"id": rid, "object": "text_completion", "created": created,
+                       "model": self._model_id, "choices": choices}
+                if include_usage:
+                    obj["usage"] = None
+                events.append(R.sse(obj))
+            yield "".join(events)
         if include_usage:
             yield R.sse({"id": rid, "object": "text_completion", "created": created,
                          "model": self._model_id, "choices": [],

@@ -84,7 +84,7 @@ class VLLMEngine(Engine):
         async for out in self._engine.generate(prompt, params, request_id):
             deltas = [
                 ChoiceDelta(index=c.index, text=c.text, token_ids=list(c.token_ids),
-                            logprobs=_logprobs(c.token_ids, c.logprobs),
+                            logprobs=_logprobs(c.token_ids, c.logprobs, options.logprobs),
                             finish_reason=c.finish_reason)
                 for c in out.outputs
             ]
@@ -118,8 +118,9 @@ class VLLMEngine(Engine):
             self._engine = None
 
 
-def _logprobs(token_ids: Any, logprobs: Any) -> list[dict[str, Any]]:
-    if not logprobs:
+def _logprobs(token_ids: Any, logprobs: Any, k: int | None) -> list[dict[str, Any]]:
+    """vLLM's per-token {id: Logprob} (top k by rank, plus the sampled token) -> our entries."""
+    if not logprobs or k is None:
         return []
     entries = []
     for tid, alternatives in zip(token_ids, logprobs):
@@ -129,6 +130,7 @@ def _logprobs(token_ids: Any, logprobs: Any) -> list[dict[str, Any]]:
             "token": getattr(chosen, "decoded_token", None) or "",
             "logprob": float(chosen.logprob) if chosen is not None else float("-inf"),
             "top": [{"token_id": int(t), "token": lp.decoded_token or "", "logprob": float(lp.logprob)}
-                    for t, lp in sorted(alternatives.items(), key=lambda kv: kv[1].rank or 0)],
+                    for t, lp in sorted(alternatives.items(), key=lambda kv: kv[1].rank or 0)
+                    if lp.rank is not None and lp.rank <= k],
         })
     return entries
