@@ -124,5 +124,9 @@ def memory(address: str, limit: int) -> None:
         raylite.shutdown()
 
 
+from raylite.cli.serve import serve as _serve_group  # noqa: E402 - lazy: loads Serve on first use
+
+main.add_command(_serve_group)
+
 if __name__ == "__main__":
     main()

@@ -36,7 +36,6 @@ from raylite.serve._internal.deployment_state import (
     RUNNING,
     STARTING,
     STOPPING,
-    UNHEALTHY,
     DeploymentRecord,
     ReplicaRecord,
     plan,
@@ -224,6 +223,14 @@ class ServeController:
     async def get_status(self) -> dict:
         return controller_status.status_dict(self)
 
+    async def list_replicas(self, app: str, dname: str) -> list[dict]:
+        """Each replica of a deployment: id, state, node, pid, actor name."""
+        dep = self.deps.get((app, dname))
+        if dep is None:
+            return []
+        return [{"replica_id": r.replica_id, "state": r.state, "node_id": r.info.get("node_id"),
+                 "pid": r.info.get("pid"), "actor_name": r.actor_name} for r in dep.replicas.values()]
+
     async def get_app_info(self) -> dict:
         return {name: {"route_prefix": a.get("route_prefix"), "ingress": a["ingress"],
                        "deployments": list(a["deployments"]), "source": a.get("source")}
@@ -336,7 +343,7 @@ class ServeController:
                     problem = controller_status.infeasible_message(self, dep, rec)
                     if problem:
                         init.cancel()
-                        raise RuntimeError(problem)
+                        raise _Unplaceable(problem)
             rec.info = init.result()
         except asyncio.CancelledError:
             raise
@@ -373,7 +380,7 @@ class ServeController:
                 pass
         msg = str(error)
         dep.failures += 1
-        if dep.failures >= 1 and not dep.running():
+        if isinstance(error, _Unplaceable) or not dep.running() or dep.failures >= 3:
             dep.status = D_DEPLOY_FAILED
             dep.message = (f"The deployment {dep.name!r} of application {dep.app_name!r} failed to start a "
                            f"replica:\n{msg}")
@@ -440,15 +447,10 @@ class ServeController:
             if rec.state != RUNNING:
                 return
             rec.health_failures += 1
-            dead = _is_actor_dead(e)
-            if dead or rec.health_failures >= 3 or isinstance(e, asyncio.TimeoutError) is False:
-                rec.state = UNHEALTHY
-                dep.message = f"replica {rec.replica_id} failed its health check and is being replaced: {e}"
-                self._publish_replicas(dep)
-                rec.state = RUNNING  # let _stop_replica do the full stop
-                rec_actor_dead = dead
-                if rec_actor_dead:
-                    rec.actor_dead = True
+            # a dead actor or a check_health() that raised: replace now; a slow one: after 3 misses
+            if not isinstance(e, asyncio.TimeoutError) or rec.health_failures >= 3:
+                why = "died" if _is_actor_dead(e) else "failed its health check"
+                dep.message = f"replica {rec.replica_id} {why} and is being replaced: {str(e)[:500]}"
                 await self._stop_replica(dep, rec)
 
     def _update_app_statuses(self) -> None:
@@ -467,6 +469,10 @@ class ServeController:
             else:
                 status, message = A_DEPLOYING, app.get("message", "")
             app["status"], app["message"] = status, message
+
+
+class _Unplaceable(RuntimeError):
+    """No node of the cluster can ever host the replica."""
 
 
 async def _await_ref(ref: Any) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from typing import Any
 
 HEAD_RESOURCE = "node:__internal_head__"
@@ -13,7 +14,7 @@ class ProxyManager:
     def __init__(self, controller: Any) -> None:
         self.controller = controller
         self.proxies: dict[str, Any] = {}     # node id -> actor handle
-        self.errors: dict[str, str] = {}      # node id -> last start error
+        self.errors: dict[str, tuple[str, float]] = {}  # node id -> (last start error, when)
         self._lock = asyncio.Lock()
 
     def _wanted_nodes(self) -> list[tuple[str, bool]]:
@@ -48,11 +49,15 @@ class ProxyManager:
             actor = self.proxies.get(node_id)
             name = f"SERVE_PROXY::{node_id}"
             if actor is None:
+                recent = self.errors.get(node_id)
+                if recent is not None and (not wait or time.monotonic() - recent[1] < 10.0):
+                    # it failed a moment ago (port in use, ...): report that, do not fight over the name
+                    if is_head:
+                        head_error = recent[0]
+                    continue
                 try:
                     actor = raylite.get_actor(name, namespace="serve")
                 except ValueError:
-                    if node_id in self.errors and not wait:
-                        continue
                     cls = raylite.remote(ServeProxy)
                     actor = cls.options(name=name, namespace="serve", lifetime="detached", num_cpus=0,
                                         max_concurrency=100, scheduling_strategy=NodeAffinitySchedulingStrategy(
@@ -64,7 +69,7 @@ class ProxyManager:
                 self.proxies.pop(node_id, None)
                 ready = {"ok": False, "error": f"the proxy on node {node_id[:8]} died: {e}"}
             if not ready["ok"]:
-                self.errors[node_id] = ready["error"]
+                self.errors[node_id] = (ready["error"], time.monotonic())
                 self.proxies.pop(node_id, None)
                 try:
                     raylite.kill(actor)

@@ -118,6 +118,18 @@ class ProxyImpl:
             conn, rid = sent
             req.cancel_cb = lambda: cancel(conn, rid)
             return
+
+        def on_sent(sent: tuple) -> None:
+            conn, rid = sent
+            req.cancel_cb = lambda: cancel(conn, rid)
+
+        try:
+            entry = router.queue_send(KIND_HTTP, meta, payload, on_reply, req.model_id, on_sent)
+        except BackPressureError as e:
+            return req.respond(503, _TEXT, str(e).encode())
+        if entry is not None:
+            req.cancel_cb = lambda: entry.__setitem__(6, True)
+            return
         task = self.loop.create_task(self._send_slow(req, router, meta, payload, on_reply))
         req.cancel_cb = task.cancel
 

@@ -128,6 +128,8 @@ class Router:
         self.max_ongoing = 5
         self.max_queued = -1
         self.waiters: deque[asyncio.Future] = deque()
+        # requests queued by callback (the proxy's path): [kind, meta, payload, on_reply, model_id, on_sent, dead]
+        self.queued_sends: deque[list] = deque()
         self.deleted = False
         self.have_set = asyncio.Event()
         self.failed_message = ""
@@ -154,6 +156,7 @@ class Router:
                 self.qlen.pop(rid, None)
         self.have_set.set()
         self._wake_all()
+        self._drain()
 
     def _wake_all(self) -> None:
         while self.waiters:
@@ -169,7 +172,7 @@ class Router:
                 return
 
     def queued(self) -> int:
-        return len(self.waiters)
+        return len(self.waiters) + len(self.queued_sends)
 
     # ------------------------------------------------------------ choice
     def _load(self, rid: str) -> int:
@@ -212,8 +215,8 @@ class Router:
                 return rep
             if not self.replicas and self.failed_message:
                 raise DeploymentUnavailableError(self.failed_message)
-            if 0 <= self.max_queued <= len(self.waiters):
-                raise BackPressureError(num_queued_requests=len(self.waiters), max_queued_requests=self.max_queued,
+            if 0 <= self.max_queued <= self.queued():
+                raise BackPressureError(num_queued_requests=self.queued(), max_queued_requests=self.max_queued,
                                         deployment=self.deployment_name)
             fut = asyncio.get_running_loop().create_future()
             self.waiters.append(fut)
@@ -247,8 +250,12 @@ class Router:
     def send_nowait(self, kind: int, meta: tuple, payload: Any, on_reply: Any,
                     model_id: str = "") -> tuple[Connection, int] | None:
         """The fast path: send at once if a replica has room and is connected, else None."""
-        if self.waiters or not self.replicas:
+        if self.waiters or self.queued_sends or not self.replicas:
             return None
+        return self._try_send(kind, meta, payload, on_reply, model_id)
+
+    def _try_send(self, kind: int, meta: tuple, payload: Any, on_reply: Any,
+                  model_id: str) -> tuple[Connection, int] | None:
         rep = self._pick(model_id)
         if rep is None:
             return None
@@ -257,6 +264,36 @@ class Router:
         if conn is None or conn.closed:
             return None
         return self._send_on(conn, rid_, kind, meta, payload, on_reply)
+
+    def queue_send(self, kind: int, meta: tuple, payload: Any, on_reply: Any, model_id: str,
+                   on_sent: Any) -> list | None:
+        """Queue a request that found every replica busy, without a task: `on_sent((conn, rid))`
+        runs when a reply frees a slot. Returns the queue entry (set entry[6] = True to drop it),
+        or None when the caller must take the async path (no replica set or connection yet).
+        Raises BackPressureError when `max_queued_requests` are already waiting."""
+        if not self.replicas or self.deleted:
+            return None
+        if self._pick(model_id) is not None:
+            return None  # a replica has room but no connection yet: connect on the async path
+        if 0 <= self.max_queued <= self.queued():
+            raise BackPressureError(num_queued_requests=self.queued(), max_queued_requests=self.max_queued,
+                                    deployment=self.deployment_name)
+        entry = [kind, meta, payload, on_reply, model_id, on_sent, False]
+        self.queued_sends.append(entry)
+        return entry
+
+    def _drain(self) -> None:
+        q = self.queued_sends
+        while q:
+            entry = q[0]
+            if entry[6]:
+                q.popleft()
+                continue
+            sent = self._try_send(entry[0], entry[1], entry[2], entry[3], entry[4])
+            if sent is None:
+                return
+            q.popleft()
+            entry[5](sent)
 
     def _send_on(self, conn: Connection, replica_id: str, kind: int, meta: tuple, payload: Any,
                  on_reply: Any) -> tuple[Connection, int]:
@@ -283,6 +320,8 @@ class Router:
             self.inflight.pop(replica_id, None)
         if qlen is not None:
             self.qlen[replica_id] = qlen
+        if self.queued_sends:
+            self._drain()
         if self.waiters:
             self._wake_one()
 
