@@ -93,7 +93,7 @@ def test_serve_run_serve_config_app(tiny_model, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT]),
            "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "raylite.cli", "serve", "run",
-                             "serve_config:app", "--port", str(port)], cwd=tmp_path, env=env,
+                             "serve_config:app", "--port", str(port), "--address", "local"], cwd=tmp_path, env=env,
                             start_new_session=True)
     try:
         def answered():
