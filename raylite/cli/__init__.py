@@ -135,8 +135,8 @@ def memory(address: str, limit: int) -> None:
 
 
 from raylite.cli.job import job as _job_group  # noqa: E402  (issue 12: jobs)
-from raylite.cli.state import register as _register_state  # noqa: E402  (issue 12: list/get/summary/logs/timeline)
 from raylite.cli.serve import serve as _serve_group  # noqa: E402 - lazy: loads Serve on first use
+from raylite.cli.state import register as _register_state  # noqa: E402  (issue 12: list/get/summary/logs/timeline)
 
 main.add_command(_job_group)
 _register_state(main)
