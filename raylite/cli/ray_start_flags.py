@@ -117,7 +117,6 @@ FLAGS: list[tuple[str, Any, Any]] = [
     ("--verbose", "count", _verbose),
     # accepted for compatibility
     ("--disable-usage-stats", "flag", "raylite collects no usage statistics"),
-    ("--include-dashboard", "bool", "the head's HTTP server is not started by this build"),
     ("--dashboard-agent-listen-port", "int", "raylite runs no dashboard agent"),
     ("--dashboard-agent-grpc-port", "int", "raylite runs no dashboard agent"),
     ("--dashboard-grpc-port", "int", "raylite runs no dashboard agent"),

@@ -59,7 +59,7 @@ def test_ray_start_flags_act_or_say_they_do_nothing(dirs, monkeypatch, tmp_path)
                "--log-color=false", "--system-config={}", "--storage=/tmp/x", "--ray-client-server-port=10001",
                "--dashboard-agent-listen-port=52365", "--runtime-env-agent-port=1234")
     assert out.returncode == 0, out.stderr
-    for flag in ("--disable-usage-stats", "--include-dashboard", "--min-worker-port", "--metrics-export-port",
+    for flag in ("--disable-usage-stats", "--min-worker-port", "--metrics-export-port",
                  "--log-style", "--system-config", "--storage", "--ray-client-server-port"):
         assert f"Note: {flag} has no effect in raylite" in out.stderr, out.stderr
     assert "--memory" not in out.stderr and "--labels" not in out.stderr
@@ -88,7 +88,7 @@ def test_bad_label_syntax_is_a_clear_error(dirs):
 def test_flag_table_covers_rays_start_flags():
     flags = {f for f, _k, _e in FLAGS}
     # the flags of `ray start` (Ray 2.x) that the start command does not declare itself
-    for name in ("--disable-usage-stats", "--include-dashboard", "--dashboard-agent-listen-port",
+    for name in ("--disable-usage-stats", "--dashboard-agent-listen-port",
                  "--dashboard-agent-grpc-port", "--metrics-export-port", "--min-worker-port",
                  "--max-worker-port", "--worker-port-list", "--object-manager-port", "--node-manager-port",
                  "--redis-password", "--redis-username", "--temp-dir", "--storage", "--system-config",
