@@ -227,11 +227,12 @@ def run(config_or_import_path: str, arguments: tuple[str, ...], address: str | N
     names = [a.name for a in config.applications]
     previous = signal.signal(signal.SIGTERM, _raise_interrupted)
     outcome = "failed"
+    # snapshot before deploying: an edit saved while the first deploy runs must trigger a reload
+    watcher = _Watcher([d for d in (app_dir, working_dir) if d]) if reload and blocking else None
     try:
         _deploy_config(config if from_file else None, apps, host, port)
         outcome = "deployed"
         if blocking:
-            watcher = _Watcher([d for d in (app_dir, working_dir) if d]) if reload else None
             while True:  # replica logs stream to this terminal meanwhile
                 time.sleep(1.0)
                 if watcher is not None and watcher.changed():
@@ -278,15 +279,16 @@ class _Watcher:
         self._roots = [os.path.abspath(r) for r in roots]
         self._seen = self._snapshot()
 
-    def _snapshot(self) -> dict[str, float]:
-        out: dict[str, float] = {}
+    def _snapshot(self) -> dict[str, tuple[float, int]]:
+        out: dict[str, tuple[float, int]] = {}
         for root in self._roots:
             for folder, dirs, files in os.walk(root):
                 dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
                 for f in files:
                     path = os.path.join(folder, f)
                     with contextlib.suppress(OSError):
-                        out[path] = os.stat(path).st_mtime
+                        st = os.stat(path)
+                        out[path] = (st.st_mtime, st.st_size)
                     if len(out) >= self._MAX_FILES:
                         return out
         return out
