@@ -10,9 +10,9 @@ import time
 from typing import Any
 
 from raylite.serve._internal import client as _client
+from raylite.serve._internal import options as _opts
 from raylite.serve._internal.status_types import ServeStatus
 from raylite.serve.application import DEFAULT, Application, build_app
-from raylite.serve.config import HTTPOptions, LoggingConfig, ProxyLocation
 from raylite.serve.context import _get_internal_replica_context
 from raylite.serve.exceptions import RayServeException
 from raylite.serve.handle import DeploymentHandle
@@ -34,27 +34,24 @@ def _controller_or_none() -> Any:
         return None
 
 
-def start(detached: bool = True, http_options: dict | HTTPOptions | None = None,
-          proxy_location: str | ProxyLocation | None = None, grpc_options: Any = None,
-          **kwargs: Any) -> None:
+def start(detached: bool = True, http_options: Any = None, proxy_location: Any = None,
+          grpc_options: Any = None, **kwargs: Any) -> None:
     """Start Serve on the cluster (controller and HTTP proxies); a no-op if it already runs.
 
-    Raises OSError naming the port when the head's proxy cannot listen (port in use).
+    `http_options`: a dict or `HTTPOptions` (host, port, request_timeout_s, keep_alive_timeout_s,
+    root_path, ...). Raises OSError naming the port when the head's proxy cannot listen.
     """
     import raylite
 
     _ensure_core()
-    if isinstance(http_options, HTTPOptions):
-        opts = http_options
-    else:
-        opts = HTTPOptions(**(http_options or {}))
+    given = dict(_opts._as_dict(http_options, "http_options"))
     for legacy in ("http_host", "http_port"):
         if legacy in kwargs:
-            opts = opts.model_copy(update={legacy[5:]: kwargs.pop(legacy)})
+            given[legacy[5:]] = kwargs.pop(legacy)
     if kwargs:
         raise TypeError(f"serve.start() got unexpected argument(s) {sorted(kwargs)}")
-    location = ProxyLocation.parse(proxy_location) if proxy_location is not None else (
-        opts.location or ProxyLocation.EveryNode)
+    opts = _opts.http_options(given)
+    location = _opts.proxy_location(proxy_location) if proxy_location is not None else opts["location"]
     existed = _controller_or_none() is not None
     controller = _get_or_create_controller(opts, location, http_options is not None)
     error = raylite.get(controller.ensure_proxies.remote())
@@ -64,27 +61,27 @@ def start(detached: bool = True, http_options: dict | HTTPOptions | None = None,
         raise OSError(error)
 
 
-def _get_or_create_controller(opts: HTTPOptions, location: ProxyLocation, explicit: bool) -> Any:
+def _get_or_create_controller(opts: dict, location: str, explicit: bool) -> Any:
     import raylite
 
     controller = _controller_or_none()
     if controller is None:
         from raylite.serve._internal.controller import ServeController
 
-        http = opts.model_dump(exclude={"middlewares", "location"})
+        http = {k: v for k, v in opts.items() if k not in ("middlewares", "location")}
         cls = raylite.remote(ServeController)
         try:
             return cls.options(name=_client.CONTROLLER_NAME, namespace=_client.SERVE_NAMESPACE,
                                lifetime="detached", num_cpus=0, max_concurrency=1000, max_restarts=-1,
-                               max_task_retries=-1).remote(http, location.value)
+                               max_task_retries=-1).remote(http, location)
         except ValueError:  # another driver created it meanwhile
             return _client.get_controller()
     if explicit:
         have = raylite.get(controller.get_http_options.remote())["http_options"]
-        if (opts.host, opts.port) != (have.get("host"), have.get("port")):
+        if (opts["host"], opts["port"]) != (have.get("host"), have.get("port")):
             raise RayServeException(
                 f"Serve is already running with HTTP on {have.get('host')}:{have.get('port')}; it cannot move to "
-                f"{opts.host}:{opts.port} while running. Call serve.shutdown() first.")
+                f"{opts['host']}:{opts['port']} while running. Call serve.shutdown() first.")
     return controller
 
 
@@ -100,7 +97,7 @@ def _http_from_host_port(host: str | None, port: int | None) -> dict | None:
 
 
 def run(target: Application, blocking: bool = False, name: str = DEFAULT_APP_NAME,
-        route_prefix: str | None = DEFAULT, logging_config: dict | LoggingConfig | None = None,
+        route_prefix: str | None = DEFAULT, logging_config: Any = None,
         _local_testing_mode: bool = False, *, host: str | None = None, port: int | None = None,
         timeout_s: float | None = None) -> DeploymentHandle:
     """Deploy an application and wait until it is RUNNING; returns a handle to its ingress.
@@ -116,7 +113,7 @@ def run(target: Application, blocking: bool = False, name: str = DEFAULT_APP_NAM
     _ensure_core()
     http = _http_from_host_port(host, port)
     existed = _controller_or_none() is not None
-    controller = _get_or_create_controller(HTTPOptions(**(http or {})), ProxyLocation.EveryNode, http is not None)
+    controller = _get_or_create_controller(_opts.http_options(http or {}), "EveryNode", http is not None)
     # proxies start while the replicas do
     proxies_ref = controller.ensure_proxies.remote()
     raylite.get(controller.deploy_application.remote(app_dict))
@@ -157,10 +154,10 @@ def _build(target: Application, name: str, route_prefix: Any, logging_config: An
         if "{" in route_prefix or "}" in route_prefix:
             raise ValueError(f"route_prefix may not contain wildcards: {route_prefix!r}")
     if logging_config is not None:
-        lc = logging_config if isinstance(logging_config, LoggingConfig) else LoggingConfig(**logging_config)
+        lc = _opts.logging_config(logging_config)
         for t in deployments.values():
             if t["config"].get("logging_config") is None:
-                t["config"]["logging_config"] = lc.model_dump()
+                t["config"]["logging_config"] = lc
     return {"name": name, "route_prefix": route_prefix, "ingress": ingress, "deployments": deployments}
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import cloudpickle
 
-from raylite.serve.config import AutoscalingConfig, DeploymentConfig, LoggingConfig
+from raylite.serve._internal import options as _opts
 
 _ACTOR_OPTION_KEYS = {"accelerator_type", "memory", "num_cpus", "num_gpus", "object_store_memory", "resources",
                       "runtime_env", "label_selector"}
@@ -61,31 +61,39 @@ class Deployment:
 
     @property
     def max_ongoing_requests(self) -> int:
-        return self._config.max_ongoing_requests
+        return self._config["max_ongoing_requests"]
 
     @property
     def max_queued_requests(self) -> int:
-        return self._config.max_queued_requests
+        return self._config["max_queued_requests"]
 
     @property
     def user_config(self) -> Any:
-        return self._config.user_config
+        return self._config["user_config"]
 
     @property
     def ray_actor_options(self) -> dict | None:
         return self._options.get("ray_actor_options")
 
     @property
-    def autoscaling_config(self) -> AutoscalingConfig | None:
-        return self._config.autoscaling_config
+    def autoscaling_config(self) -> Any:
+        """The AutoscalingConfig (pydantic model), or None."""
+        from raylite.serve.config import AutoscalingConfig
+
+        cfg = self._config["autoscaling_config"]
+        return None if cfg is None else AutoscalingConfig(**cfg)
 
     @property
     def route_prefix(self) -> str | None:
         return self._options.get("route_prefix")
 
     @property
-    def logging_config(self) -> LoggingConfig | None:
-        return self._config.logging_config
+    def logging_config(self) -> Any:
+        """The LoggingConfig (pydantic model), or None."""
+        from raylite.serve.config import LoggingConfig
+
+        cfg = self._config["logging_config"]
+        return None if cfg is None else LoggingConfig(**cfg)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(f"Deployment {self._name!r} cannot be constructed directly; use "
@@ -143,27 +151,8 @@ def _validate(options: dict) -> None:
     _make_config(options)
 
 
-def _make_config(options: dict) -> DeploymentConfig:
-    kw = {k: options[k] for k in _CONFIG_KEYS if k in options}
-    if "max_concurrent_queries" in options and "max_ongoing_requests" not in kw:
-        kw["max_ongoing_requests"] = options["max_concurrent_queries"]
-    nr = kw.get("num_replicas")
-    auto = kw.get("autoscaling_config")
-    if isinstance(auto, dict):
-        auto = AutoscalingConfig(**auto)
-    if nr == "auto":
-        base = AutoscalingConfig.default().model_dump()
-        if auto is not None:
-            base.update(auto.model_dump(exclude_unset=True))
-        auto = AutoscalingConfig(**base)
-        kw["num_replicas"] = None
-    if auto is not None:
-        kw["autoscaling_config"] = auto
-        kw["num_replicas"] = None
-    lc = kw.get("logging_config")
-    if isinstance(lc, dict):
-        kw["logging_config"] = LoggingConfig(**lc)
-    return DeploymentConfig(**kw)
+def _make_config(options: dict) -> dict:
+    return _opts.deployment_config(options)
 
 
 def deployment(_func_or_class: Any = None, *, name: Any = DEFAULT, version: Any = DEFAULT,
@@ -322,7 +311,7 @@ def _target(dep: Deployment, name: str, args: tuple, kwargs: dict) -> dict:
         init_args = cloudpickle.dumps((args, kwargs))
     except Exception as e:
         raise TypeError(f"the arguments bound to deployment {name!r} cannot be serialized: {e}") from None
-    config = dep._config.model_dump(mode="python")
+    config = dict(dep._config)
     opts = dep._options
     code_hash = hashlib.sha1(definition + init_args + repr((
         sorted((opts.get("ray_actor_options") or {}).items()), opts.get("placement_group_bundles"),

@@ -9,6 +9,7 @@ thread started on first use.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from typing import Any
 
@@ -76,6 +77,8 @@ class ServeClientState:
         self.versions: dict[str, int] = {}
         self.listeners: dict[str, list] = {}
         self._poll_task: asyncio.Task | None = None
+        self._report_task: asyncio.Task | None = None
+        self.handle_id = f"{os.getpid()}-{id(self):x}"
         self.closed = False
         self._controller: Any = None
 
@@ -94,6 +97,8 @@ class ServeClientState:
             router = Router(app_name, deployment_name, self.pool)
             self.routers[key] = router
             self.subscribe(f"replicas/{app_name}/{deployment_name}", router.update)
+            if self._report_task is None:
+                self._report_task = self.loop.create_task(self._report_queued())
         return router
 
     def subscribe(self, key: str, callback: Any) -> None:
@@ -136,6 +141,21 @@ class ServeClientState:
                 self._controller = None
                 await asyncio.sleep(min(0.1 * failures, 1.0))
 
+    async def _report_queued(self) -> None:
+        """Tell the controller how many requests wait in this process's routers (autoscaling counts
+        them; at zero replicas they are the only signal), while any wait and once after."""
+        reported: dict[tuple[str, str], int] = {}
+        while not self.closed:
+            await asyncio.sleep(0.25)
+            for key, router in list(self.routers.items()):
+                n = router.queued()
+                if n or reported.get(key):
+                    reported[key] = n
+                    try:
+                        self.controller().record_handle_metrics.remote(key[0], key[1], self.handle_id, float(n))
+                    except Exception:  # noqa: BLE001 - controller restarting
+                        self._controller = None
+
     def close(self) -> None:
         self.closed = True
         task = self._poll_task
@@ -144,6 +164,8 @@ class ServeClientState:
         def _close() -> None:
             if task is not None:
                 task.cancel()
+            if self._report_task is not None:
+                self._report_task.cancel()
             for conn in list(self.pool.conns.values()):
                 conn.close()
 

@@ -4,7 +4,6 @@ autoscaling glue around the pure policy, and the "this replica can never be plac
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections import deque
 from typing import Any
@@ -117,41 +116,10 @@ async def write_snapshot(ctrl: Any) -> None:
 
 
 # ------------------------------------------------------------ autoscaling glue
-class _FallbackPolicy:
-    """Used only while the pure policy module is a stub: ceil(ongoing / target), clamped."""
-
-    def __init__(self, cfg: Any) -> None:
-        self.cfg = cfg
-        self.replica: dict[str, float] = {}
-        self.handle: dict[str, float] = {}
-
-    def record_replica_metrics(self, rid: str, ongoing: float, now: float) -> None:
-        self.replica[rid] = ongoing
-
-    def record_handle_metrics(self, hid: str, queued: float, now: float) -> None:
-        self.handle[hid] = queued
-
-    def drop_replica(self, rid: str) -> None:
-        self.replica.pop(rid, None)
-
-    def decide(self, current: int, now: float) -> int:
-        total = sum(self.replica.values()) + sum(self.handle.values())
-        want = math.ceil(total / self.cfg.target_ongoing_requests) if total else self.cfg.min_replicas
-        return max(self.cfg.min_replicas, min(self.cfg.max_replicas, want))
-
-
 def make_autoscaler(cfg: dict) -> Any:
-    from raylite.serve.config import AutoscalingConfig
+    from raylite.serve._internal.autoscaling import AutoscalingPolicy
 
-    config = AutoscalingConfig(**cfg)
-    try:
-        from raylite.serve._internal.autoscaling import AutoscalingPolicy
-
-        policy = AutoscalingPolicy(config)
-        policy.decide(1, time.monotonic())
-        return policy
-    except NotImplementedError:
-        return _FallbackPolicy(config)
+    return AutoscalingPolicy(dict(cfg))
 
 
 def record_replica(dep: DeploymentRecord, rid: str, ongoing: float) -> None:
@@ -173,7 +141,7 @@ def autoscale(ctrl: Any, dep: DeploymentRecord, now: float) -> None:
     if dep.autoscaler is None or dep.status == "DEPLOY_FAILED":
         return
     current = dep.target_replicas
-    want = int(dep.autoscaler.decide(current, time.monotonic()))
+    want = int(dep.autoscaler.decide(current, time.monotonic(), len(dep.running())))
     if want != current:
         dep.target_replicas = want
         dep.message = f"{'Upscaling' if want > current else 'Downscaling'} from {current} to {want} replicas."

@@ -193,6 +193,7 @@ class ReplicaImpl:
                 await out
 
     def metrics(self) -> dict:
+        self.logger.flush()  # access lines reach the file within a metrics period
         out = self.stats.drain()
         out["ongoing"] = self.ongoing
         out["model_ids"] = self._model_ids()
@@ -228,6 +229,7 @@ class ReplicaImpl:
             except Exception:  # noqa: BLE001
                 self.logger.exception("__del__ of deployment %s raised", self.deployment_name)
             self.instance = None
+        self.logger.flush()
 
     # ------------------------------------------------------------ request path
     def _on_lost(self, proto: wire.FrameProtocol, exc: BaseException | None) -> None:
