@@ -168,10 +168,31 @@ def _deploy_config(config: Any | None, apps: list[tuple[Any, Any]], host: str | 
                    port: int | None = None) -> list[str]:
     """Start Serve (HTTP options from the file `config`, if any, and the flags), deploy each app."""
     _start_serve(config, host, port)
+    base = _http_base_url()
     for app_schema, app in apps:
         _deploy_app(app, app_schema.name, app_schema.route_prefix)
-        click.echo(f"Deployed app {app_schema.name!r} at route prefix {app_schema.route_prefix!r}.")
+        if app_schema.route_prefix is None:
+            click.echo(f"Deployed app {app_schema.name!r} (no route prefix: reachable through handles only).")
+        elif base:
+            click.echo(f"Deployed app {app_schema.name!r}: ready at {base}{app_schema.route_prefix}")
+        else:
+            click.echo(f"Deployed app {app_schema.name!r} at route prefix {app_schema.route_prefix!r}.")
     return [a.name for a, _ in apps]
+
+
+def _http_base_url() -> str:
+    """http://HOST:PORT of the running proxies ("" when unknown); 0.0.0.0 shown as 127.0.0.1."""
+    import raylite
+    from raylite.serve._internal.client import CONTROLLER_NAME, SERVE_NAMESPACE
+
+    try:
+        controller = raylite.get_actor(CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+        options = raylite.get(controller.get_http_options.remote(), timeout=10)["http_options"]
+        host = options.get("host") or "127.0.0.1"
+        host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        return f"http://{host}:{options['port']}"
+    except Exception:  # noqa: BLE001 - only a convenience for the message
+        return ""
 
 
 # --------------------------------------------------------------------------- the commands
