@@ -516,7 +516,7 @@ def shutdown(address: str | None, yes: bool) -> None:
     _connect(address, must_exist=True)
     _serve().shutdown()
     _cli_state.clear_configs()
-    click.echo("Sent shutdown request; applications will be deleted asynchronously.")
+    click.echo("Serve is shut down: every application was deleted (the cluster stays up).")
 
 
 @main.command(context_settings=_HELP)
