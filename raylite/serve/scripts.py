@@ -168,10 +168,31 @@ def _deploy_config(config: Any | None, apps: list[tuple[Any, Any]], host: str | 
                    port: int | None = None) -> list[str]:
     """Start Serve (HTTP options from the file `config`, if any, and the flags), deploy each app."""
     _start_serve(config, host, port)
+    base = _http_base_url()
     for app_schema, app in apps:
         _deploy_app(app, app_schema.name, app_schema.route_prefix)
-        click.echo(f"Deployed app {app_schema.name!r} at route prefix {app_schema.route_prefix!r}.")
+        if app_schema.route_prefix is None:
+            click.echo(f"Deployed app {app_schema.name!r} (no route prefix: reachable through handles only).")
+        elif base:
+            click.echo(f"Deployed app {app_schema.name!r}: ready at {base}{app_schema.route_prefix}")
+        else:
+            click.echo(f"Deployed app {app_schema.name!r} at route prefix {app_schema.route_prefix!r}.")
     return [a.name for a, _ in apps]
+
+
+def _http_base_url() -> str:
+    """http://HOST:PORT of the running proxies ("" when unknown); 0.0.0.0 shown as 127.0.0.1."""
+    import raylite
+    from raylite.serve._internal.client import CONTROLLER_NAME, SERVE_NAMESPACE
+
+    try:
+        controller = raylite.get_actor(CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+        options = raylite.get(controller.get_http_options.remote(), timeout=10)["http_options"]
+        host = options.get("host") or "127.0.0.1"
+        host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        return f"http://{host}:{options['port']}"
+    except Exception:  # noqa: BLE001 - only a convenience for the message
+        return ""
 
 
 # --------------------------------------------------------------------------- the commands
@@ -227,11 +248,12 @@ def run(config_or_import_path: str, arguments: tuple[str, ...], address: str | N
     names = [a.name for a in config.applications]
     previous = signal.signal(signal.SIGTERM, _raise_interrupted)
     outcome = "failed"
+    # snapshot before deploying: an edit saved while the first deploy runs must trigger a reload
+    watcher = _Watcher([d for d in (app_dir, working_dir) if d]) if reload and blocking else None
     try:
         _deploy_config(config if from_file else None, apps, host, port)
         outcome = "deployed"
         if blocking:
-            watcher = _Watcher([d for d in (app_dir, working_dir) if d]) if reload else None
             while True:  # replica logs stream to this terminal meanwhile
                 time.sleep(1.0)
                 if watcher is not None and watcher.changed():
@@ -278,15 +300,16 @@ class _Watcher:
         self._roots = [os.path.abspath(r) for r in roots]
         self._seen = self._snapshot()
 
-    def _snapshot(self) -> dict[str, float]:
-        out: dict[str, float] = {}
+    def _snapshot(self) -> dict[str, tuple[float, int]]:
+        out: dict[str, tuple[float, int]] = {}
         for root in self._roots:
             for folder, dirs, files in os.walk(root):
                 dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
                 for f in files:
                     path = os.path.join(folder, f)
                     with contextlib.suppress(OSError):
-                        out[path] = os.stat(path).st_mtime
+                        st = os.stat(path)
+                        out[path] = (st.st_mtime, st.st_size)
                     if len(out) >= self._MAX_FILES:
                         return out
         return out
@@ -493,7 +516,7 @@ def shutdown(address: str | None, yes: bool) -> None:
     _connect(address, must_exist=True)
     _serve().shutdown()
     _cli_state.clear_configs()
-    click.echo("Sent shutdown request; applications will be deleted asynchronously.")
+    click.echo("Serve is shut down: every application was deleted (the cluster stays up).")
 
 
 @main.command(context_settings=_HELP)

@@ -152,3 +152,35 @@ def _replica_ids(serve, app: str, dep: str) -> set:
 
     reps = raylite.get(get_controller().list_replicas.remote(app, dep))
     return {r["replica_id"] for r in reps if r["state"] == "RUNNING"}
+
+
+def test_max_ongoing_requests_holds_across_routers(serve_instance):
+    serve, url = serve_instance
+
+    @serve.deployment(max_ongoing_requests=1)
+    class One:
+        def __init__(self) -> None:
+            self.active = self.peak = 0
+
+        async def __call__(self, request=None) -> int:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+            await asyncio.sleep(0.2)
+            self.active -= 1
+            return self.peak
+
+        def peak_seen(self) -> int:
+            return self.peak
+
+    handle = serve.run(One.bind(), name="one", route_prefix="/one")
+
+    async def both() -> None:
+        async with httpx.AsyncClient(timeout=30) as client:
+            http = [client.get(f"{url}/one") for _ in range(3)]
+            calls = [handle.remote() for _ in range(3)]  # the driver's router, apart from the proxy's
+            results = await asyncio.gather(*http, *calls)
+        assert all(r.status_code == 200 for r in results[:3]), [(r.status_code, r.text) for r in results[:3]]
+
+    asyncio.run(both())
+    assert handle.peak_seen.remote().result() == 1
+    serve.delete("one")

@@ -102,6 +102,9 @@ class ReplicaImpl:
         self.draining = False
         self.stats = _Stats()
         self.tasks: dict[tuple[int, int], asyncio.Task] = {}
+        # requests past max_ongoing_requests (several routers can together exceed it) wait here
+        self.max_ongoing = int(config.get("max_ongoing_requests") or 5)
+        self.backlog: deque[tuple] = deque()
         self.instance: Any = None
         self.callable: Any = None
         self.asgi_app: Any = None
@@ -245,14 +248,27 @@ class ReplicaImpl:
                 proto.send((rid, R_REJECT, None, self.ongoing))
                 return
             self.ongoing += 1
-            key = (id(proto), rid)
-            task = self.loop.create_task(self._run(proto, rid, kind, meta, payload))
-            self.tasks[key] = task
-            task.add_done_callback(lambda _t, k=key: self.tasks.pop(k, None))
+            if self.ongoing > self.max_ongoing:
+                self.backlog.append((proto, rid, kind, meta, payload))
+                return
+            self._start(proto, rid, kind, meta, payload)
         elif msg[0] == CANCEL:
             task = self.tasks.get((id(proto), msg[1]))
             if task is not None:
                 task.cancel()
+                return
+            for item in self.backlog:
+                if item[0] is proto and item[1] == msg[1]:
+                    self.backlog.remove(item)
+                    self.ongoing -= 1
+                    proto.send((msg[1], R_ERR, cloudpickle.dumps(_cancelled(self.deployment_name)), self.ongoing))
+                    break
+
+    def _start(self, proto: wire.FrameProtocol, rid: int, kind: int, meta: tuple, payload: Any) -> None:
+        key = (id(proto), rid)
+        task = self.loop.create_task(self._run(proto, rid, kind, meta, payload))
+        self.tasks[key] = task
+        task.add_done_callback(lambda _t, k=key: self.tasks.pop(k, None))
 
     async def _run(self, proto: wire.FrameProtocol, rid: int, kind: int, meta: tuple, payload: Any) -> None:
         start = time.perf_counter()
@@ -271,6 +287,12 @@ class ReplicaImpl:
                 proto.send((rid, R_ERR, cloudpickle.dumps(_cancelled(self.deployment_name)), self.ongoing - 1))
         finally:
             self.ongoing -= 1
+            while self.backlog:
+                item = self.backlog.popleft()
+                if not item[0].closed:
+                    self._start(*item)
+                    break
+                self.ongoing -= 1
             elapsed = time.perf_counter() - start
             self.stats.record(elapsed, status >= 500)
             if self.logger.access_enabled:

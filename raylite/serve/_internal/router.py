@@ -178,6 +178,10 @@ class Router:
     def _load(self, rid: str) -> int:
         local = self.inflight.get(rid, 0)
         reported = self.qlen.get(rid, 0)
+        if local == 0:
+            # the reported length may be stale and no reply of ours will refresh it: rank by it,
+            # but never let it block (the replica holds what exceeds max_ongoing_requests)
+            return min(reported, self.max_ongoing - 1)
         return local if local > reported else reported
 
     def _pick(self, model_id: str = "") -> dict | None:

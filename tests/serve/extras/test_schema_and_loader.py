@@ -133,3 +133,32 @@ def test_cli_reports_bad_import_path_and_bad_config_without_starting_anything(tm
         assert "applications[0].deployments[0].max_ongoing_request: unknown field" in result.output
     result = runner.invoke(serve_cli, ["run", "m:app", "novalue"])
     assert result.exit_code == 1 and "key=value" in result.output
+
+
+def test_reload_watcher_sees_edits_new_and_removed_files(tmp_path):
+    import os
+
+    from raylite.serve.scripts import _Watcher
+
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "__pycache__").mkdir()
+    watcher = _Watcher([str(tmp_path)])
+    assert not watcher.changed()
+    (tmp_path / "__pycache__" / "a.pyc").write_bytes(b"ignored")
+    assert not watcher.changed()
+    (tmp_path / "a.py").write_text("x = 22\n")  # same second, other size
+    assert watcher.changed() and not watcher.changed()
+    (tmp_path / "b.py").write_text("")
+    assert watcher.changed()
+    os.remove(tmp_path / "b.py")
+    assert watcher.changed()
+
+
+def test_forget_local_modules_makes_the_next_import_read_the_file(tmp_path):
+    from raylite.serve._internal.app_loader import forget_local_modules
+
+    (tmp_path / "mymod_extras_c.py").write_text("value = 1\n")
+    assert import_attr("mymod_extras_c:value", str(tmp_path)) == 1
+    (tmp_path / "mymod_extras_c.py").write_text("value = 2  # edited\n")
+    forget_local_modules(str(tmp_path))
+    assert import_attr("mymod_extras_c:value", str(tmp_path)) == 2
