@@ -91,10 +91,16 @@ function pageNodes(main) {
       }
       if (n.state === "ALIVE") {
         const workers = (n.stats.workers || []).slice().sort((a, b) => b.rss_bytes - a.rss_bytes);
-        html.push(`<div class="card"><h2>Workers on node ${short(n.node_id, 12)} (${esc(n.ip)})</h2>${table([
+        const gpuUtil = Object.fromEntries(gpus.map(g => [g.index, g.utilization_percent]));
+        const cols = [
           ["pid", w => esc(w.pid), { num: true }], ["worker", w => `<span class="mono">${short(w.worker_id, 12)}</span>`],
           ["state", w => badge(w.state)], ["actor", w => w.actor_id ? `<span class="mono">${short(w.actor_id, 12)}</span>` : "–"],
-          ["CPU (of one core)", w => fmtPct(w.cpu_percent), { num: true }], ["memory (RSS)", w => fmtBytes(w.rss_bytes), { num: true }]],
+          ["CPU (of one core)", w => fmtPct(w.cpu_percent), { num: true }], ["memory (RSS)", w => fmtBytes(w.rss_bytes), { num: true }]];
+        if (gpus.length) {
+          cols.push(["GPUs (utilisation)", w => (w.gpu_ids || []).map(i => `${i} (${fmtPct(gpuUtil[i])})`).join(", ") || "–"],
+                    ["GPU memory", w => (w.gpu_mem_bytes ? fmtBytes(w.gpu_mem_bytes) : "–"), { num: true }]);
+        }
+        html.push(`<div class="card"><h2>Workers on node ${short(n.node_id, 12)} (${esc(n.ip)})</h2>${table(cols,
           workers, { empty: "No worker processes." })}</div>`);
       }
     }
