@@ -231,7 +231,8 @@ function pageJobs(main) {
     const pre = document.getElementById("joblog");
     const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 20;
     document.getElementById("logtitle").textContent = `Logs of ${selected}`;
-    pre.textContent = res.logs || "(no output yet)";
+    const logs = res.logs || "";
+    pre.textContent = !logs ? "(no output yet)" : logs.length > 500000 ? `… (earlier output cut; the whole log is under Logs)\n${logs.slice(-500000)}` : logs;
     if (document.getElementById("follow").checked && atBottom) pre.scrollTop = pre.scrollHeight;
   };
   every(1000, async () => {
