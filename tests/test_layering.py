@@ -51,3 +51,12 @@ def test_core_does_not_import_public_layer():
     for path in (ROOT / "_core").rglob("*.py"):
         bad = {m for m in _imports(path) if any(m == p or m.startswith(p + ".") for p in public)}
         assert not bad, f"{path.name} imports the public layer: {bad}"
+
+
+def test_dashboard_talks_to_the_head_only_through_messages():
+    """raylite/dashboard (L6) may use L0-L2 core modules (ids, config, protocol, transport, ...),
+    never the process roles or a driver's client."""
+    forbidden = {f"raylite._core.{m}" for m in (*ROLES, "core_client", "worker_pool", "node_main", "cluster")}
+    for path in (ROOT / "dashboard").rglob("*.py"):
+        bad = {m for m in _imports(path) if any(m == f or m.startswith(f + ".") for f in forbidden)}
+        assert not bad, f"{path.relative_to(ROOT.parent)} imports {bad}"

@@ -58,7 +58,7 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
                num_cpus: float | None = None, num_gpus: float | None = None,
                resources: dict | None = None, object_store_memory: int | None = None,
                persist: str = "", token: str = "", tls_cert: str = "", tls_key: str = "",
-               timeout_s: float = 60.0, include_dashboard: bool = True, dashboard_host: str = "127.0.0.1",
+               timeout_s: float = 60.0, include_dashboard: bool = False, dashboard_host: str = "127.0.0.1",
                dashboard_port: int = 8265) -> StartedNode:
     """Start a head node or a worker node as a detached process; wait until it serves."""
     temp_dir = config.temp_dir

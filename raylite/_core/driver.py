@@ -163,6 +163,9 @@ def init_remote(address: str, *, namespace: str, log_to_driver: bool) -> DriverI
         except ConnectionBrokenError:
             if i == len(candidates) - 1:
                 raise
+    found = CF.read_address_file(config.temp_dir)
+    if found and found.get("address") == hostport:
+        info.dashboard_url = found.get("dashboard_url", "")
     runtime.set_driver(client, info)
     atexit.register(shutdown)
     return info

@@ -34,7 +34,7 @@ def test_init_twice_and_resources():
         assert len(nodes) == 1 and nodes[0]["Alive"]
         with pytest.warns(UserWarning, match="ignores"):
             ray.shutdown()
-            ray.init(num_cpus=1, dashboard_port=8265)
+            ray.init(num_cpus=1, _metrics_export_port=8080)  # dashboard_port is used now (issue 12)
         with pytest.raises(TypeError, match="unexpected keyword"):
             ray.shutdown()
             ray.init(not_a_ray_option=1)
