@@ -209,3 +209,15 @@ def test_gpus_are_read_with_nvidia_smi_where_it_exists(tmp_path, monkeypatch):
     assert [g["utilization_percent"] for g in out["gpus"]] == [55.0, 5.0]
     assert out["gpus"][0]["mem_used_bytes"] == 2 * 2**30
     assert out["workers"][0]["gpu_mem_bytes"] == 512 * 2**20  # the fake reports its parent: us
+
+
+def test_shutdown_flushes_recorded_values_first(monkeypatch):
+    import raylite
+
+    calls = []
+    monkeypatch.setattr(M._REGISTRY, "flush", lambda: calls.append("flush") or True)
+    if raylite.is_initialized():
+        raylite.shutdown()
+    calls.clear()
+    raylite.shutdown()  # no cluster: still asks the registry to flush first, and does not fail
+    assert calls == ["flush"]
