@@ -146,6 +146,11 @@ def shutdown() -> None:
     """Stop this driver's local cluster (or disconnect from a remote one)."""
     if runtime.is_worker():
         return
+    import sys
+
+    metrics = sys.modules.get("raylite.util.metrics")  # loaded only if the program records metrics
+    if metrics is not None:
+        metrics._REGISTRY.flush()  # values recorded since the last 2 s flush reach the cluster
     from raylite._core import driver
 
     driver.shutdown()

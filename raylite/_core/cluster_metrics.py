@@ -107,6 +107,9 @@ def _nodes(f: _Families, nodes: Iterable[Any]) -> None:
                   w.get("cpu_percent", 0.0), **labels)
             f.add("raylite_worker_rss_bytes", "gauge", "Resident memory of a worker process, bytes.",
                   w.get("rss_bytes", 0), **labels)
+            if "gpu_mem_bytes" in w:
+                f.add("raylite_worker_gpu_mem_bytes", "gauge", "GPU memory a worker process uses, bytes.",
+                      w["gpu_mem_bytes"], **labels)
         for g in s.get("gpus", []):
             labels = {**node, "gpu": g.get("index", 0)}
             f.add("raylite_node_gpu_utilization_percent", "gauge", "GPU utilisation, percent.",

@@ -261,7 +261,7 @@ class NodeDaemon:
         if not self._stats.due(now):
             return None
         workers = [{"pid": w.pid, "worker_id": w.worker_id.hex(), "state": w.state,
-                    "actor_id": w.actor_id.hex() if w.actor_id else ""}
+                    "actor_id": w.actor_id.hex() if w.actor_id else "", "gpu_ids": list(w.gpu_ids)}
                    for w in self.pool.workers.values() if w.pid and w.state != "DEAD"]
         try:
             return self._stats.sample(workers, self.store, now)

@@ -26,6 +26,7 @@ class NodeStats:
         self._procs: dict[int, Any] = {}
         self._gpu_at = 0.0
         self._gpus: list[dict[str, Any]] = []
+        self._gpu_procs: dict[int, int] = {}  # pid -> GPU memory in use, bytes
         self._smi = shutil.which("nvidia-smi")
         self._psutil: Any = None
 
@@ -57,6 +58,9 @@ class NodeStats:
         gpus = self._gpu_sample(now)
         if gpus:
             out["gpus"] = gpus
+            for w in out["workers"]:
+                if w["pid"] in self._gpu_procs:
+                    w["gpu_mem_bytes"] = self._gpu_procs[w["pid"]]
         return out
 
     def _workers(self, workers: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -97,8 +101,12 @@ class NodeStats:
                  "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=5, check=True,
             ).stdout
             self._gpus = parse_nvidia_smi(text)
+            apps = subprocess.run(
+                [self._smi, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                capture_output=True, text=True, timeout=5, check=True).stdout if self._gpus else ""
+            self._gpu_procs = parse_compute_apps(apps)
         except (OSError, subprocess.SubprocessError):
-            self._gpus = []
+            self._gpus, self._gpu_procs = [], {}
         return self._gpus
 
 
@@ -118,3 +126,17 @@ def parse_nvidia_smi(text: str) -> list[dict[str, Any]]:
         except ValueError:
             continue
     return gpus
+
+
+def parse_compute_apps(text: str) -> dict[int, int]:
+    """`nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits` (MiB)
+    as {pid: bytes}; a process on several GPUs adds up."""
+    out: dict[int, int] = {}
+    for line in text.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            pid, mib = int(parts[0]), float(parts[1])
+        except (ValueError, IndexError):
+            continue
+        out[pid] = out.get(pid, 0) + int(mib * 2**20)
+    return out

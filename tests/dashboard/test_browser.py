@@ -154,7 +154,7 @@ def test_train_loss_chart_shows_both_ranks_and_grows_while_training(browser, das
     from raylite.train import RunConfig, ScalingConfig
     from raylite.train.torch import TorchTrainer
 
-    trainer = TorchTrainer(_train_loop, train_loop_config={"steps": 40, "sleep_s": 0.2},
+    trainer = TorchTrainer(_train_loop, train_loop_config={"steps": 60, "sleep_s": 0.2},
                            scaling_config=ScalingConfig(num_workers=2, use_gpu=False),
                            run_config=RunConfig(name="dashboard_train", storage_path=str(tmp_path)))
     result: dict = {}
@@ -162,7 +162,8 @@ def test_train_loss_chart_shows_both_ranks_and_grows_while_training(browser, das
     fit.start()
     try:
         browser.open("train")
-        chart = browser.page.wait_for_selector("#metriccharts [data-key='metric:loss'][data-series='rank 0,rank 1']")
+        chart = browser.page.wait_for_selector("#metriccharts [data-key='metric:loss'][data-series='rank 0,rank 1']",
+                                                timeout=240_000)  # two torch workers start on a loaded box
         first = int(wait_for(lambda: int(chart.get_attribute("data-points") or 0) >= 2 and chart.get_attribute("data-points"),
                              timeout_s=60, what="points of both ranks on the loss chart"))
         later = int(wait_for(lambda: int(chart.get_attribute("data-points")) > first + 2 and chart.get_attribute("data-points"),
@@ -172,7 +173,7 @@ def test_train_loss_chart_shows_both_ranks_and_grows_while_training(browser, das
         browser.page.wait_for_selector("#stepcharts [data-key='step_s'][data-series='rank 0,rank 1']")
         browser.shot(artifacts, "train")
     finally:
-        fit.join(timeout=120)
+        fit.join(timeout=300)
     assert result["r"].error is None
 
 

@@ -195,3 +195,29 @@ def test_grafana_dashboard_queries_only_metrics_raylite_exports():
     source = (pathlib.Path(cluster_metrics.__file__)).read_text()
     exported = set(re.findall(r'"(raylite_[a-z_]+)"', source))
     assert used and used <= exported, f"the Grafana dashboard queries unknown metrics: {used - exported}"
+
+
+def test_gpus_are_read_with_nvidia_smi_where_it_exists(tmp_path, monkeypatch):
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\ncase \"$1\" in --query-compute-apps*) echo \"$PPID, 512\";;\n"
+                    "*) echo '0, Fake GPU, 55, 2048, 16384'; echo '1, Fake GPU, 5, 0, 16384';; esac\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
+    stats = NodeStats(gpu_interval_s=0)
+    me = __import__("os").getpid()
+    out = stats.sample([{"pid": me, "gpu_ids": [0]}], SimpleNamespace())
+    assert [g["utilization_percent"] for g in out["gpus"]] == [55.0, 5.0]
+    assert out["gpus"][0]["mem_used_bytes"] == 2 * 2**30
+    assert out["workers"][0]["gpu_mem_bytes"] == 512 * 2**20  # the fake reports its parent: us
+
+
+def test_shutdown_flushes_recorded_values_first(monkeypatch):
+    import raylite
+
+    calls = []
+    monkeypatch.setattr(M._REGISTRY, "flush", lambda: calls.append("flush") or True)
+    if raylite.is_initialized():
+        raylite.shutdown()
+    calls.clear()
+    raylite.shutdown()  # no cluster: still asks the registry to flush first, and does not fail
+    assert calls == ["flush"]

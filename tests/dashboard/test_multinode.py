@@ -24,7 +24,7 @@ def two_nodes(monkeypatch):
     monkeypatch.delenv("RAYLITE_TOKEN", raising=False)
     c = Cluster(cfg)
     try:
-        head = c.add_head(num_cpus=1, dashboard_port=free_port())
+        head = c.add_head(num_cpus=1, include_dashboard=True, dashboard_port=free_port())
         worker = c.add_node(num_cpus=1)
         wait_until(lambda: len(c.alive_ids()) == 2, what="two alive nodes")
         yield c, head, worker

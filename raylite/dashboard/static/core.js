@@ -108,6 +108,12 @@ function setStatus(text, isError) {
   el.className = isError ? "status err" : "status";
 }
 
+/* States keep their colour on every chart (red is always a failure). */
+const STATE_COLORS = {
+  FINISHED: "#2b8a3e", ALIVE: "#2b8a3e", RUNNING: "#2f6fdb", FAILED: "#c62828", DEAD: "#c62828",
+  PENDING: "#e67700", PENDING_ARGS_AVAIL: "#e67700", PENDING_NODE_ASSIGNMENT: "#f59f00",
+  SUBMITTED_TO_WORKER: "#ae3ec9", RESTARTING: "#ae3ec9",
+};
 const PALETTE = ["#2f6fdb", "#e8590c", "#2b8a3e", "#ae3ec9", "#c92a2a", "#0b7285", "#5f3dc4", "#e67700", "#364fc7", "#087f5b"];
 
 /* A line chart in `el`. data = [xs, ys1, ys2...]; labels = series names.
@@ -120,11 +126,11 @@ function lineChart(el, title, labels, data, opts = {}) {
   const series = [{ label: opts.xLabel || (opts.time === false ? "step" : "time"),
                     value: (u, v) => v === null || v === undefined ? "–" : (opts.time === false ? fmtNum(v) : fmtTime(v)) }];
   labels.forEach((l, i) => series.push({
-    label: l, stroke: PALETTE[i % PALETTE.length], width: 2, spanGaps: true,
+    label: l, stroke: STATE_COLORS[l] || PALETTE[i % PALETTE.length], width: 2, spanGaps: true,
     points: { show: opts.points !== undefined ? opts.points : true, size: 4 },
     value: (u, v) => (v === null || v === undefined ? "–" : fmt(v)),
     paths: opts.bars ? uPlot.paths.bars({ size: [0.6, 40] }) : undefined,
-    fill: opts.bars ? PALETTE[i % PALETTE.length] + "99" : undefined,
+    fill: opts.bars ? (STATE_COLORS[l] || PALETTE[i % PALETTE.length]) + "99" : undefined,
   }));
   const chart = new uPlot({
     width, height: opts.height || 200,

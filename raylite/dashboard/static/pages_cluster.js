@@ -91,10 +91,16 @@ function pageNodes(main) {
       }
       if (n.state === "ALIVE") {
         const workers = (n.stats.workers || []).slice().sort((a, b) => b.rss_bytes - a.rss_bytes);
-        html.push(`<div class="card"><h2>Workers on node ${short(n.node_id, 12)} (${esc(n.ip)})</h2>${table([
+        const gpuUtil = Object.fromEntries(gpus.map(g => [g.index, g.utilization_percent]));
+        const cols = [
           ["pid", w => esc(w.pid), { num: true }], ["worker", w => `<span class="mono">${short(w.worker_id, 12)}</span>`],
           ["state", w => badge(w.state)], ["actor", w => w.actor_id ? `<span class="mono">${short(w.actor_id, 12)}</span>` : "–"],
-          ["CPU (of one core)", w => fmtPct(w.cpu_percent), { num: true }], ["memory (RSS)", w => fmtBytes(w.rss_bytes), { num: true }]],
+          ["CPU (of one core)", w => fmtPct(w.cpu_percent), { num: true }], ["memory (RSS)", w => fmtBytes(w.rss_bytes), { num: true }]];
+        if (gpus.length) {
+          cols.push(["GPUs (utilisation)", w => (w.gpu_ids || []).map(i => `${i} (${fmtPct(gpuUtil[i])})`).join(", ") || "–"],
+                    ["GPU memory", w => (w.gpu_mem_bytes ? fmtBytes(w.gpu_mem_bytes) : "–"), { num: true }]);
+        }
+        html.push(`<div class="card"><h2>Workers on node ${short(n.node_id, 12)} (${esc(n.ip)})</h2>${table(cols,
           workers, { empty: "No worker processes." })}</div>`);
       }
     }
@@ -225,7 +231,8 @@ function pageJobs(main) {
     const pre = document.getElementById("joblog");
     const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 20;
     document.getElementById("logtitle").textContent = `Logs of ${selected}`;
-    pre.textContent = res.logs || "(no output yet)";
+    const logs = res.logs || "";
+    pre.textContent = !logs ? "(no output yet)" : logs.length > 500000 ? `… (earlier output cut; the whole log is under Logs)\n${logs.slice(-500000)}` : logs;
     if (document.getElementById("follow").checked && atBottom) pre.scrollTop = pre.scrollHeight;
   };
   every(1000, async () => {

@@ -3,7 +3,9 @@
 The controller tells the feed about attempts, every rank's reports and the run's end;
 the feed keeps a bounded copy (the last `MAX_POINTS` reports per rank) and writes it as
 one JSON value under namespace "train", key "run:<experiment name>", at most once per
-`PUBLISH_INTERVAL_S` and once more when the run ends. The dashboard reads it to draw
+`PUBLISH_INTERVAL_S` (longer for a big document: one more second per 100 kB, so a wide
+run does not flood the head's KV store, which may persist every write) and once more when
+the run ends. The dashboard reads it to draw
 per-rank metric charts while the run trains and per-rank step durations side by side
 (a straggler's bars stand out).
 
@@ -21,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 NAMESPACE = "train"
-MAX_POINTS = 1000
+MAX_POINTS = 500
 PUBLISH_INTERVAL_S = 1.0
 
 
@@ -41,6 +43,7 @@ class RunFeed:
         self._put = put
         self._clock = clock
         self._last_publish = -math.inf
+        self._interval_s = PUBLISH_INTERVAL_S
         self._dirty = True
         self.doc: dict[str, Any] = {
             "name": name, "trainer": trainer, "num_workers": num_workers, "status": "RUNNING",
@@ -83,12 +86,14 @@ class RunFeed:
 
     def publish(self, force: bool = False) -> None:
         now = self._clock()
-        if not self._dirty or (not force and now - self._last_publish < PUBLISH_INTERVAL_S):
+        if not self._dirty or (not force and now - self._last_publish < self._interval_s):
             return
         self._last_publish, self._dirty = now, False
         self.doc["updated_at"] = time.time()
+        body = json.dumps(self.doc, default=str).encode()
+        self._interval_s = PUBLISH_INTERVAL_S + len(body) / 100_000
         try:
-            self._put(f"run:{self.doc['name']}", json.dumps(self.doc, default=str).encode())
+            self._put(f"run:{self.doc['name']}", body)
         except Exception:  # noqa: BLE001 - the dashboard feed never fails a run
             pass
 
