@@ -144,9 +144,10 @@ class LineageRebuilder:
         """With _lock held: make sure every owned argument of `spec` will exist; returns the
         ids to keep pinned while the task re-runs."""
         deps = []
-        for oid in dict.fromkeys([r[1] for r in spec.arg_refs] + list(lineage_args)):
-            if not self.refs.is_owned(oid) and self.refs.count(oid) is not None:
-                continue  # borrowed: its owner serves (or rebuilds) it
+        owners = {r[1]: r[2] for r in spec.arg_refs}
+        for oid in dict.fromkeys([*owners, *lineage_args]):
+            if owners.get(oid, self.address) != self.address:
+                continue  # another process owns it: it serves (or rebuilds) it for the re-run
             entry = self.entries.get(oid)
             if entry is None:  # freed since: its lineage was kept for this
                 if self.refs.lineage_of(oid) is None:
