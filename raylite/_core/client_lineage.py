@@ -104,7 +104,7 @@ class LineageRebuilder:
                                     "is 3) to have lost results rebuilt.")
         spec, _keep = lin.spec
         if 0 <= spec.max_retries <= lin.reruns:
-            raise E.ObjectReconstructionFailedError(
+            raise E.ObjectReconstructionFailedMaxAttemptsExceededError(
                 hexid, f"{why}. Its task {spec.display_name()} was already re-run {lin.reruns} time(s) to "
                 "rebuild lost results (max_retries); raise max_retries to allow more.")
         deps = self._rebuild_args(spec, lin.arg_ids, why)
@@ -151,9 +151,9 @@ class LineageRebuilder:
             entry = self.entries.get(oid)
             if entry is None:  # freed since: its lineage was kept for this
                 if self.refs.lineage_of(oid) is None:
-                    raise E.ObjectLostError(spec.return_ids()[0].hex(), f"{why}. Re-running its task "
-                                            f"{spec.display_name()} needs its argument {oid.hex()}, which "
-                                            "was freed and cannot be rebuilt.")
+                    raise E.ObjectReconstructionFailedLineageEvictedError(
+                        spec.return_ids()[0].hex(), f"{why}. Re-running its task {spec.display_name()} "
+                        f"needs its argument {oid.hex()}, which was freed and cannot be rebuilt.")
                 self.refs.own(oid)
                 self.entries[oid] = ObjectEntry()
                 self._start_rebuild(oid, f"argument {oid.hex()} of {spec.display_name()} was freed")
