@@ -12,7 +12,9 @@ measures, with the same code for both frameworks (`import <framework> as ray`):
   host 2 (the pull across hosts plus the zero-copy read), median of 3, in GB/s;
 - death detection: seconds from the fault until `nodes()` shows host 2 dead after every
   process of it is killed (`netns-hosts kill`), and host 3 dead after its link is cut
-  (`netns-hosts cut`; capped at --cut-limit-s).
+  (`netns-hosts cut`; capped at --cut-limit-s);
+- lineage: seconds from killing host 4, which holds the only copy of a 20 MB task result
+  (`max_retries=3`), until `get()` on host 1 returns it rebuilt by re-running the task.
 JSON lines go to stdout; a Markdown table with the issue's targets goes to stderr.
 """
 
@@ -40,6 +42,7 @@ METRICS = [
     Metric("transfer_50mb_gbps", "cross-node get() of 50 MB", "GB/s", False),
     Metric("death_killed_s", "node death detected, processes killed", "s", True, 3.0),
     Metric("death_cut_s", "node death detected, link cut", "s", True, 10.0),
+    Metric("lineage_rebuild_s", "lost 20 MB result rebuilt (host killed -> get)", "s", True),
 ]
 
 TRANSFER = """
@@ -80,6 +83,26 @@ while alive and time.time() - t0 < {limit_s}:
 print(json.dumps({{"detect_s": time.time() - t0, "detected": not alive}}), flush=True)
 """
 
+LINEAGE = """
+import json, time
+import numpy as np
+import {mod} as ray
+from {mod}.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init(address="{address}")
+victim = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeManagerAddress"] == "{victim_ip}"][0]
+@ray.remote(max_retries=3)
+def make(n):
+    return np.full(n, 7, dtype=np.uint8)
+ref = make.options(scheduling_strategy=NodeAffinitySchedulingStrategy(victim, soft=True)).remote(20 << 20)
+ray.wait([ref], fetch_local=False)
+print(json.dumps({{"ready": 1}}), flush=True)
+t0 = float(input())
+a = ray.get(ref, timeout={limit_s})
+print(json.dumps({{"rebuild_s": time.time() - t0, "ok": a.nbytes == 20 << 20 and int(a[-1]) == 7}}), flush=True)
+"""
+
+HOSTS = (1, 2, 3, 4)
+
 
 class Hosts:
     """netns hosts PREFIX1..3 running one framework's cluster."""
@@ -93,8 +116,8 @@ class Hosts:
         self.token = ""
 
     def __enter__(self) -> Hosts:
-        out = subprocess.run([TOOL, "up", "3", "--prefix", self.prefix], capture_output=True, text=True,
-                             check=True).stdout
+        out = subprocess.run([TOOL, "up", str(len(HOSTS)), "--prefix", self.prefix], capture_output=True,
+                             text=True, check=True).stdout
         for line in out.splitlines():
             name, ip = line.split()[:2]
             self.ips[int(name[len(self.prefix):])] = ip
@@ -133,7 +156,7 @@ class Hosts:
         return res.stdout
 
     def start(self) -> None:
-        for i in (1, 2, 3):
+        for i in HOSTS:
             ip = self.ips[i]
             res = json.dumps({f"h{i}": 1})
             if self.framework == "raylite":
@@ -186,6 +209,22 @@ def detect(hosts: Hosts, victim: int, fault: list[str], limit_s: float) -> float
     return res["detect_s"] if res["detected"] else None
 
 
+def rebuild(hosts: Hosts, victim: int, limit_s: float) -> float | None:
+    """Seconds from killing `victim` (holding a task result's only copy) until get() returns it."""
+    code = LINEAGE.format(mod=hosts.framework, address=hosts.address, victim_ip=hosts.ips[victim],
+                          limit_s=limit_s)
+    proc = hosts.driver(code)
+    try:
+        read_json(proc, "ready", 240)
+        subprocess.run([TOOL, "kill", f"{hosts.prefix}{victim}"], check=True, capture_output=True)
+        proc.stdin.write(f"{time.time()}\n")
+        proc.stdin.flush()
+        res = read_json(proc, "rebuild_s", limit_s + 60)
+    finally:
+        proc.kill()
+    return res["rebuild_s"] if res["ok"] else None
+
+
 def measure_netns(framework: str, python: str, cut_limit_s: float) -> dict[str, float]:
     results: dict[str, float] = {}
     with Hosts(framework, python, "rlbr" if framework == "raylite" else "rlby") as hosts:
@@ -199,6 +238,13 @@ def measure_netns(framework: str, python: str, cut_limit_s: float) -> dict[str, 
         if not lines:
             raise RuntimeError(f"{framework} transfer driver failed:\n{err[-3000:]}")
         results.update(json.loads(lines[-1]))
+        try:
+            rebuilt = rebuild(hosts, 4, 180)
+        except Exception as e:  # noqa: BLE001  e.g. the object is reported lost: no figure
+            emit({"framework": framework, "metric": "lineage_rebuild_s", "value": None, "note": str(e)[:300]})
+            rebuilt = None
+        if rebuilt is not None:
+            results["lineage_rebuild_s"] = rebuilt
         killed = detect(hosts, 2, ["kill"], 120)
         cut = detect(hosts, 3, ["cut"], cut_limit_s)
         if killed is not None:

@@ -210,6 +210,14 @@ class ObjectReconstructionFailedError(ObjectLostError):
     """Re-running the task that made the object failed."""
 
 
+class ObjectReconstructionFailedMaxAttemptsExceededError(ObjectReconstructionFailedError):
+    """The task that made the object was already re-run `max_retries` times to rebuild it."""
+
+
+class ObjectReconstructionFailedLineageEvictedError(ObjectReconstructionFailedError):
+    """What re-running the task needs (an argument and its lineage) is gone."""
+
+
 class ObjectFetchTimedOutError(ObjectLostError):
     """Fetching the object from another node timed out."""
 

@@ -104,7 +104,7 @@ class LineageRebuilder:
                                     "is 3) to have lost results rebuilt.")
         spec, _keep = lin.spec
         if 0 <= spec.max_retries <= lin.reruns:
-            raise E.ObjectReconstructionFailedError(
+            raise E.ObjectReconstructionFailedMaxAttemptsExceededError(
                 hexid, f"{why}. Its task {spec.display_name()} was already re-run {lin.reruns} time(s) to "
                 "rebuild lost results (max_retries); raise max_retries to allow more.")
         deps = self._rebuild_args(spec, lin.arg_ids, why)
@@ -144,15 +144,16 @@ class LineageRebuilder:
         """With _lock held: make sure every owned argument of `spec` will exist; returns the
         ids to keep pinned while the task re-runs."""
         deps = []
-        for oid in dict.fromkeys([r[1] for r in spec.arg_refs] + list(lineage_args)):
-            if not self.refs.is_owned(oid) and self.refs.count(oid) is not None:
-                continue  # borrowed: its owner serves (or rebuilds) it
+        owners = {r[1]: r[2] for r in spec.arg_refs}
+        for oid in dict.fromkeys([*owners, *lineage_args]):
+            if owners.get(oid, self.address) != self.address:
+                continue  # another process owns it: it serves (or rebuilds) it for the re-run
             entry = self.entries.get(oid)
             if entry is None:  # freed since: its lineage was kept for this
                 if self.refs.lineage_of(oid) is None:
-                    raise E.ObjectLostError(spec.return_ids()[0].hex(), f"{why}. Re-running its task "
-                                            f"{spec.display_name()} needs its argument {oid.hex()}, which "
-                                            "was freed and cannot be rebuilt.")
+                    raise E.ObjectReconstructionFailedLineageEvictedError(
+                        spec.return_ids()[0].hex(), f"{why}. Re-running its task {spec.display_name()} "
+                        f"needs its argument {oid.hex()}, which was freed and cannot be rebuilt.")
                 self.refs.own(oid)
                 self.entries[oid] = ObjectEntry()
                 self._start_rebuild(oid, f"argument {oid.hex()} of {spec.display_name()} was freed")

@@ -113,3 +113,32 @@ def test_put_object_whose_node_died_names_put(two_nodes):
     wait_until(lambda: bytes.fromhex(victim.node_id) in client._dead_nodes, what="the driver hears of it")
     with pytest.raises(ray.exceptions.ObjectLostError, match="put"):
         ray.get(ref, timeout=60)
+
+
+def test_rebuilding_stops_after_max_retries(make_cluster):
+    c = make_cluster()
+    c.add_head(num_cpus=0)  # the driver's node runs nothing: results live on n1, then n2
+    n1, n2 = c.add_node(num_cpus=1), c.add_node(num_cpus=1)
+    wait_until(lambda: len(c.alive_ids()) == 3, what="three nodes")
+    ray.init(address="auto")
+
+    @ray.remote(max_retries=1)
+    def once_more():
+        return np.full(200_000, 4), ray.get_runtime_context().get_node_id()
+
+    first = once_more.options(scheduling_strategy=_on(n1), num_returns=2).remote()
+    assert ray.get(first[1], timeout=60) == n1.node_id
+    ray.wait([first[0]], timeout=60, fetch_local=False)
+    _kill(c, n1)
+
+    @ray.remote
+    def head_of(a):
+        return int(a[0])
+
+    # passed to a task (on n2): re-run once there first, and read there (no copy reaches the driver)
+    assert ray.get(head_of.remote(first[0]), timeout=60) == 4
+    assert ray.get(first[1], timeout=60) == n1.node_id  # a small return kept by the owner stays
+    _kill(c, n2)
+    with pytest.raises(ray.exceptions.ObjectReconstructionFailedMaxAttemptsExceededError,
+                       match="max_retries"):
+        ray.get(first[0], timeout=60)

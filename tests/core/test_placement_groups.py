@@ -13,6 +13,8 @@ from raylite.util.scheduling_strategies import (
 )
 
 
+# Generous timeouts: a module that imported torch before this one makes new workers preload it
+# (seconds each on a loaded 2-core machine), and these tests start several workers.
 @ray.remote(num_cpus=1)
 def assigned():
     return ray.get_runtime_context().get_assigned_resources()
@@ -20,11 +22,11 @@ def assigned():
 
 def test_reserve_run_and_remove(cluster):
     pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_PACK")
-    assert pg.wait(10)
-    assert ray.get(pg.ready(), timeout=10) == pg
+    assert pg.wait(60)
+    assert ray.get(pg.ready(), timeout=60) == pg
     assert ray.available_resources().get("CPU", 0) == 0
     strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=1)
-    assert ray.get(assigned.options(scheduling_strategy=strategy).remote(), timeout=10) == {"CPU": 1}
+    assert ray.get(assigned.options(scheduling_strategy=strategy).remote(), timeout=60) == {"CPU": 1}
     table = placement_group_table(pg)
     assert table["state"] == "CREATED" and len(table["bundles"]) == 2
 
@@ -34,13 +36,13 @@ def test_reserve_run_and_remove(cluster):
             return "ok"
 
     actor = InGroup.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg)).remote()
-    assert ray.get(actor.ok.remote(), timeout=10) == "ok"
+    assert ray.get(actor.ok.remote(), timeout=60) == "ok"
     remove_placement_group(pg)
     from tests.conftest import wait_for
 
     wait_for(lambda: ray.available_resources().get("CPU", 0) == 2, what="bundle CPUs to return")
     with pytest.raises(ray.exceptions.RayActorError):
-        ray.get(actor.ok.remote(), timeout=10)
+        ray.get(actor.ok.remote(), timeout=60)
 
 
 def test_infeasible_group_raises(cluster):
@@ -56,12 +58,12 @@ def test_infeasible_group_raises(cluster):
 def test_node_affinity(cluster):
     node_id = ray.get_runtime_context().get_node_id()
     strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
-    assert ray.get(assigned.options(scheduling_strategy=strategy).remote(), timeout=10) == {"CPU": 1}
+    assert ray.get(assigned.options(scheduling_strategy=strategy).remote(), timeout=60) == {"CPU": 1}
     bad = NodeAffinitySchedulingStrategy("ab" * 16, soft=False)
     with pytest.raises(ray.exceptions.TaskUnschedulableError):
-        ray.get(assigned.options(scheduling_strategy=bad).remote(), timeout=10)
+        ray.get(assigned.options(scheduling_strategy=bad).remote(), timeout=60)
     soft = NodeAffinitySchedulingStrategy("ab" * 16, soft=True)
-    assert ray.get(assigned.options(scheduling_strategy=soft).remote(), timeout=10) == {"CPU": 1}
+    assert ray.get(assigned.options(scheduling_strategy=soft).remote(), timeout=60) == {"CPU": 1}
 
 
 def test_ray_util_placement_group_module_path(cluster):
@@ -81,7 +83,7 @@ def test_ray_util_placement_group_module_path(cluster):
     assert module.placement_group is placement_group is raylite.util.placement_group
     assert callable(raylite.util.placement_group)  # the function, not the module
     pg = placement_group([{"CPU": 1}], strategy="PACK")
-    assert isinstance(pg, PlacementGroup) and pg.wait(10)
+    assert isinstance(pg, PlacementGroup) and pg.wait(60)
     assert placement_group_table(pg)["state"] == "CREATED"
 
     @ray.remote(num_cpus=1)
@@ -89,6 +91,6 @@ def test_ray_util_placement_group_module_path(cluster):
         return get_current_placement_group() is not None
 
     strategy = PlacementGroupSchedulingStrategy(pg, placement_group_capture_child_tasks=True)
-    assert ray.get(current.options(scheduling_strategy=strategy).remote(), timeout=10)
+    assert ray.get(current.options(scheduling_strategy=strategy).remote(), timeout=60)
     assert get_current_placement_group() is None  # the driver is in no group
     remove_placement_group(pg)
