@@ -442,11 +442,24 @@ def run_chain_blocks(chain: TransformChain, source: Iterator[Block], task_index:
             pending.append(piece)
             size += piece.nbytes
             if target_bytes is not None and size >= target_bytes:
-                yield compact_block(concat_blocks(pending))
+                yield _gathered(pending)
                 emitted = True
                 pending, size = [], 0
     if pending or not emitted:
-        yield compact_block(concat_blocks(pending)) if pending else pa.table({})
+        yield _gathered(pending) if pending else pa.table({})
+
+
+def _gathered(pending: list[Block]) -> Block:
+    """Small tables gathered into one output block, with one chunk per column.
+
+    Why one chunk: consumers cut blocks into batches and hand numpy arrays to users; a
+    batch that spans many small chunks must be copied together on the consumer (one
+    process, the pipeline's serial end) for every batch, while combining here is one
+    copy, done in the parallel map tasks, before the block is written out anyway.
+    """
+    if len(pending) == 1:
+        return compact_block(pending[0])
+    return concat_blocks(pending).combine_chunks()
 
 
 def _cut_to_target(table: Block, target_bytes: int | None) -> list[Block]:
