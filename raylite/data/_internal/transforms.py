@@ -22,7 +22,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from raylite.data._internal.rows import LazyRow, apply_per_row, as_plain_row
+from raylite.data._internal.rows import (
+    LazyRow,
+    apply_per_row,
+    as_plain_row,
+    unfilled_rows_to_columns,
+)
 from raylite.data.block import (
     BatchTypeError,
     Block,
@@ -180,6 +185,16 @@ def _row_at(table: Block, i: int) -> dict[str, Any]:
     return next(iter_table_rows(table.slice(i, 1)), {})
 
 
+def _columns_out(columns: dict[str, list[Any]], n: int) -> Iterator[Block]:
+    """Python-value columns -> blocks of ROWS_PER_OUTPUT_TABLE rows, converted as ``rows_to_block`` does."""
+    from raylite.data.block import _list_to_numpy, to_arrow_array
+
+    for start in range(0, n, ROWS_PER_OUTPUT_TABLE):
+        stop = start + ROWS_PER_OUTPUT_TABLE
+        yield pa.table({name: to_arrow_array(_list_to_numpy(values[start:stop]), name)
+                        for name, values in columns.items()})
+
+
 def _rows_out(rows: list[Any], where: str) -> Iterator[Block]:
     for start in range(0, len(rows), ROWS_PER_OUTPUT_TABLE):
         yield rows_to_block(rows[start:start + ROWS_PER_OUTPUT_TABLE], where)
@@ -206,6 +221,10 @@ class MapRowsStage(Stage):
                     f"{_short(_row_at(table, i))}; map() functions must return a dict (use flat_map() to "
                     "return a list of rows)."
                 )
+            columns = unfilled_rows_to_columns(outs) if LazyRow in types else None
+            if columns is not None:  # the rows were returned as views (``row[k] = v; return row``)
+                yield from _columns_out(columns, len(outs))
+                continue
             if LazyRow in types:
                 outs = [as_plain_row(o) for o in outs]
             yield from _rows_out(outs, where)
