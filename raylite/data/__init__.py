@@ -83,3 +83,12 @@ __all__ = [
     "read_parquet",
     "read_text",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``raylite.data.expressions`` / ``raylite.data.preprocessors`` load on first use."""
+    if name in ("expressions", "preprocessors"):
+        import importlib
+
+        return importlib.import_module(f"raylite.data.{name}")
+    raise AttributeError(f"module 'raylite.data' has no attribute {name!r}")

@@ -339,7 +339,9 @@ class Dataset:
              aggregator_ray_remote_args: dict[str, Any] | None = None, validate_schemas: bool = False) -> Dataset:
         """Join with ``ds`` on key columns: ``inner``, ``left_outer``, ``right_outer``, ``full_outer``
         (and ``left_semi``/``right_semi``/``left_anti``/``right_anti``), hash-partitioned into
-        ``num_partitions`` join tasks (and output blocks)."""
+        ``num_partitions`` join tasks (and output blocks). ``partition_size_hint``,
+        ``aggregator_ray_remote_args`` and ``validate_schemas`` are accepted for Ray
+        compatibility and have no effect here."""
         from raylite.data._internal.join import JoinSpec
 
         if not isinstance(ds, Dataset):

@@ -19,6 +19,7 @@ which the row is an ordinary dict. Setting a key never reads the block, so
 from __future__ import annotations
 
 import copy as _copy
+import itertools
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -43,12 +44,20 @@ def _convert_column(col: pa.ChunkedArray) -> list[Any]:
 class BlockColumns:
     """One block's columns, each converted to a Python list on first use."""
 
-    __slots__ = ("table", "names", "_converted")
+    __slots__ = ("table", "names", "_converted", "_all")
 
     def __init__(self, table: pa.Table) -> None:
         self.table = table
         self.names = table.column_names
         self._converted: dict[str, list[Any]] = {}
+        self._all: list[list[Any]] | None = None
+
+    def all_columns(self) -> list[list[Any]]:
+        """Every column converted, in ``names`` order (cached: whole-row reads use it per row)."""
+        cols = self._all
+        if cols is None:
+            cols = self._all = [self[name] for name in self.names]
+        return cols
 
     def __getitem__(self, name: str) -> list[Any]:
         try:
@@ -86,14 +95,17 @@ class LazyRow(dict):
             return
         self._src = None
         i = self._i
+        values = [col[i] for col in src.all_columns()]
+        if not dict.__len__(self):
+            dict.update(self, zip(src.names, values))
+            return
         # Rebuild in a plain dict's order: the block's columns first (a value the user
         # set keeps its column's place), then keys the user added, in insertion order.
-        held = dict.copy(self)
+        # (dict.items, not dict.copy: copying a dict subclass goes through our keys().)
+        held = list(dict.items(self))
         dict.clear(self)
-        for name in src.names:
-            _dict_setitem(self, name, held.pop(name) if name in held else src[name][i])
-        for key, value in held.items():
-            _dict_setitem(self, key, value)
+        dict.update(self, zip(src.names, values))
+        dict.update(self, held)
 
     # ---- single-key operations that need not fill the whole row
     def __contains__(self, key: object) -> bool:
@@ -173,15 +185,13 @@ class LazyRow(dict):
 
     def copy(self) -> dict[Any, Any]:  # type: ignore[override]
         self._fill()
-        return dict.copy(self)
+        return dict(dict.items(self))
 
     def __or__(self, other: Any) -> Any:
-        self._fill()
-        return dict.__or__(dict.copy(self), other)
+        return dict.__or__(self.copy(), other)
 
     def __ror__(self, other: Any) -> Any:
-        self._fill()
-        return dict.__ror__(dict.copy(self), other)
+        return dict.__ror__(self.copy(), other)
 
     def __copy__(self) -> dict[Any, Any]:
         return self.copy()
@@ -213,7 +223,7 @@ def as_plain_row(row: Any) -> Any:
     """A ``LazyRow`` returned by a UDF -> a plain dict (whole), anything else unchanged."""
     if type(row) is LazyRow:
         row._fill()
-        return dict.copy(row)
+        return dict(dict.items(row))
     return row
 
 
@@ -295,3 +305,31 @@ def apply_per_row(fn: Callable[..., Any], table: pa.Table, args: tuple, kwargs: 
     finally:
         hot[:] = list(converted)
     return out
+
+
+def unfilled_rows_to_columns(rows: list[Any]) -> dict[str, list[Any]] | None:
+    """Columns for rows that are all unfilled ``LazyRow``s of one block, else None.
+
+    Why: ``row["new"] = f(row["x"]); return row`` is the common ``map``; filling each
+    row into a whole dict only to take it apart into columns again costs a dict per
+    row. Here a column no row touched is the block's converted column itself, and a
+    touched one is gathered with ``dict.get`` (C speed, the block's value as default).
+    The column order and values are what the rows' dict views would give: block
+    columns first, then added keys in first-seen order, None where a row lacks one.
+    """
+    if not rows or type(rows[0]) is not LazyRow:
+        return None
+    src = rows[0]._src
+    if src is None or not all(type(r) is LazyRow and r._src is src for r in rows):
+        return None
+    keys = dict.fromkeys(itertools.chain.from_iterable(map(dict.keys, rows)))
+    idx = [r._i for r in rows]
+    in_order = idx == list(range(len(src.table)))  # one output row per block row, in order
+    columns: dict[str, list[Any]] = {}
+    for name, col in zip(src.names, src.all_columns()):
+        values = col if in_order else [col[i] for i in idx]
+        columns[name] = list(map(dict.get, rows, itertools.repeat(name), values)) if name in keys else values
+    for name in keys:
+        if name not in columns:
+            columns[name] = list(map(dict.get, rows, itertools.repeat(name)))
+    return columns

@@ -22,7 +22,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from raylite.data._internal.rows import LazyRow, apply_per_row, as_plain_row
+from raylite.data._internal.rows import (
+    LazyRow,
+    apply_per_row,
+    as_plain_row,
+    unfilled_rows_to_columns,
+)
 from raylite.data.block import (
     BatchTypeError,
     Block,
@@ -180,6 +185,16 @@ def _row_at(table: Block, i: int) -> dict[str, Any]:
     return next(iter_table_rows(table.slice(i, 1)), {})
 
 
+def _columns_out(columns: dict[str, list[Any]], n: int) -> Iterator[Block]:
+    """Python-value columns -> blocks of ROWS_PER_OUTPUT_TABLE rows, converted as ``rows_to_block`` does."""
+    from raylite.data.block import _list_to_numpy, to_arrow_array
+
+    for start in range(0, n, ROWS_PER_OUTPUT_TABLE):
+        stop = start + ROWS_PER_OUTPUT_TABLE
+        yield pa.table({name: to_arrow_array(_list_to_numpy(values[start:stop]), name)
+                        for name, values in columns.items()})
+
+
 def _rows_out(rows: list[Any], where: str) -> Iterator[Block]:
     for start in range(0, len(rows), ROWS_PER_OUTPUT_TABLE):
         yield rows_to_block(rows[start:start + ROWS_PER_OUTPUT_TABLE], where)
@@ -206,6 +221,10 @@ class MapRowsStage(Stage):
                     f"{_short(_row_at(table, i))}; map() functions must return a dict (use flat_map() to "
                     "return a list of rows)."
                 )
+            columns = unfilled_rows_to_columns(outs) if LazyRow in types else None
+            if columns is not None:  # the rows were returned as views (``row[k] = v; return row``)
+                yield from _columns_out(columns, len(outs))
+                continue
             if LazyRow in types:
                 outs = [as_plain_row(o) for o in outs]
             yield from _rows_out(outs, where)
@@ -442,11 +461,24 @@ def run_chain_blocks(chain: TransformChain, source: Iterator[Block], task_index:
             pending.append(piece)
             size += piece.nbytes
             if target_bytes is not None and size >= target_bytes:
-                yield compact_block(concat_blocks(pending))
+                yield _gathered(pending)
                 emitted = True
                 pending, size = [], 0
     if pending or not emitted:
-        yield compact_block(concat_blocks(pending)) if pending else pa.table({})
+        yield _gathered(pending) if pending else pa.table({})
+
+
+def _gathered(pending: list[Block]) -> Block:
+    """Small tables gathered into one output block, with one chunk per column.
+
+    Why one chunk: consumers cut blocks into batches and hand numpy arrays to users; a
+    batch that spans many small chunks must be copied together on the consumer (one
+    process, the pipeline's serial end) for every batch, while combining here is one
+    copy, done in the parallel map tasks, before the block is written out anyway.
+    """
+    if len(pending) == 1:
+        return compact_block(pending[0])
+    return concat_blocks(pending).combine_chunks()
 
 
 def _cut_to_target(table: Block, target_bytes: int | None) -> list[Block]:

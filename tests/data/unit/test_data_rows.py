@@ -157,3 +157,24 @@ def test_rows_a_udf_keeps_stay_intact(local):
 def test_a_row_stored_inside_the_output_is_whole(local):
     out = rd.from_items([{"a": 1, "b": "x"}, {"a": 2, "b": "y"}]).map(lambda r: {"orig": r, "a2": r["a"] * 2})
     assert out.take_all() == [{"orig": {"a": 1, "b": "x"}, "a2": 2}, {"orig": {"a": 2, "b": "y"}, "a2": 4}]
+
+
+def test_rows_returned_as_views_give_the_same_block_as_plain_dicts(local):
+    from raylite.data.block import rows_to_block
+
+    table = pa.table({"a": list(range(10)), "s": [f"v{i}" for i in range(10)], "f": [i / 2 for i in range(10)]})
+    held = []
+
+    def fn(row):
+        row["a"] = row["a"] * 10  # override a column (keeps its place)
+        if row["a"] % 20 == 0:
+            row["extra"] = "x"  # a key only some rows have: None elsewhere
+        if not held:
+            held.append(row)
+        return row if row["a"] != 90 else held[0]  # one row returned twice
+
+    got = rd.from_arrow(table).map(fn).take_all()
+    held.clear()
+    want = rows_to_block([fn(r) for r in iter_table_rows(table)]).to_pylist()
+    assert got == want and list(got[0]) == ["a", "s", "f", "extra"]
+    assert got[9] == got[0] and got[1]["extra"] is None
