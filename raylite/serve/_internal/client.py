@@ -19,6 +19,12 @@ SERVE_NAMESPACE = "serve"
 _lock = threading.RLock()
 _loop: asyncio.AbstractEventLoop | None = None
 _state: ServeClientState | None = None
+_local_mode = False  # serve.run(_local_testing_mode=True): routers are filled in-process, no controller
+
+
+def set_local_mode(on: bool) -> None:
+    global _local_mode
+    _local_mode = on
 
 
 def set_process_loop(loop: asyncio.AbstractEventLoop) -> None:
@@ -72,7 +78,8 @@ class ServeClientState:
         from raylite.serve._internal.router import ConnectionPool
 
         self.loop = get_loop()
-        self.pool = ConnectionPool(get_runtime_context().get_node_id())
+        self.local = _local_mode
+        self.pool = ConnectionPool("local" if self.local else get_runtime_context().get_node_id())
         self.routers: dict[tuple[str, str], Any] = {}
         self.versions: dict[str, int] = {}
         self.listeners: dict[str, list] = {}
@@ -96,6 +103,8 @@ class ServeClientState:
 
             router = Router(app_name, deployment_name, self.pool)
             self.routers[key] = router
+            if self.local:
+                return router
             self.subscribe(f"replicas/{app_name}/{deployment_name}", router.update)
             if self._report_task is None:
                 self._report_task = self.loop.create_task(self._report_queued())

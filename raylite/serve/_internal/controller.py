@@ -276,7 +276,9 @@ class ServeController:
                     last_metrics = now
                     for dep in list(self.deps.values()):
                         for r in dep.running():
-                            asyncio.ensure_future(self._poll_replica(dep, r, now))
+                            if not r.polling:
+                                r.polling = True
+                                asyncio.ensure_future(self._poll_replica(dep, r, now))
                         controller_status.autoscale(self, dep, now)
                 if now - last_proxies >= 2.0:
                     last_proxies = now
@@ -426,6 +428,12 @@ class ServeController:
 
     async def _poll_replica(self, dep: DeploymentRecord, rec: ReplicaRecord, now: float) -> None:
         """Metrics every poll; a health check every health_check_period_s. Failure -> replace."""
+        try:
+            await self._poll_once(dep, rec, now)
+        finally:
+            rec.polling = False
+
+    async def _poll_once(self, dep: DeploymentRecord, rec: ReplicaRecord, now: float) -> None:
         cfg = dep.config
         try:
             m = await asyncio.wait_for(_await_ref(rec.actor.get_metrics.remote()), 10.0)

@@ -90,14 +90,15 @@ class ReplicaImpl:
     """Everything the replica does; the actor class below only forwards control calls here."""
 
     def __init__(self, app_name: str, deployment_name: str, replica_id: str, definition: bytes,
-                 init_args: bytes, config: dict) -> None:
+                 init_args: bytes, config: dict, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.local = loop is not None  # serve.run(_local_testing_mode=True): in the driver, no cluster
         self.app_name = app_name
         self.deployment_name = deployment_name
         self.replica_id = replica_id
         self.config = config
         self._definition = definition
         self._init_args = init_args
-        self.loop = start_loop_thread("serve-replica")
+        self.loop = loop or start_loop_thread("serve-replica")
         self.ongoing = 0
         self.draining = False
         self.stats = _Stats()
@@ -116,7 +117,8 @@ class ReplicaImpl:
         self.logger = logs.replica_logger(app_name, deployment_name, replica_id, config.get("logging_config"))
         from raylite.serve._internal import client
 
-        client.set_process_loop(self.loop)
+        if not self.local:
+            client.set_process_loop(self.loop)
 
     # ------------------------------------------------------------ lifecycle (run on self.loop)
     async def initialize(self) -> dict:
@@ -156,7 +158,8 @@ class ReplicaImpl:
     def info(self) -> dict:
         from raylite.runtime_context import get_runtime_context
 
-        return {"replica_id": self.replica_id, "node_id": get_runtime_context().get_node_id(),
+        node_id = "local" if self.local else get_runtime_context().get_node_id()
+        return {"replica_id": self.replica_id, "node_id": node_id,
                 "pid": os.getpid(), "unix_path": self.unix_path, "tcp_addr": self.tcp_addr,
                 "actor_name": f"SERVE_REPLICA::{self.replica_id}"}
 
@@ -167,6 +170,8 @@ class ReplicaImpl:
             os.unlink(path)
         self._servers.append(await loop.create_unix_server(self._protocol, path))
         self.unix_path = path
+        if self.local:
+            return
         from raylite import api
 
         host = api.node_ip_address() or "127.0.0.1"
