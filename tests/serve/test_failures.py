@@ -130,6 +130,15 @@ def test_killed_controller_comes_back_and_adopts_replicas(serve_instance):
     wait_for(adopted, timeout_s=30, what="the restarted controller to adopt the running replicas")
     assert serve.status().applications["steady"].status == "RUNNING"
     assert httpx.get(f"{url}/steady").text == "steady"
+
+    @serve.deployment
+    def later(request) -> str:
+        return "deployed after the restart"
+
+    serve.run(later.bind(), name="later", route_prefix="/later")  # the proxy learns the new route
+    wait_for(lambda: httpx.get(f"{url}/later").status_code == 200, timeout_s=10, what="the new route")
+    assert httpx.get(f"{url}/later").text == "deployed after the restart"
+    serve.delete("later")
     serve.delete("steady")
 
 
