@@ -112,10 +112,15 @@ class ServeClientState:
 
     def subscribe(self, key: str, callback: Any) -> None:
         """Call `callback(value)` now (once fetched) and on every change of `key` (on self.loop)."""
+        new_key = key not in self.listeners
         self.listeners.setdefault(key, []).append(callback)
         self.loop.create_task(self._fetch_now(key))
-        if self._poll_task is None or self._poll_task.done():
-            self._poll_task = self.loop.create_task(self._poll())
+        task = self._poll_task
+        if task is not None and not task.done():
+            if not new_key:
+                return
+            task.cancel()  # the poll in flight does not watch the new key: start one that does
+        self._poll_task = self.loop.create_task(self._poll())
 
     async def _fetch_now(self, key: str) -> None:
         for attempt in range(200):

@@ -235,7 +235,8 @@ class ServeController:
         if dep is None:
             return []
         return [{"replica_id": r.replica_id, "state": r.state, "node_id": r.info.get("node_id"),
-                 "pid": r.info.get("pid"), "actor_name": r.actor_name} for r in dep.replicas.values()]
+                 "pid": r.info.get("pid"), "actor_name": r.actor_name, "model_ids": list(r.model_ids)}
+                for r in dep.replicas.values()]
 
     async def get_app_info(self) -> dict:
         return {name: {"route_prefix": a.get("route_prefix"), "ingress": a["ingress"],
