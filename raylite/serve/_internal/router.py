@@ -112,6 +112,7 @@ class ConnectionPool:
 
 
 _rids = itertools.count(1)
+_random = random.random
 
 
 class Router:
@@ -198,7 +199,11 @@ class Router:
         if n == 1:
             r = reps[0]
             return r if self._load(r["replica_id"]) < self.max_ongoing else None
-        a, b = random.sample(reps, 2)
+        i = int(_random() * n)
+        j = int(_random() * (n - 1))
+        if j >= i:
+            j += 1
+        a, b = reps[i], reps[j]
         la, lb = self._load(a["replica_id"]), self._load(b["replica_id"])
         if lb < la:
             a, la = b, lb
