@@ -105,20 +105,20 @@ def test_cli_submit_status_logs_stop_list(api, working_dir):
     assert r.returncode == 0, r.stderr
     assert "driver 41 (41, 'cli')" in r.stdout and "succeeded" in r.stdout
 
-    r = api.cli("job", "submit", "--no-wait", "--submission-id", "cli-sleeper", "--", "sleep", "120")
+    r = api.here("job", "submit", "--no-wait", "--submission-id", "cli-sleeper", "--", "sleep", "120")
     assert r.returncode == 0 and "cli-sleeper" in r.stdout
     client = JobSubmissionClient(api.url)
     wait_for(lambda: client.get_job_status("cli-sleeper") == JobStatus.RUNNING, 60, 0.1, "the job to run")
-    r = api.cli("job", "status", "cli-sleeper")
+    r = api.here("job", "status", "cli-sleeper")
     assert r.returncode == 0 and "RUNNING" in r.stdout
-    r = api.cli("job", "stop", "cli-sleeper")
+    r = api.here("job", "stop", "cli-sleeper")
     assert r.returncode == 0 and "STOPPED" in r.stdout
-    r = api.cli("job", "list", "--format", "json")
+    r = api.here("job", "list", "--format", "json")
     rows = {j["submission_id"]: j for j in json.loads(r.stdout)}
     assert rows["cli-sleeper"]["status"] == "STOPPED"
-    r = api.cli("job", "delete", "cli-sleeper")
+    r = api.here("job", "delete", "cli-sleeper")
     assert r.returncode == 0
-    r = api.cli("job", "logs", "cli-sleeper")
+    r = api.here("job", "logs", "cli-sleeper")
     assert r.returncode == 1 and "cli-sleeper" in r.stderr and "does not exist" in r.stderr
 
 
@@ -129,12 +129,12 @@ def test_cli_failed_job_and_bad_input(api):
     before = len(client.list_jobs())
     r = api.cli("job", "submit", "--runtime-env-json", "{not json", "--", "echo", "hi")
     assert r.returncode == 1 and "--runtime-env-json is not valid JSON" in r.stderr
-    r = api.cli("job", "submit", "--metadata-json", "[1]", "--", "echo", "hi")
+    r = api.here("job", "submit", "--metadata-json", "[1]", "--", "echo", "hi")
     assert r.returncode == 1 and "--metadata-json must be a JSON object" in r.stderr
     assert len(client.list_jobs()) == before  # nothing was submitted
-    r = api.cli("job", "status", "raysubmit_missing")
+    r = api.here("job", "status", "raysubmit_missing")
     assert r.returncode == 1 and "raysubmit_missing" in r.stderr
-    r = api.cli("job", "logs", "--follow", "raysubmit_missing")
+    r = api.here("job", "logs", "--follow", "raysubmit_missing")
     assert r.returncode == 1 and "raysubmit_missing" in r.stderr
 
 
