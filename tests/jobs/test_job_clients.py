@@ -138,6 +138,7 @@ def test_cli_failed_job_and_bad_input(api):
     assert r.returncode == 1 and "raysubmit_missing" in r.stderr
 
 
+@pytest.mark.slow
 def test_cli_working_dir_over_the_limit(api, tmp_path):
     big = tmp_path / "wd" / "huge.bin"
     big.parent.mkdir()
