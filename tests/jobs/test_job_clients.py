@@ -187,3 +187,14 @@ def test_rays_own_job_client_works_against_raylite(api, working_dir):
     assert "TAIL 'driver 41 (41, \\'ray\\')" in out.replace('"', "'") or "driver 41 (41, 'ray')" in out
     assert "STATUS SUCCEEDED" in out and "LISTED True" in out
     assert "STOP True" in out and "STOPPED STOPPED True" in out and "MISSING True" in out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists(RAY_PYTHON), reason="Ray is not installed in /opt/rayvenv")
+def test_rays_job_cli_works_against_raylite(api):
+    ray_cli = os.path.join(os.path.dirname(RAY_PYTHON), "ray")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY", "PYTHONPATH"))}
+    r = subprocess.run([ray_cli, "job", "submit", "--address", api.url, "--headers", json.dumps(api.headers),
+                        "--", "echo", "hello-from-ray-cli"], capture_output=True, text=True, env=env, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "hello-from-ray-cli" in r.stdout and "succeeded" in r.stdout
