@@ -81,7 +81,7 @@ class LazyServer:
         self.session_dir = session_dir
         self.token = token
         self.node_id = node_id
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[bytes] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped = False
 
@@ -104,7 +104,7 @@ class LazyServer:
         threading.Thread(target=self._wait, args=(self.process,), daemon=True,
                          name="raylite-dashboard-wait").start()
 
-    def _wait(self, proc: subprocess.Popen) -> None:
+    def _wait(self, proc: subprocess.Popen[bytes]) -> None:
         code = proc.wait()
         if self._stopped or self._loop is None or self._loop.is_closed():
             return
@@ -112,7 +112,7 @@ class LazyServer:
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(self.arm)
 
-    def _spawn(self) -> subprocess.Popen:
+    def _spawn(self) -> subprocess.Popen[bytes]:
         env = dict(os.environ)
         env["RAYLITE_TOKEN"] = self.token
         logs = os.path.join(self.session_dir, "logs")
