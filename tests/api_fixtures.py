@@ -40,12 +40,37 @@ class Api:
         env.pop("RAYLITE_ADDRESS", None)
         return env
 
+    def here(self, *args: str, check: bool = False) -> CliResult:
+        return run_cli_here(self, *args, check=check)
+
     def cli(self, *args: str, timeout: float = 120, check: bool = False, input: str | None = None):
         r = subprocess.run([sys.executable, "-m", "raylite.cli", *args], capture_output=True, text=True,
                            timeout=timeout, env=self.env(), input=input)
         if check and r.returncode != 0:
             raise AssertionError(f"raylite {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
         return r
+
+
+@dataclass
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_cli_here(api: Api, *args: str, check: bool = False) -> CliResult:
+    """The `raylite` CLI in this process (click's runner): the same code as `api.cli`, without
+    a new interpreter per call. Tests call `api.cli` (a real subprocess) once per command family."""
+    from click.testing import CliRunner
+
+    from raylite.cli import main
+
+    result = CliRunner(env={"RAY_ADDRESS": api.url, "RAYLITE_TOKEN": api.token, "RAYLITE_ADDRESS": None}).invoke(
+        main, list(args), catch_exceptions=False)
+    out = CliResult(result.exit_code, result.stdout, result.stderr)
+    if check and out.returncode != 0:
+        raise AssertionError(f"raylite {' '.join(args)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+    return out
 
 
 def start_api_cluster(num_cpus: int = 2) -> Api:

@@ -74,13 +74,14 @@ class LazyServer:
     """Starts the server process on the first connection to `sock`, and again after it exits."""
 
     def __init__(self, sock: socket.socket, *, head_address: str, session_dir: str, token: str,
-                 node_id: str) -> None:
+                 node_id: str, cluster_address: str = "") -> None:
         self.sock = sock
-        self.head_address = head_address
+        self.head_address = head_address  # how the server reaches the head (its unix socket)
+        self.cluster_address = cluster_address or head_address  # how a job's driver joins (TCP if any)
         self.session_dir = session_dir
         self.token = token
         self.node_id = node_id
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[bytes] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped = False
 
@@ -103,7 +104,7 @@ class LazyServer:
         threading.Thread(target=self._wait, args=(self.process,), daemon=True,
                          name="raylite-dashboard-wait").start()
 
-    def _wait(self, proc: subprocess.Popen) -> None:
+    def _wait(self, proc: subprocess.Popen[bytes]) -> None:
         code = proc.wait()
         if self._stopped or self._loop is None or self._loop.is_closed():
             return
@@ -111,14 +112,14 @@ class LazyServer:
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(self.arm)
 
-    def _spawn(self) -> subprocess.Popen:
+    def _spawn(self) -> subprocess.Popen[bytes]:
         env = dict(os.environ)
         env["RAYLITE_TOKEN"] = self.token
         logs = os.path.join(self.session_dir, "logs")
         os.makedirs(logs, exist_ok=True)
         cmd = [sys.executable, "-m", "raylite.dashboard.server", "--fd", str(self.sock.fileno()),
                "--head-address", self.head_address, "--session-dir", self.session_dir,
-               "--node-id", self.node_id, "--url", url_of(self.sock)]
+               "--node-id", self.node_id, "--url", url_of(self.sock), "--cluster-address", self.cluster_address]
         with open(os.path.join(logs, "dashboard.log"), "ab") as out:
             return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env,
                                     pass_fds=(self.sock.fileno(),), close_fds=True)

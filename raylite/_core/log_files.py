@@ -7,13 +7,14 @@ leading dot is refused, so a request can never read outside it.
 from __future__ import annotations
 
 import os
+from typing import Any, BinaryIO
 
 
 def logs_dir(session_dir: str) -> str:
     return os.path.join(session_dir, "logs")
 
 
-def list_files(session_dir: str) -> list[list]:
+def list_files(session_dir: str) -> list[list[Any]]:
     """[[name, size_bytes, mtime_s], ...] sorted by name."""
     folder = logs_dir(session_dir)
     out = []
@@ -51,7 +52,7 @@ def read(session_dir: str, name: str, offset: int, length: int, tail_lines: int 
         return False, b"", 0
 
 
-def _tail_lines(f, size: int, lines: int, max_bytes: int) -> bytes:
+def _tail_lines(f: BinaryIO, size: int, lines: int, max_bytes: int) -> bytes:
     if lines == 0:
         return b""
     block = 64 * 1024

@@ -165,7 +165,7 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool, 
         from raylite._core.dashboard_process import LazyServer
 
         lazy = LazyServer(dashboard[0], head_address=head_unix, session_dir=args.session_dir, token=token,
-                          node_id=node.node_id.hex())
+                          node_id=node.node_id.hex(), cluster_address=head_address)
         lazy.arm()
         with contextlib.suppress(OSError):  # raylite's HTTP clients find a local cluster's API here
             with open(os.path.join(args.session_dir, "dashboard_url"), "w") as f:

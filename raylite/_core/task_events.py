@@ -35,7 +35,7 @@ class TaskEventBuffer:
     """A process's bounded buffer of task events waiting to be flushed to the head."""
 
     def __init__(self, capacity: int = 100_000) -> None:
-        self._events: deque = deque()
+        self._events: deque[tuple[bytes, int, bytes, str, float, Any]] = deque()
         self._capacity = capacity
         self._dropped = 0
         self._lock = threading.Lock()
@@ -52,7 +52,7 @@ class TaskEventBuffer:
                     self._dropped += 1
         events.append((task_id, attempt, job_id, state, time_s, extra))
 
-    def drain(self, describe: Callable[[Any], dict] | None = None) -> tuple[list, list, int]:
+    def drain(self, describe: Callable[[Any], dict[str, Any]] | None = None) -> tuple[list[list[Any]], list[dict[str, Any]], int]:
         """Take everything buffered as (events, descs, dropped) for one TaskEvents message.
 
         Wire event: [task_id, attempt, job_id, state, time_s, [desc indexes], start_s]. Facts
@@ -60,8 +60,8 @@ class TaskEventBuffer:
         once per batch in `descs`; a RUNNING event whose task also ended within the batch is
         folded into the terminal one (start_s), so a short task costs the head one event."""
         events = self._events
-        out: list[list] = []
-        descs: list[dict] = []
+        out: list[list[Any]] = []
+        descs: list[dict[str, Any]] = []
         by_key: dict[Any, int] = {}
         running: dict[tuple[bytes, int], int] = {}
 
@@ -100,7 +100,7 @@ class TaskEventBuffer:
         return len(self._events)
 
 
-def _spec_key(spec: TaskSpec) -> tuple:
+def _spec_key(spec: TaskSpec) -> tuple[Any, ...]:
     return (spec.function.function_id, spec.kind, spec.method_name, spec.name, spec.actor_id,
             spec.parent_task_id, tuple(spec.resources.items()))
 
@@ -113,7 +113,7 @@ class TaskEventTable:
         self._jobs: dict[bytes, OrderedDict[tuple[bytes, int], dict[str, Any]]] = {}
         self.dropped: dict[bytes, int] = {}
 
-    def add(self, events: list, descs: list | None = None, dropped_at_source: int = 0,
+    def add(self, events: list[list[Any]], descs: list[dict[str, Any]] | None = None, dropped_at_source: int = 0,
             source_job: bytes = b"") -> None:
         descs = descs or []
         for task_id, attempt, job_id, state, time_s, idx, start_s in events:

@@ -43,7 +43,7 @@ def _render(rows: list[dict[str, Any]], resource: str, fmt: str, detail: bool) -
     if fmt == "json":
         return json.dumps(rows, indent=2, default=str)
     if fmt == "yaml":
-        import yaml
+        yaml = _yaml()
 
         return yaml.safe_dump([dict(r) for r in rows], sort_keys=False, default_flow_style=False).rstrip()
     if not rows:
@@ -51,6 +51,14 @@ def _render(rows: list[dict[str, Any]], resource: str, fmt: str, detail: bool) -
     cols = [c for c in rows[0] if c != "events"] if detail else [c for c in COLUMNS[resource] if c in rows[0]]
     table = [[_cell(r.get(c)) for c in cols] for r in rows]
     return format_table([c.upper() for c in cols], table)
+
+
+def _yaml() -> Any:
+    try:
+        import yaml
+    except ImportError:
+        _fail("--format yaml needs PyYAML (pip install pyyaml); --format json needs nothing")
+    return yaml
 
 
 def _cell(value: Any) -> str:
@@ -97,9 +105,7 @@ def get_cmd(resource: str, id: str, address: str | None, fmt: str, timeout: int)
     if fmt == "json":
         click.echo(json.dumps(row, indent=2, default=str))
     else:
-        import yaml
-
-        click.echo(yaml.safe_dump(dict(row), sort_keys=False).rstrip())
+        click.echo(_yaml().safe_dump(dict(row), sort_keys=False).rstrip())
 
 
 @click.command(name="summary")

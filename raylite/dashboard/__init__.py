@@ -19,9 +19,10 @@ Shape (for everyone who adds routes):
   in the package `raylite.dashboard.routes` that defines `routes(ctx) -> list[BaseRoute]`
   (discovered with pkgutil; adding routes/metrics.py or routes/ui.py needs no other edit).
   A module may also define `async def startup(ctx)` / `async def shutdown(ctx)`.
-- Context. `ctx` is a `raylite.dashboard.context.DashboardContext`: the head client, the
-  frozen Config, the session dir, the cluster token, the head's node id and the server's
-  URL, plus coroutines returning Ray-shaped state rows: `await ctx.nodes()`,
+- Context. `ctx` is a `raylite.dashboard.context.DashboardContext`: the head client
+  (`await ctx.head.request(msg)`; `ctx.head.request_peer(address, msg)` for a node), the
+  frozen Config, the session dir, the cluster token, the head's node id, the server's URL and
+  the address a job's driver joins (`ctx.cluster_address`), plus coroutines returning Ray-shaped state rows: `await ctx.nodes()`,
   `ctx.actors()`, `ctx.tasks()`, `ctx.jobs()`, `ctx.placement_groups()`, `ctx.workers()`,
   and `ctx.log_files()`; `ctx.extras` is a dict where route modules keep their own state
   (e.g. the job manager under "jobs").

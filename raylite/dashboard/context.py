@@ -62,6 +62,7 @@ class DashboardContext:
     token: str
     node_id: str  # the head's node (hex)
     url: str  # this server's base URL, e.g. http://127.0.0.1:8265
+    cluster_address: str = ""  # what a job's driver joins: tcp://HOST:PORT of the head, or its unix socket
     started_at: float = field(default_factory=time.time)
     extras: dict[str, Any] = field(default_factory=dict)
 

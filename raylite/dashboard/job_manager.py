@@ -241,7 +241,8 @@ class JobManager:
         if not runtime_env["py_modules"]:
             runtime_env.pop("py_modules")
         env.update({
-            "RAYLITE_ADDRESS": self.ctx.head.address, "RAY_ADDRESS": self.ctx.head.address,
+            "RAYLITE_ADDRESS": self.ctx.cluster_address or self.ctx.head.address,
+            "RAY_ADDRESS": self.ctx.cluster_address or self.ctx.head.address,
             "RAYLITE_TOKEN": self.ctx.token, "RAYLITE_JOB_SUBMISSION_ID": rec.submission_id,
             "RAY_JOB_SUBMISSION_ID": rec.submission_id,
             "RAYLITE_JOB_RUNTIME_ENV": json.dumps(runtime_env), "PYTHONUNBUFFERED": "1",

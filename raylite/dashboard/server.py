@@ -32,6 +32,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--session-dir", required=True)
     p.add_argument("--node-id", default="")
     p.add_argument("--url", default="")
+    p.add_argument("--cluster-address", default="", help="what a job's driver joins (the head's TCP address)")
     return p.parse_args(argv)
 
 
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     sock = socket.socket(fileno=args.fd)
     host = sock.getsockname()[0]
     ctx = DashboardContext(HeadClient(args.head_address, token), config, args.session_dir, token,
-                           args.node_id, args.url)
+                           args.node_id, args.url, cluster_address=args.cluster_address or args.head_address)
     allow_loopback = config.dashboard_loopback_without_token and is_loopback(host)
     app = build_app(ctx, allow_loopback=allow_loopback)
     ucfg = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False,

@@ -102,13 +102,16 @@ class JobSubmissionClient:
                    metadata: dict[str, str] | None = None, submission_id: str | None = None,
                    entrypoint_num_cpus: int | float | None = None,
                    entrypoint_num_gpus: int | float | None = None, entrypoint_memory: int | None = None,
-                   entrypoint_resources: dict[str, float] | None = None) -> str:
-        """Start `entrypoint` (a shell command) on the head; returns its submission id."""
+                   entrypoint_resources: dict[str, float] | None = None,
+                   entrypoint_label_selector: dict[str, str] | None = None) -> str:
+        """Start `entrypoint` (a shell command) on the head; returns its submission id.
+        (The entrypoint always runs on the head node; a label selector is recorded, not used.)"""
         runtime_env = self._upload_local_dirs(dict(runtime_env or {}))
         body = {"entrypoint": entrypoint, "submission_id": submission_id or job_id,
                 "runtime_env": runtime_env, "metadata": {**self._default_metadata, **(metadata or {})},
                 "entrypoint_num_cpus": entrypoint_num_cpus, "entrypoint_num_gpus": entrypoint_num_gpus,
-                "entrypoint_memory": entrypoint_memory, "entrypoint_resources": entrypoint_resources}
+                "entrypoint_memory": entrypoint_memory, "entrypoint_resources": entrypoint_resources,
+                "entrypoint_label_selector": entrypoint_label_selector}
         body = {k: v for k, v in body.items() if v is not None}
         return self._api.json("POST", "/api/jobs/", json=body)["submission_id"]
 

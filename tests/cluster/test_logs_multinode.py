@@ -9,7 +9,7 @@ import pytest
 import raylite
 from tests.cluster.conftest import free_port, wait_until
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
 
 def test_logs_of_a_worker_node_through_the_head_api(make_cluster):

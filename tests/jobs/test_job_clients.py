@@ -105,20 +105,20 @@ def test_cli_submit_status_logs_stop_list(api, working_dir):
     assert r.returncode == 0, r.stderr
     assert "driver 41 (41, 'cli')" in r.stdout and "succeeded" in r.stdout
 
-    r = api.cli("job", "submit", "--no-wait", "--submission-id", "cli-sleeper", "--", "sleep", "120")
+    r = api.here("job", "submit", "--no-wait", "--submission-id", "cli-sleeper", "--", "sleep", "120")
     assert r.returncode == 0 and "cli-sleeper" in r.stdout
     client = JobSubmissionClient(api.url)
     wait_for(lambda: client.get_job_status("cli-sleeper") == JobStatus.RUNNING, 60, 0.1, "the job to run")
-    r = api.cli("job", "status", "cli-sleeper")
+    r = api.here("job", "status", "cli-sleeper")
     assert r.returncode == 0 and "RUNNING" in r.stdout
-    r = api.cli("job", "stop", "cli-sleeper")
+    r = api.here("job", "stop", "cli-sleeper")
     assert r.returncode == 0 and "STOPPED" in r.stdout
-    r = api.cli("job", "list", "--format", "json")
+    r = api.here("job", "list", "--format", "json")
     rows = {j["submission_id"]: j for j in json.loads(r.stdout)}
     assert rows["cli-sleeper"]["status"] == "STOPPED"
-    r = api.cli("job", "delete", "cli-sleeper")
+    r = api.here("job", "delete", "cli-sleeper")
     assert r.returncode == 0
-    r = api.cli("job", "logs", "cli-sleeper")
+    r = api.here("job", "logs", "cli-sleeper")
     assert r.returncode == 1 and "cli-sleeper" in r.stderr and "does not exist" in r.stderr
 
 
@@ -129,15 +129,16 @@ def test_cli_failed_job_and_bad_input(api):
     before = len(client.list_jobs())
     r = api.cli("job", "submit", "--runtime-env-json", "{not json", "--", "echo", "hi")
     assert r.returncode == 1 and "--runtime-env-json is not valid JSON" in r.stderr
-    r = api.cli("job", "submit", "--metadata-json", "[1]", "--", "echo", "hi")
+    r = api.here("job", "submit", "--metadata-json", "[1]", "--", "echo", "hi")
     assert r.returncode == 1 and "--metadata-json must be a JSON object" in r.stderr
     assert len(client.list_jobs()) == before  # nothing was submitted
-    r = api.cli("job", "status", "raysubmit_missing")
+    r = api.here("job", "status", "raysubmit_missing")
     assert r.returncode == 1 and "raysubmit_missing" in r.stderr
-    r = api.cli("job", "logs", "--follow", "raysubmit_missing")
+    r = api.here("job", "logs", "--follow", "raysubmit_missing")
     assert r.returncode == 1 and "raysubmit_missing" in r.stderr
 
 
+@pytest.mark.slow
 def test_cli_working_dir_over_the_limit(api, tmp_path):
     big = tmp_path / "wd" / "huge.bin"
     big.parent.mkdir()
@@ -186,3 +187,14 @@ def test_rays_own_job_client_works_against_raylite(api, working_dir):
     assert "TAIL 'driver 41 (41, \\'ray\\')" in out.replace('"', "'") or "driver 41 (41, 'ray')" in out
     assert "STATUS SUCCEEDED" in out and "LISTED True" in out
     assert "STOP True" in out and "STOPPED STOPPED True" in out and "MISSING True" in out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists(RAY_PYTHON), reason="Ray is not installed in /opt/rayvenv")
+def test_rays_job_cli_works_against_raylite(api):
+    ray_cli = os.path.join(os.path.dirname(RAY_PYTHON), "ray")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY", "PYTHONPATH"))}
+    r = subprocess.run([ray_cli, "job", "submit", "--address", api.url, "--headers", json.dumps(api.headers),
+                        "--", "echo", "hello-from-ray-cli"], capture_output=True, text=True, env=env, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "hello-from-ray-cli" in r.stdout and "succeeded" in r.stdout

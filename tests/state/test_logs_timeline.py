@@ -45,22 +45,23 @@ def test_cli_logs_list_actor_task_tail_and_errors(api):
     raylite.get([talker.say.remote(f"line {i}") for i in range(5)])
     actor = wait_for(lambda: [a for a in state.list_actors() if a.state == "ALIVE" and a.class_name == "Talker"],
                      10, 0.1, "the actor")[0]
-    r = api.cli("logs", check=True)
+    r = api.here("logs", check=True)
     assert "worker_out" in r.stdout and "node.err" in r.stdout
-    out = wait_for(lambda: (r := api.cli("logs", "--actor-id", actor.actor_id, "--tail", "2")).returncode == 0
-                   and "line 4" in r.stdout and r.stdout, 20, 0.2, "the actor's output")
-    assert "line 3" in out and "line 1" not in out  # --tail 2
-    r = api.cli("logs", "--actor-id", actor.actor_id, "--err", check=True)
+    wait_for(lambda: "line 4" in api.here("logs", "--actor-id", actor.actor_id).stdout, 20, 0.2,
+             "the actor's output")
+    r = api.cli("logs", "--actor-id", actor.actor_id, "--tail", "2", check=True)  # a real subprocess
+    assert "line 3" in r.stdout and "line 4" in r.stdout and "line 1" not in r.stdout
+    r = api.here("logs", "--actor-id", actor.actor_id, "--err", check=True)
     assert "to stderr: line 0" in r.stdout
     ref = shout.options(name="shouter").remote("task-says-hi")
     raylite.get(ref)
     task = wait_for(lambda: state.list_tasks(filters=[("name", "=", "shouter"), ("state", "=", "FINISHED")]),
                     10, 0.2, "the task's events")[0]
-    r = api.cli("logs", "--task-id", task.task_id, check=True)
+    r = api.here("logs", "--task-id", task.task_id, check=True)
     assert "task-says-hi" in r.stdout
-    r = api.cli("logs", "--actor-id", "ab" * 16)
+    r = api.here("logs", "--actor-id", "ab" * 16)
     assert r.returncode == 1 and "ab" * 16 in r.stderr and "not known" in r.stderr
-    r = api.cli("logs", "no-such-file.log")
+    r = api.here("logs", "no-such-file.log")
     assert r.returncode == 1 and "no-such-file.log" in r.stderr
 
 
@@ -114,5 +115,5 @@ def test_timeline_writes_a_chrome_trace(api, tmp_path):
     assert any(e.get("ph") == "M" for e in events)  # worker names for the viewer
     assert isinstance(raylite.timeline(), list)
     out = tmp_path / "cli.json"
-    r = api.cli("timeline", "-o", str(out), check=True)
+    r = api.here("timeline", "-o", str(out), check=True)
     assert str(out) in r.stdout and any(e.get("name") == "traced" for e in json.loads(out.read_text()))

@@ -133,22 +133,22 @@ def test_summaries(api, work):
 def test_cli_list_get_summary(api, work):
     r = api.cli("list", "actors", check=True)
     assert "the-counter" in r.stdout and "CLASS_NAME" in r.stdout
-    r = api.cli("list", "tasks", "--filter", "name=square", "--format", "json", check=True)
+    r = api.here("list", "tasks", "--filter", "name=square", "--format", "json", check=True)
     rows = json.loads(r.stdout)
     assert len(rows) == 5 and {row["state"] for row in rows} == {"FINISHED"}
-    r = api.cli("list", "placement-groups", "--format", "yaml", "--detail", check=True)
+    r = api.here("list", "placement-groups", "--format", "yaml", "--detail", check=True)
     assert yaml.safe_load(r.stdout)[0]["name"] == "the-pg"
     actor_id = state.list_actors(filters=[("name", "=", "the-counter")])[0].actor_id
     r = api.cli("get", "actors", actor_id, check=True)
     assert yaml.safe_load(r.stdout)["class_name"] == "Counter"
-    r = api.cli("summary", "tasks", check=True)
+    r = api.here("summary", "tasks", check=True)
     assert "square" in r.stdout and "FINISHED: " in r.stdout
 
 
 def test_cli_bad_input(api, work):
-    r = api.cli("get", "actors", "ffff0000")
+    r = api.here("get", "actors", "ffff0000")
     assert r.returncode == 1 and "ffff0000" in r.stderr and "not found" in r.stderr
-    r = api.cli("list", "tasks", "--filter", "colour=red")
+    r = api.here("list", "tasks", "--filter", "colour=red")
     assert r.returncode == 1 and "cannot filter tasks by 'colour'" in r.stderr
     env_bad = api.env() | {"RAYLITE_TOKEN": "wrong"}
     import subprocess
