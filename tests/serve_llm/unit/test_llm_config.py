@@ -57,6 +57,13 @@ def test_bad_configs_name_the_problem():
         LLMConfig(model_loading_config=dict(model_id=" "))
 
 
+def test_lora_config_is_refused_clearly():
+    from raylite.serve.llm import build_llm_deployment
+
+    with pytest.raises(NotImplementedError, match="LoRA"):
+        build_llm_deployment(_cfg(lora_config={"max_num_adapters_per_replica": 2}))
+
+
 def test_serving_args_from_objects_dicts_and_yaml(tmp_path):
     yaml_path = tmp_path / "m.yaml"
     yaml_path.write_text("model_loading_config:\n  model_id: from-yaml\n  model_source: /m\n")

@@ -14,6 +14,10 @@ def build_llm_deployment(llm_config: LLMConfig | dict[str, Any], *,
     from raylite.serve.llm._internal.server import LLMServer
 
     config = llm_config if isinstance(llm_config, LLMConfig) else LLMConfig(**llm_config)
+    if config.lora_config is not None:
+        raise NotImplementedError(
+            f"LLMConfig for model {config.model_id!r} sets lora_config, but raylite does not load "
+            "LoRA adapters yet; merge the adapter into the model's weights, or remove lora_config")
     check_accelerator(config)
     options = config.get_serve_options(name_prefix=name_prefix or "LLMServer:")
     return serve.deployment(LLMServer).options(**options).bind(config)
