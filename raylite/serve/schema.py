@@ -16,6 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from raylite.serve.config import LoggingConfig
+
 __all__ = ["DeploymentSchema", "HTTPOptionsSchema", "LoggingConfigSchema", "RayActorOptionsSchema",
            "ServeApplicationSchema", "ServeDeploySchema", "ServeConfigError", "format_validation_error",
            "parse_config", "parse_config_file"]
@@ -38,21 +40,8 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-class LoggingConfigSchema(_Strict):
-    """Ray's `LoggingConfig`: replica log encoding, level and access log."""
-
-    encoding: str = "TEXT"
-    log_level: str | int = "INFO"
-    logs_dir: str | None = None
-    enable_access_log: bool = True
-    additional_log_standard_attrs: list[str] = Field(default_factory=list)
-
-    @field_validator("encoding")
-    @classmethod
-    def _encoding(cls, v: str) -> str:
-        if v.upper() not in ("TEXT", "JSON"):
-            raise ValueError(f"must be TEXT or JSON, not {v!r}")
-        return v.upper()
+class LoggingConfigSchema(LoggingConfig):
+    """Ray's `LoggingConfig` in a config file: the same model as `raylite.serve.config.LoggingConfig`."""
 
 
 class HTTPOptionsSchema(_Strict):
