@@ -296,17 +296,7 @@ class ReplicaImpl:
                 proto.send((rid, R_ERR, cloudpickle.dumps(_cancelled(self.deployment_name)), self.ongoing - 1))
         finally:
             self.ongoing -= 1
-            while self.backlog:
-                item = self.backlog.popleft()
-                if not item[0].closed:
-                    self._start(*item)
-                    break
-                self.ongoing -= 1
-            elapsed = time.perf_counter() - start
-            self.stats.record(elapsed, status >= 500)
-            if self.logger.access_enabled:
-                self.logger.access(request_id, payload if kind != KIND_CALL else None, method_name, route,
-                                   status, elapsed)
+            self._finish(start, status, request_id, payload if kind != KIND_CALL else None, method_name, route)
 
     async def _run_call(self, proto: wire.FrameProtocol, rid: int, method_name: str, payload: bytes,
                         stream: bool) -> int:
