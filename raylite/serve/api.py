@@ -109,6 +109,10 @@ def run(target: Application, blocking: bool = False, name: str = DEFAULT_APP_NAM
 
     if not isinstance(name, str) or not name:
         raise ValueError(f"application name must be a non-empty str, not {name!r}")
+    if _local_testing_mode:
+        from raylite.serve._internal.local_mode import run_local
+
+        return run_local(target, name)
     app_dict = _build(target, name, route_prefix, logging_config)
     _ensure_core()
     http = _http_from_host_port(host, port)
@@ -186,8 +190,9 @@ def delete(name: str, _blocking: bool = True) -> None:
 def shutdown() -> None:
     """Delete every application, stop the proxies and the controller."""
     import raylite
+    from raylite.serve._internal.local_mode import shutdown_local
 
-    if not raylite.is_initialized():
+    if shutdown_local() or not raylite.is_initialized():
         _client.reset()
         return
     controller = _controller_or_none()

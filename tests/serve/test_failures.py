@@ -130,4 +130,35 @@ def test_killed_controller_comes_back_and_adopts_replicas(serve_instance):
     wait_for(adopted, timeout_s=30, what="the restarted controller to adopt the running replicas")
     assert serve.status().applications["steady"].status == "RUNNING"
     assert httpx.get(f"{url}/steady").text == "steady"
+
+    @serve.deployment
+    def later(request) -> str:
+        return "deployed after the restart"
+
+    serve.run(later.bind(), name="later", route_prefix="/later")  # the proxy learns the new route
+    wait_for(lambda: httpx.get(f"{url}/later").status_code == 200, timeout_s=10, what="the new route")
+    assert httpx.get(f"{url}/later").text == "deployed after the restart"
+    serve.delete("later")
     serve.delete("steady")
+
+
+def test_graceful_shutdown_calls_del(serve_instance, tmp_path):
+    serve, url = serve_instance
+    marker = tmp_path / "deleted"
+
+    @serve.deployment(graceful_shutdown_timeout_s=5)
+    class Tidy:
+        def __init__(self, path: str) -> None:
+            self.path = path
+
+        def __call__(self, request) -> str:
+            return "ok"
+
+        def __del__(self) -> None:
+            with open(self.path, "w") as f:
+                f.write("bye")
+
+    serve.run(Tidy.bind(str(marker)), name="tidy", route_prefix="/tidy")
+    assert httpx.get(f"{url}/tidy").text == "ok"
+    serve.delete("tidy")
+    assert marker.read_text() == "bye"

@@ -152,3 +152,70 @@ def _replica_ids(serve, app: str, dep: str) -> set:
 
     reps = raylite.get(get_controller().list_replicas.remote(app, dep))
     return {r["replica_id"] for r in reps if r["state"] == "RUNNING"}
+
+
+def test_max_ongoing_requests_holds_across_routers(serve_instance):
+    serve, url = serve_instance
+
+    @serve.deployment(max_ongoing_requests=1)
+    class One:
+        def __init__(self) -> None:
+            self.active = self.peak = 0
+
+        async def __call__(self, request=None) -> int:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+            await asyncio.sleep(0.2)
+            self.active -= 1
+            return self.peak
+
+        def peak_seen(self) -> int:
+            return self.peak
+
+    handle = serve.run(One.bind(), name="one", route_prefix="/one")
+
+    async def both() -> None:
+        async with httpx.AsyncClient(timeout=30) as client:
+            http = [client.get(f"{url}/one") for _ in range(3)]
+            calls = [handle.remote() for _ in range(3)]  # the driver's router, apart from the proxy's
+            results = await asyncio.gather(*http, *calls)
+        assert all(r.status_code == 200 for r in results[:3]), [(r.status_code, r.text) for r in results[:3]]
+
+    asyncio.run(both())
+    assert handle.peak_seen.remote().result() == 1
+    serve.delete("one")
+
+
+def test_requests_for_a_model_go_to_the_replica_that_loaded_it(serve_instance):
+    serve, _url = serve_instance
+
+    @serve.deployment(num_replicas=2, max_ongoing_requests=8)
+    class Models:
+        @serve.multiplexed(max_num_models_per_replica=2)
+        async def get_model(self, model_id: str) -> str:
+            return f"model-{model_id}"
+
+        async def __call__(self) -> tuple:
+            import os
+
+            model = await self.get_model(serve.get_multiplexed_model_id())
+            return model, os.getpid()
+
+    handle = serve.run(Models.bind(), name="models", route_prefix=None)
+    model, pid = handle.options(multiplexed_model_id="a").remote().result()
+    assert model == "model-a"
+    from raylite.serve._internal.client import get_controller
+    from tests.conftest import wait_for
+
+    def reported() -> bool:
+        reps = raylite.get(get_controller().list_replicas.remote("models", "Models"))
+        return any(r["pid"] == pid and "a" in r["model_ids"] for r in reps)
+
+    # once the replica's loaded models are reported (metrics poll), "a" always goes there
+    wait_for(reported, timeout_s=20, what="the replica to report model 'a'")
+    import time
+
+    time.sleep(0.5)  # the controller's publish reaching this process's router (a long poll)
+    pids = {handle.options(multiplexed_model_id="a").remote().result()[1] for _ in range(12)}
+    assert pids == {pid}
+    serve.delete("models")

@@ -90,3 +90,19 @@ def test_seed_rag_pipeline(fresh_cluster):
     st = serve.status().applications["default"]
     assert st.status == "RUNNING"
     assert st.deployments["LLMDeployment"].replica_states == {"RUNNING": 2}
+
+
+def test_proxy_location_disabled_serves_handles_only(fresh_cluster):
+    from raylite import serve
+
+    serve.shutdown()
+    serve.start(proxy_location="Disabled", http_options={"port": free_port()})
+
+    @serve.deployment
+    def ping(x: int = 0) -> str:
+        return f"pong {x}"
+
+    handle = serve.run(ping.bind(), name="quiet", route_prefix=None)
+    assert handle.remote(3).result(timeout_s=20) == "pong 3"
+    assert serve.status().proxies == {}
+    serve.shutdown()

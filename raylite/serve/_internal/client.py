@@ -19,6 +19,12 @@ SERVE_NAMESPACE = "serve"
 _lock = threading.RLock()
 _loop: asyncio.AbstractEventLoop | None = None
 _state: ServeClientState | None = None
+_local_mode = False  # serve.run(_local_testing_mode=True): routers are filled in-process, no controller
+
+
+def set_local_mode(on: bool) -> None:
+    global _local_mode
+    _local_mode = on
 
 
 def set_process_loop(loop: asyncio.AbstractEventLoop) -> None:
@@ -72,7 +78,8 @@ class ServeClientState:
         from raylite.serve._internal.router import ConnectionPool
 
         self.loop = get_loop()
-        self.pool = ConnectionPool(get_runtime_context().get_node_id())
+        self.local = _local_mode
+        self.pool = ConnectionPool("local" if self.local else get_runtime_context().get_node_id())
         self.routers: dict[tuple[str, str], Any] = {}
         self.versions: dict[str, int] = {}
         self.listeners: dict[str, list] = {}
@@ -96,6 +103,8 @@ class ServeClientState:
 
             router = Router(app_name, deployment_name, self.pool)
             self.routers[key] = router
+            if self.local:
+                return router
             self.subscribe(f"replicas/{app_name}/{deployment_name}", router.update)
             if self._report_task is None:
                 self._report_task = self.loop.create_task(self._report_queued())
@@ -103,10 +112,15 @@ class ServeClientState:
 
     def subscribe(self, key: str, callback: Any) -> None:
         """Call `callback(value)` now (once fetched) and on every change of `key` (on self.loop)."""
+        new_key = key not in self.listeners
         self.listeners.setdefault(key, []).append(callback)
         self.loop.create_task(self._fetch_now(key))
-        if self._poll_task is None or self._poll_task.done():
-            self._poll_task = self.loop.create_task(self._poll())
+        task = self._poll_task
+        if task is not None and not task.done():
+            if not new_key:
+                return
+            task.cancel()  # the poll in flight does not watch the new key: start one that does
+        self._poll_task = self.loop.create_task(self._poll())
 
     async def _fetch_now(self, key: str) -> None:
         for attempt in range(200):

@@ -56,12 +56,15 @@ class ServeController:
         self.apps: dict[str, dict] = {}
         self.deps: dict[tuple[str, str], DeploymentRecord] = {}
         self.published: dict[str, tuple[int, Any]] = {}
-        self._version = 0
+        # versions only grow, also across a restart of the controller, so routers that saw the
+        # old incarnation's versions accept the new one's values
+        self._version = time.time_ns() // 1000
         self._changed = asyncio.Event()
         self.proxies = controller_proxies.ProxyManager(self)
         self.metrics = controller_status.Metrics()
         self.handle_queued: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
         self.shutting_down = False
+        self._replica_classes: dict[tuple[str, str], Any] = {}
         self._restore()
         self._loop_task = asyncio.get_running_loop().create_task(self._run())
 
@@ -177,6 +180,9 @@ class ServeController:
                 if dname not in app["deployments"]:
                     await self._delete_deployment(name, dname)
         self._publish_routes()
+        now = time.monotonic()
+        for dname in app["deployments"]:  # start replicas now, not at the loop's next turn
+            self._reconcile(self.deps[(name, dname)], now)
         self._checkpoint()
 
     def _initial_replicas(self, target: dict) -> int:
@@ -229,7 +235,8 @@ class ServeController:
         if dep is None:
             return []
         return [{"replica_id": r.replica_id, "state": r.state, "node_id": r.info.get("node_id"),
-                 "pid": r.info.get("pid"), "actor_name": r.actor_name} for r in dep.replicas.values()]
+                 "pid": r.info.get("pid"), "actor_name": r.actor_name, "model_ids": list(r.model_ids)}
+                for r in dep.replicas.values()]
 
     async def get_app_info(self) -> dict:
         return {name: {"route_prefix": a.get("route_prefix"), "ingress": a["ingress"],
@@ -276,7 +283,9 @@ class ServeController:
                     last_metrics = now
                     for dep in list(self.deps.values()):
                         for r in dep.running():
-                            asyncio.ensure_future(self._poll_replica(dep, r, now))
+                            if not r.polling:
+                                r.polling = True
+                                asyncio.ensure_future(self._poll_replica(dep, r, now))
                         controller_status.autoscale(self, dep, now)
                 if now - last_proxies >= 2.0:
                     last_proxies = now
@@ -326,7 +335,10 @@ class ServeController:
         opts = dict(target.get("ray_actor_options") or {})
         opts.setdefault("num_cpus", 1)
         try:
-            cls = raylite.remote(replica_mod.replica_class(dep.app_name, dep.name))
+            cls = self._replica_classes.get((dep.app_name, dep.name))
+            if cls is None:  # one exported class per deployment, not one per replica
+                cls = raylite.remote(replica_mod.replica_class(dep.app_name, dep.name))
+                self._replica_classes[(dep.app_name, dep.name)] = cls
             actor_opts = {"name": rec.actor_name, "namespace": KV_NAMESPACE, "lifetime": "detached",
                           "max_concurrency": 1000, **opts}
             pg_bundles = target.get("placement_group_bundles")
@@ -426,6 +438,12 @@ class ServeController:
 
     async def _poll_replica(self, dep: DeploymentRecord, rec: ReplicaRecord, now: float) -> None:
         """Metrics every poll; a health check every health_check_period_s. Failure -> replace."""
+        try:
+            await self._poll_once(dep, rec, now)
+        finally:
+            rec.polling = False
+
+    async def _poll_once(self, dep: DeploymentRecord, rec: ReplicaRecord, now: float) -> None:
         cfg = dep.config
         try:
             m = await asyncio.wait_for(_await_ref(rec.actor.get_metrics.remote()), 10.0)

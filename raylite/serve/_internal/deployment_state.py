@@ -47,6 +47,7 @@ class ReplicaRecord:
     ongoing: float = 0.0
     model_ids: list = field(default_factory=list)
     actor: Any = None
+    polling: bool = False
 
     def public(self) -> dict:
         out = dict(self.info)

@@ -93,6 +93,14 @@ class WireSender:
             self.proto.send((self.rid, R_ERR, None, self.replica.ongoing - 1))
 
 
+def is_plain(result: Any) -> bool:
+    """True for a value encode_result turns into a body (not a Response, generator or awaitable)."""
+    if isinstance(result, str | bytes | dict | list | int | float | bool) or result is None:
+        return True
+    return not (inspect.isawaitable(result) or inspect.isgenerator(result) or inspect.isasyncgen(result)
+                or (callable(result) and hasattr(result, "status_code")))
+
+
 def encode_result(result: Any, deployment: str) -> tuple[int, list, bytes]:
     """A plain return value as (status, headers, body): dict/list -> JSON, str -> text."""
     if isinstance(result, str):

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import os
 import socket
-import uuid
 from typing import Any
 
 from raylite.serve._internal import client as _client
@@ -71,7 +71,7 @@ class ProxyImpl:
     def dispatch(self, req: Any) -> None:
         """Route one parsed request (called by the HTTP server, in order per connection)."""
         if not req.request_id:
-            req.request_id = uuid.uuid4().hex
+            req.request_id = os.urandom(16).hex()
         path = req.path
         found = self.match(path)
         if found is None:

@@ -90,29 +90,35 @@ class ReplicaImpl:
     """Everything the replica does; the actor class below only forwards control calls here."""
 
     def __init__(self, app_name: str, deployment_name: str, replica_id: str, definition: bytes,
-                 init_args: bytes, config: dict) -> None:
+                 init_args: bytes, config: dict, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.local = loop is not None  # serve.run(_local_testing_mode=True): in the driver, no cluster
         self.app_name = app_name
         self.deployment_name = deployment_name
         self.replica_id = replica_id
         self.config = config
         self._definition = definition
         self._init_args = init_args
-        self.loop = start_loop_thread("serve-replica")
+        self.loop = loop or start_loop_thread("serve-replica")
         self.ongoing = 0
         self.draining = False
         self.stats = _Stats()
         self.tasks: dict[tuple[int, int], asyncio.Task] = {}
+        # requests past max_ongoing_requests (several routers can together exceed it) wait here
+        self.max_ongoing = int(config.get("max_ongoing_requests") or 5)
+        self.backlog: deque[tuple] = deque()
         self.instance: Any = None
         self.callable: Any = None
         self.asgi_app: Any = None
         self.is_function = False
+        self.inline_http = False  # a sync __call__ / function: HTTP requests run without a task
         self.unix_path = ""
         self.tcp_addr: tuple[str, int] | None = None
         self._servers: list[asyncio.AbstractServer] = []
         self.logger = logs.replica_logger(app_name, deployment_name, replica_id, config.get("logging_config"))
         from raylite.serve._internal import client
 
-        client.set_process_loop(self.loop)
+        if not self.local:
+            client.set_process_loop(self.loop)
 
     # ------------------------------------------------------------ lifecycle (run on self.loop)
     async def initialize(self) -> dict:
@@ -143,6 +149,7 @@ class ReplicaImpl:
             self.is_function = True
             self.callable = cls_or_fn
         serve_context._get_internal_replica_context().servable_object = self.instance
+        self.inline_http = self.asgi_app is None and _is_sync_callable(self.callable)
         if self.config.get("user_config") is not None:
             await self.reconfigure(self.config["user_config"])
         await self._open_servers()
@@ -151,7 +158,8 @@ class ReplicaImpl:
     def info(self) -> dict:
         from raylite.runtime_context import get_runtime_context
 
-        return {"replica_id": self.replica_id, "node_id": get_runtime_context().get_node_id(),
+        node_id = "local" if self.local else get_runtime_context().get_node_id()
+        return {"replica_id": self.replica_id, "node_id": node_id,
                 "pid": os.getpid(), "unix_path": self.unix_path, "tcp_addr": self.tcp_addr,
                 "actor_name": f"SERVE_REPLICA::{self.replica_id}"}
 
@@ -162,6 +170,8 @@ class ReplicaImpl:
             os.unlink(path)
         self._servers.append(await loop.create_unix_server(self._protocol, path))
         self.unix_path = path
+        if self.local:
+            return
         from raylite import api
 
         host = api.node_ip_address() or "127.0.0.1"
@@ -245,14 +255,29 @@ class ReplicaImpl:
                 proto.send((rid, R_REJECT, None, self.ongoing))
                 return
             self.ongoing += 1
-            key = (id(proto), rid)
-            task = self.loop.create_task(self._run(proto, rid, kind, meta, payload))
-            self.tasks[key] = task
-            task.add_done_callback(lambda _t, k=key: self.tasks.pop(k, None))
+            if self.ongoing > self.max_ongoing:
+                self.backlog.append((proto, rid, kind, meta, payload))
+                return
+            self._start(proto, rid, kind, meta, payload)
         elif msg[0] == CANCEL:
             task = self.tasks.get((id(proto), msg[1]))
             if task is not None:
                 task.cancel()
+                return
+            for item in self.backlog:
+                if item[0] is proto and item[1] == msg[1]:
+                    self.backlog.remove(item)
+                    self.ongoing -= 1
+                    proto.send((msg[1], R_ERR, cloudpickle.dumps(_cancelled(self.deployment_name)), self.ongoing))
+                    break
+
+    def _start(self, proto: wire.FrameProtocol, rid: int, kind: int, meta: tuple, payload: Any) -> None:
+        if kind != KIND_CALL and self.inline_http and self._run_http_inline(proto, rid, meta, payload):
+            return
+        key = (id(proto), rid)
+        task = self.loop.create_task(self._run(proto, rid, kind, meta, payload))
+        self.tasks[key] = task
+        task.add_done_callback(lambda _t, k=key: self.tasks.pop(k, None))
 
     async def _run(self, proto: wire.FrameProtocol, rid: int, kind: int, meta: tuple, payload: Any) -> None:
         start = time.perf_counter()
@@ -271,6 +296,12 @@ class ReplicaImpl:
                 proto.send((rid, R_ERR, cloudpickle.dumps(_cancelled(self.deployment_name)), self.ongoing - 1))
         finally:
             self.ongoing -= 1
+            while self.backlog:
+                item = self.backlog.popleft()
+                if not item[0].closed:
+                    self._start(*item)
+                    break
+                self.ongoing -= 1
             elapsed = time.perf_counter() - start
             self.stats.record(elapsed, status >= 500)
             if self.logger.access_enabled:
@@ -360,6 +391,74 @@ class ReplicaImpl:
             return 500
         return sender.status
 
+    def _run_http_inline(self, proto: wire.FrameProtocol, rid: int, meta: tuple, payload: tuple) -> bool:
+        """A sync callable returning plain data: run it right here, no task, one reply frame.
+        Returns False (nothing done) when the request needs the async path."""
+        from starlette.requests import Request
+
+        start = time.perf_counter()
+        request_id, route, app_name, model_id, _stream, method_name = meta
+        token = serve_context._serve_request_context.set(
+            serve_context.RequestContext(route, request_id, app_name, model_id))
+        try:
+            scope, body = http_util.build_scope(payload, route)
+            try:
+                result = self.callable(Request(scope, http_util.make_receive(body)))
+            except Exception as e:  # noqa: BLE001
+                self.logger.error("request %s failed:\n%s", scope.get("path"), traceback.format_exc())
+                reply = (500, [(b"content-type", b"text/plain; charset=utf-8")], f"{type(e).__name__}: {e}".encode())
+            else:
+                if not http_util.is_plain(result):
+                    self._start_http_result(proto, rid, meta, payload, result, scope, start)
+                    return True
+                reply = http_util.encode_result(result, self.deployment_name)
+        finally:
+            serve_context._serve_request_context.reset(token)
+        self.ongoing -= 1
+        proto.send((rid, R_OK, reply, self.ongoing))
+        self._finish(start, reply[0], request_id, payload, method_name, route)
+        return True
+
+    def _start_http_result(self, proto: wire.FrameProtocol, rid: int, meta: tuple, payload: tuple, result: Any,
+                           scope: dict, start: float) -> None:
+        """Finish a Response / generator result of an inline call on a task (it needs ASGI sends)."""
+        async def send() -> None:
+            sender = http_util.WireSender(proto, rid, self)
+            status = 500
+            try:
+                await http_util.send_result(result, scope, http_util.make_receive(b""), sender,
+                                            self.deployment_name)
+                status = sender.status
+            except asyncio.CancelledError:
+                status = 499
+            except BaseException:  # noqa: BLE001
+                self.logger.error("response of %s failed:\n%s", scope.get("path"), traceback.format_exc())
+                if sender.started:
+                    sender.abort()
+                else:
+                    proto.send((rid, R_OK, (500, [], b"Internal Server Error"), self.ongoing - 1))
+            finally:
+                self.ongoing -= 1
+                self._finish(start, status, meta[0], payload, meta[5], meta[1])
+
+        key = (id(proto), rid)
+        task = self.loop.create_task(send())
+        self.tasks[key] = task
+        task.add_done_callback(lambda _t, k=key: self.tasks.pop(k, None))
+
+    def _finish(self, start: float, status: int, request_id: str, payload: Any, method_name: str,
+                route: str) -> None:
+        while self.backlog:
+            item = self.backlog.popleft()
+            if not item[0].closed:
+                self._start(*item)
+                break
+            self.ongoing -= 1
+        elapsed = time.perf_counter() - start
+        self.stats.record(elapsed, status >= 500)
+        if self.logger.access_enabled:
+            self.logger.access(request_id, payload, method_name, route, status, elapsed)
+
     async def _call_http_callable(self, scope: dict, receive: Any) -> Any:
         from starlette.requests import Request
 
@@ -368,6 +467,12 @@ class ReplicaImpl:
         if inspect.isawaitable(result):
             result = await result
         return result
+
+
+def _is_sync_callable(target: Any) -> bool:
+    fn = target if inspect.isfunction(target) else getattr(type(target), "__call__", None)  # noqa: B004
+    return fn is not None and inspect.isfunction(fn) and not (
+        inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn))
 
 
 def _cancelled(deployment: str) -> BaseException:

@@ -112,6 +112,7 @@ class ConnectionPool:
 
 
 _rids = itertools.count(1)
+_random = random.random
 
 
 class Router:
@@ -178,6 +179,10 @@ class Router:
     def _load(self, rid: str) -> int:
         local = self.inflight.get(rid, 0)
         reported = self.qlen.get(rid, 0)
+        if local == 0:
+            # the reported length may be stale and no reply of ours will refresh it: rank by it,
+            # but never let it block (the replica holds what exceeds max_ongoing_requests)
+            return min(reported, self.max_ongoing - 1)
         return local if local > reported else reported
 
     def _pick(self, model_id: str = "") -> dict | None:
@@ -194,7 +199,11 @@ class Router:
         if n == 1:
             r = reps[0]
             return r if self._load(r["replica_id"]) < self.max_ongoing else None
-        a, b = random.sample(reps, 2)
+        i = int(_random() * n)
+        j = int(_random() * (n - 1))
+        if j >= i:
+            j += 1
+        a, b = reps[i], reps[j]
         la, lb = self._load(a["replica_id"]), self._load(b["replica_id"])
         if lb < la:
             a, la = b, lb

@@ -55,9 +55,12 @@ class FrameProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._buf = bytearray()
         self.closed = False
+        self._out: list[bytes] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self._loop = asyncio.get_running_loop()
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -95,8 +98,24 @@ class FrameProtocol(asyncio.Protocol):
             del buf[:pos]
 
     def send(self, obj: Any) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.write(encode(obj))
+        """Queue a frame; all frames queued in one loop iteration leave in one write.
+
+        Why: on a busy machine every socket write can wake (and yield the core to) the peer;
+        one write per iteration instead of one per request cut the proxy's CPU per request.
+        """
+        if self.transport is None or self.closed:
+            return
+        data = _DUMPS(obj, _HIGHEST)
+        out = self._out
+        if not out:
+            self._loop.call_soon(self._flush)
+        out.append(_LEN.pack(len(data)))
+        out.append(data)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if out and self.transport is not None and not self.closed:
+            self.transport.write(b"".join(out))
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.closed = True
