@@ -111,11 +111,15 @@ class EngineThread:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(fn(), self._loop))
 
     async def stream(self, make: Callable[[], AsyncIterator[T]],
-                     on_cancel: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[T]:
+                     on_cancel: Callable[[], Awaitable[None]] | None = None,
+                     interval_s: float = 0.0) -> AsyncIterator[list[T]]:
         """Iterate an engine-side async iterator from the caller's loop.
 
         Yields lists: every item that is ready when the caller looks, so a consumer slower
-        than the engine (a busy proxy, a slow client) gets fewer, larger messages.
+        than the engine (a busy proxy, a slow client) gets fewer, larger messages. With
+        `interval_s`, the first list goes at once (time to first token is not delayed) and
+        later ones at most every `interval_s`: fewer messages through the proxy and ingress
+        per token, which is what limits throughput on a few cores.
         """
         caller = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -131,14 +135,20 @@ class EngineThread:
 
         fut = asyncio.run_coroutine_threadsafe(pump(), self._loop)
         finished = False
+        last_yield = None
         try:
             while True:
+                if interval_s and last_yield is not None:
+                    wait_s = last_yield + interval_s - caller.time()
+                    if wait_s > 0:
+                        await asyncio.sleep(wait_s)
                 batch = [await queue.get()]
                 while not queue.empty():  # whatever else is ready goes out in the same message
                     batch.append(queue.get_nowait())
                 items = [value for kind, value in batch if kind == "item"]
                 if items:
                     yield items
+                    last_yield = caller.time()
                 kind, value = batch[-1]
                 if kind == "error":
                     finished = True

@@ -28,6 +28,7 @@ from raylite.serve.llm.openai_api_models import OpenAIHTTPError
 
 logger = logging.getLogger("raylite.serve.llm")
 ERROR_KEY = "__openai_error__"
+DEFAULT_STREAM_BATCHING_INTERVAL_MS = 50.0
 
 
 def as_error(exc: OpenAIHTTPError) -> dict[str, Any]:
@@ -45,6 +46,10 @@ class LLMServer:
                  engine: Engine | None = None) -> None:
         self._config = llm_config if isinstance(llm_config, LLMConfig) else LLMConfig(**llm_config)
         self._model_id = self._config.model_id
+        # Ray Serve LLM's experimental knob (same name; Ray's default is 50 ms): streamed
+        # tokens are sent at most this often after the first one.
+        self._stream_interval_s = float(self._config.experimental_configs.get(
+            "stream_batching_interval_ms", DEFAULT_STREAM_BATCHING_INTERVAL_MS)) / 1000.0
         started = time.monotonic()
         engine = engine or make_engine(self._config)
         self._thread = EngineThread(engine)
@@ -109,7 +114,7 @@ class LLMServer:
         yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""},
                       "logprobs": None, "finish_reason": None} for i in range(options.n)])
         completion_tokens = 0
-        async for steps in self._generate(prompt, options):
+        async for steps in self._generate(prompt, options, self._stream_interval_s):
             events = []
             for deltas in steps:
                 choices = []
@@ -174,7 +179,7 @@ class LLMServer:
         rid, created = R.new_id("cmpl"), int(time.time())
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         completion_tokens = 0
-        async for steps in self._generate(prompts[0], options):
+        async for steps in self._generate(prompts[0], options, self._stream_interval_s):
             events = []
             for deltas in steps:
                 choices = []
@@ -268,10 +273,12 @@ class LLMServer:
             presence_penalty=float(body.get("presence_penalty") or 0.0),
             frequency_penalty=float(body.get("frequency_penalty") or 0.0))
 
-    def _generate(self, ids: list[int], options: SamplingOptions) -> AsyncIterator[Any]:
+    def _generate(self, ids: list[int], options: SamplingOptions,
+                  interval_s: float = 0.0) -> AsyncIterator[Any]:
         rid = uuid.uuid4().hex
         return self._thread.stream(lambda: self._engine.generate(ids, options, rid),
-                                   on_cancel=lambda: self._engine.abort(rid))
+                                   on_cancel=lambda: self._engine.abort(rid),
+                                   interval_s=interval_s)
 
     def __del__(self) -> None:
         thread = getattr(self, "_thread", None)
