@@ -311,8 +311,15 @@ class ControlStore:
     def alive_views(self) -> list[S.NodeView]:
         return [n.view() for n in self.nodes.values() if n.alive]
 
-    def pick_node(self, resources: Mapping[str, int], strategy: list[Any], requester: bytes) -> NodeRecord | S.Infeasible:
-        """Spillback: the node that should grant a lease its requester cannot (or should not)."""
+    def pick_node(self, resources: Mapping[str, int], strategy: list[Any], requester: bytes,
+                  requester_available: Mapping[str, int] | None = None) -> NodeRecord | S.Infeasible:
+        """Spillback: the node that should grant a lease its requester cannot (or should not).
+
+        `requester_available` is the requester's own, current view of its free resources; it
+        replaces the heartbeat copy, so a requester that is full is not picked for its own lease
+        while another node has room (it would queue there behind long-lived actors)."""
+        if requester_available is not None and requester in self.nodes:
+            self.nodes[requester].available = dict(requester_available)
         views = self.alive_views()
         choice = S.pick_node(resources, views, strategy, local_node=requester, spread_counter=self._spread)
         if strategy and strategy[0] == "SPREAD":
@@ -372,6 +379,9 @@ class ControlStore:
             feasible = S.feasible_nodes(need, views)
             choice = feasible[self._spread % len(feasible)]
         self._spread += 1
+        # optimistic until the node's next heartbeat: actors placed in the same burst must see
+        # each other, or they all land on the node that looked emptiest and queue there forever
+        R.subtract(self.nodes[choice.node_id].available, need)
         return [StartActorOn(actor_id, choice.node_id, spec, need)]
 
     def actor_start_replied(self, actor_id: bytes, node_id: bytes, reply: P.StartActorReply) -> list[Effect]:

@@ -225,7 +225,7 @@ class Head:
 
     def _on_pick_node(self, conn, msg: P.PickNode, rid):
         """Spillback: choose the node for a lease its requester cannot (or should not) grant."""
-        choice = self.store.pick_node(msg.resources, msg.strategy, msg.requester)
+        choice = self.store.pick_node(msg.resources, msg.strategy, msg.requester, msg.requester_available)
         if isinstance(choice, S.Infeasible):
             return P.PickNodeReply(error_type="TaskUnschedulableError",
                                    error=f"{msg.description} cannot be scheduled: {choice.reason}. Lower "

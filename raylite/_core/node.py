@@ -423,15 +423,21 @@ class NodeDaemon:
             return strategy[1] != self.node_id.hex()
         if not R.fits(msg.resources, self.total):
             return True
+        return not R.fits(msg.resources, self._free_after_queued())
+
+    def _free_after_queued(self) -> dict:
+        """Free resources once the leases queued here are granted."""
         tentative = dict(self.available)
         for p in self.pending:
             R.subtract(tentative, p.msg.resources)
-        return not R.fits(msg.resources, tentative)
+        return tentative
 
     async def _spill(self, conn: rpc.Connection, msg: P.RequestLease, rid: int):
         try:
             pick: P.PickNodeReply = await self.head.request(
-                P.PickNode(msg.resources, msg.strategy, self.node_id, msg.description), timeout_s=10)
+                P.PickNode(msg.resources, msg.strategy, self.node_id, msg.description,
+                           self._free_after_queued()),
+                timeout_s=10)
         except Exception:  # noqa: BLE001  no head right now: decide locally
             pick = P.PickNodeReply(self.node_id)
         if pick.error_type:

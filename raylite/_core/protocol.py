@@ -691,6 +691,9 @@ class PickNode(Message):
     strategy: list
     requester: bytes  # node id asking
     description: str = ""
+    # what the requester has free now, its queued leases subtracted: the head's copy (from the
+    # last heartbeat) can still show room there and would send the lease straight back
+    requester_available: dict | None = None
 
 
 @message(103)

@@ -56,6 +56,22 @@ def test_tasks_and_actors_land_on_every_node(three_nodes):
     assert ray.get(c.incr.remote())[0] == 2
 
 
+def test_actors_created_in_one_burst_spread_over_nodes_with_room(three_nodes):
+    """Three 1-CPU actors created at once on three 1-CPU nodes: each gets a node. The head used
+    to place them all on the node that looked emptiest in its last heartbeat, where the later
+    ones queued forever behind the first."""
+    ray.init(address="auto")
+
+    @ray.remote(num_cpus=1)
+    class Pinned:
+        def node(self) -> str:
+            return ray.get_runtime_context().get_node_id()
+
+    actors = [Pinned.remote() for _ in range(3)]
+    nodes = ray.get([a.node.remote() for a in actors], timeout=60)
+    assert len(set(nodes)) == 3
+
+
 def test_dynamic_generator_made_on_one_node_read_on_another(three_nodes):
     """The generator's refs (small inline ones and shared-memory ones) are borrowed across nodes."""
     ray.init(address="auto")

@@ -10,8 +10,6 @@ from tests.serve.conftest import free_port
 
 
 @pytest.mark.slow
-@pytest.mark.skip(reason="Core on this branch: of two 2-CPU actors on a cluster of three 2-CPU nodes one is never "
-                         "placed (it is not spilled to a free node), so the second replica stays STARTING")
 def test_replica_on_dead_node_is_replaced_elsewhere(make_cluster):  # noqa: F811
     from raylite import serve
     from raylite.serve._internal.client import get_controller
