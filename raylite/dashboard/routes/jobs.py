@@ -126,23 +126,21 @@ def routes(ctx: Any) -> list:
             return PlainTextResponse(f"Job {job_id} does not exist.", 404)
         return JSONResponse({"logs": manager().logs(rec.submission_id)})
 
-    async def stop_job(request: Request) -> Response:
+    async def _act_on_job(request: Request, action: str, answer_key: str) -> Response:
+        """Stop or delete a job given by job id or submission id; Ray's {"stopped"|"deleted": bool}."""
         job_id = request.path_params["job_id"]
         rec, _ = await find(ctx, job_id)
         try:
-            stopped = await manager().stop(rec.submission_id if rec else job_id)
+            done = await getattr(manager(), action)(rec.submission_id if rec else job_id)
         except JobError as e:
             return _error(e)
-        return JSONResponse({"stopped": stopped})
+        return JSONResponse({answer_key: done})
+
+    async def stop_job(request: Request) -> Response:
+        return await _act_on_job(request, "stop", "stopped")
 
     async def delete_job(request: Request) -> Response:
-        job_id = request.path_params["job_id"]
-        rec, _ = await find(ctx, job_id)
-        try:
-            deleted = await manager().delete(rec.submission_id if rec else job_id)
-        except JobError as e:
-            return _error(e)
-        return JSONResponse({"deleted": deleted})
+        return await _act_on_job(request, "delete", "deleted")
 
     async def tail(ws: WebSocket) -> None:
         job_id = ws.path_params["job_id"]
