@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 from raylite.serve._internal.deployment_state import (
@@ -56,15 +57,20 @@ class Metrics:
                 "p99_ms": round(percentile(lats, 0.99), 3), "requests_total": tot[0], "errors_total": tot[1]}
 
 
+def _app_deployments(ctrl: Any, name: str, app: dict) -> Iterator[tuple[str, DeploymentRecord]]:
+    """The deployments of one application that the controller has records for."""
+    for dname in app["deployments"]:
+        dep = ctrl.deps.get((name, dname))
+        if dep is not None:
+            yield dname, dep
+
+
 def status_dict(ctrl: Any) -> dict:
     """Ray's ServeStatus as plain data (serve.status() turns it into dataclasses)."""
     apps = {}
     for name, app in ctrl.apps.items():
         deps = {}
-        for dname in app["deployments"]:
-            dep = ctrl.deps.get((name, dname))
-            if dep is None:
-                continue
+        for dname, dep in _app_deployments(ctrl, name, app):
             states: dict[str, int] = {}
             for r in dep.replicas.values():
                 states[r.state] = states.get(r.state, 0) + 1
@@ -94,10 +100,7 @@ async def write_snapshot(ctrl: Any) -> None:
     apps = {}
     for name, app in ctrl.apps.items():
         deps = {}
-        for dname in app["deployments"]:
-            dep = ctrl.deps.get((name, dname))
-            if dep is None:
-                continue
+        for dname, dep in _app_deployments(ctrl, name, app):
             deps[dname] = {
                 "status": dep.status, "message": dep.message, "target_replicas": dep.target_replicas,
                 "replicas": [{"replica_id": r.replica_id, "state": r.state, "node_id": r.info.get("node_id"),
