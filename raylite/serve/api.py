@@ -27,6 +27,16 @@ def _ensure_core() -> None:
         raylite.init()
 
 
+def _require_http_dependencies() -> None:
+    """Fail in the caller, naming the install, before any proxy starts without its HTTP parser."""
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        raise ImportError("Serve's HTTP proxy needs the 'httptools' package, which the plain "
+                          "raylite install leaves out: pip install 'raylite[serve]' (or use "
+                          "proxy_location='Disabled' to serve through handles only)") from None
+
+
 def _controller_or_none() -> Any:
     try:
         return _client.get_controller()
@@ -43,7 +53,6 @@ def start(detached: bool = True, http_options: Any = None, proxy_location: Any =
     """
     import raylite
 
-    _ensure_core()
     given = dict(_opts._as_dict(http_options, "http_options"))
     for legacy in ("http_host", "http_port"):
         if legacy in kwargs:
@@ -52,6 +61,9 @@ def start(detached: bool = True, http_options: Any = None, proxy_location: Any =
         raise TypeError(f"serve.start() got unexpected argument(s) {sorted(kwargs)}")
     opts = _opts.http_options(given)
     location = _opts.proxy_location(proxy_location) if proxy_location is not None else opts["location"]
+    if location != "Disabled":
+        _require_http_dependencies()
+    _ensure_core()
     existed = _controller_or_none() is not None
     controller = _get_or_create_controller(opts, location, http_options is not None)
     error = raylite.get(controller.ensure_proxies.remote())

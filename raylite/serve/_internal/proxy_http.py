@@ -19,7 +19,11 @@ from collections import deque
 from http import HTTPStatus
 from typing import Any
 
-import httptools
+try:
+    import httptools
+except ImportError as e:  # raylite installed without the serve extra
+    raise ImportError("raylite Serve's HTTP proxy needs the 'httptools' package on every node: "
+                      "pip install 'raylite[serve]'") from e
 
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 _STATUS_LINES: dict[int, bytes] = {}

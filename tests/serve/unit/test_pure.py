@@ -127,3 +127,15 @@ def test_percentile():
     assert percentile([], 0.5) == 0.0
     assert percentile([1.0, 2.0, 3.0], 0.5) == 2.0
     assert percentile(list(map(float, range(101))), 0.99) == pytest.approx(99.0)
+
+
+def test_missing_http_parser_is_an_install_hint(monkeypatch):
+    import sys
+
+    import pytest
+
+    from raylite import serve
+
+    monkeypatch.setitem(sys.modules, "httptools", None)  # as if raylite[serve] was not installed
+    with pytest.raises(ImportError, match=r"pip install 'raylite\[serve\]'"):
+        serve.start(http_options={"port": 1})
