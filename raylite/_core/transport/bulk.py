@@ -127,9 +127,6 @@ class BulkServer:
                 return
             except OSError:
                 return
-            if not self.gate.admit():
-                conn.close()
-                continue
             conn.setblocking(False)
             tls_done = self._tls is None
             if not tls_done:
@@ -137,9 +134,11 @@ class BulkServer:
                     conn = self._tls.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
                 except (OSError, ValueError):
                     conn.close()
-                    self.gate.release()
                     continue
             h = _Handshake(conn, time.monotonic() + self._timeout_s, tls_done)
+            oldest = self.gate.admit(h)
+            if oldest is not None:  # full: the oldest stranger goes
+                self._drop(oldest)  # type: ignore[arg-type]
             self._pending[h.fd] = h
             self._sel.register(conn, selectors.EVENT_READ, h)
             self._advance(h)
@@ -205,8 +204,9 @@ class BulkServer:
         """Out of the handshake: unregister and free the gate slot (the socket stays open)."""
         with contextlib.suppress(KeyError, ValueError, OSError):
             self._sel.unregister(h.conn)
-        if self._pending.pop(h.fd, None) is not None:
-            self.gate.release()
+        if self._pending.get(h.fd) is h:
+            del self._pending[h.fd]
+        self.gate.release(h)
 
     def _drop(self, h: _Handshake) -> None:
         self._forget(h)

@@ -81,10 +81,11 @@ class Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         if self.server_side:
             if self._gate is not None:
-                if not self._gate.admit():
-                    transport.abort()  # type: ignore[attr-defined]
-                    return
                 self._holds_slot = True
+                oldest = self._gate.admit(self)
+                if oldest is not None:  # the listener was full: the oldest stranger goes
+                    oldest._holds_slot = False  # type: ignore[attr-defined]
+                    oldest.abort()  # type: ignore[attr-defined]
             self._deadline = self.loop.call_later(self._handshake_timeout_s, self._handshake_expired)
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
@@ -238,7 +239,7 @@ class Connection(asyncio.Protocol):
             self._deadline = None
         if self._holds_slot:
             self._holds_slot = False
-            self._gate.release()  # type: ignore[union-attr]
+            self._gate.release(self)  # type: ignore[union-attr]
 
     def _handshake_expired(self) -> None:
         self._deadline = None

@@ -92,31 +92,39 @@ def _mac(token: bytes, side: bytes, first: bytes, second: bytes) -> bytes:
 
 
 class HandshakeGate:
-    """Counts one listener's connections that have not authenticated; refuses past `limit`,
-    with a log line (at most one per 10 s). Used on the listener's event loop only."""
+    """One listener's connections that have not authenticated, oldest first. Past `limit` the
+    oldest is closed to make room (a real client authenticates within milliseconds of its
+    connect, so it is never the oldest under a flood of silent connections), with a log line
+    at most every 10 s. Used on the listener's event loop only."""
 
     def __init__(self, name: str, limit: int) -> None:
         self.name = name
         self.limit = max(1, int(limit))
-        self.pending = 0
-        self.refused = 0
+        self.evicted = 0
+        self._pending: dict[Any, None] = {}
         self._last_log = float("-inf")
 
-    def admit(self) -> bool:
-        if self.pending < self.limit:
-            self.pending += 1
-            return True
-        self.refused += 1
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def admit(self, conn: Any) -> Any:
+        """Count `conn`; returns the connection the caller must close (the oldest) when full."""
+        self._pending[conn] = None
+        if len(self._pending) <= self.limit:
+            return None
+        oldest = next(iter(self._pending))
+        del self._pending[oldest]
+        self.evicted += 1
         now = time.monotonic()
         if now - self._last_log >= 10.0:
             self._last_log = now
-            log.warning("%s: refused a connection: %d connections have not completed the handshake "
-                        "(max_pending_handshakes); %d refused so far", self.name, self.pending, self.refused)
-        return False
+            log.warning("%s: %d connections have not completed the handshake (max_pending_handshakes); "
+                        "closed the oldest to make room (%d so far)", self.name, len(self._pending), self.evicted)
+        return oldest
 
-    def release(self) -> None:
-        if self.pending > 0:
-            self.pending -= 1
+    def release(self, conn: Any) -> None:
+        self._pending.pop(conn, None)
 
 
 class FrameProtocol(asyncio.Protocol):
@@ -277,10 +285,11 @@ class ServerProtocol(FrameProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        if not self._gate.admit():
-            self.abort()
-            return
         self._holds_slot = True
+        oldest = self._gate.admit(self)
+        if oldest is not None:
+            oldest._holds_slot = False
+            oldest.abort()
         self._timer = self._loop.call_later(self._timeout_s, self._expired)  # type: ignore[union-attr]
         self._nonce = os.urandom(_NONCE_BYTES)
         self._send_raw(("challenge", WIRE_VERSION, self._nonce))
@@ -308,7 +317,7 @@ class ServerProtocol(FrameProtocol):
             self._timer = None
         if self._holds_slot:
             self._holds_slot = False
-            self._gate.release()
+            self._gate.release(self)
 
     def _expired(self) -> None:
         self._timer = None
