@@ -38,6 +38,18 @@ def test_token_and_sockets_are_private(secure_cluster):
     assert os.path.dirname(replica["unix_path"]) == sockets
 
 
+def test_channel_security_is_the_clusters(secure_cluster):
+    """The public facility Serve uses: the cluster's token, the private socket directory, the limits."""
+    from raylite.experimental import get_channel_security
+
+    sec = get_channel_security()
+    assert sec.check_token(secure_cluster["token"].encode()) and not sec.check_token(b"guess")
+    assert os.path.basename(sec.socket_dir) == "sockets"  # this driver's own, on this node
+    assert stat.S_IMODE(os.stat(sec.socket_dir).st_mode) == 0o700
+    assert sec.server_ssl is None and sec.max_frame_bytes > 0 and sec.handshake_timeout_s > 0
+    assert secure_cluster["token"] not in repr(sec)
+
+
 DRIVER = """
 import json, raylite as ray
 from raylite import serve

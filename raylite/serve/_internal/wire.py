@@ -83,10 +83,6 @@ def encode(obj: Any) -> bytes:
     return _LEN.pack(len(data)) + data
 
 
-def decode(data: Any) -> Any:
-    return msgpack.unpackb(data, use_list=False, raw=False)
-
-
 def _mac(token: bytes, side: bytes, first: bytes, second: bytes) -> bytes:
     return hmac.new(token, side + first + second, hashlib.sha256).digest()
 
