@@ -352,10 +352,12 @@ class ClientProtocol(FrameProtocol):
 
     def _handshake_frame(self, data: bytes) -> None:
         try:
-            msg = msgpack.unpackb(data, use_list=False, raw=False)
-            tag = msg[0]
-        except Exception:  # noqa: BLE001
-            return self._fail("the replica's handshake frame is not valid")
+            self._answer(msgpack.unpackb(data, use_list=False, raw=False))
+        except Exception:  # noqa: BLE001 - not our protocol at all
+            self._fail("the replica's handshake frame is not valid")
+
+    def _answer(self, msg: tuple) -> None:
+        tag = msg[0]
         if tag == "challenge" and not self._challenge:
             if msg[1] != WIRE_VERSION or not isinstance(msg[2], bytes):
                 return self._fail(f"the replica speaks wire version {msg[1]}, this process {WIRE_VERSION}: "
