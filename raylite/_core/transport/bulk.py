@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 from raylite._core.config import get_config
 from raylite._core.transport.gate import HandshakeGate
+from raylite._core.transport.rpc import tls_contexts
 
 log = logging.getLogger("raylite.bulk")
 
@@ -67,8 +68,6 @@ class BulkServer:
     """Serves object files to other nodes; `locate(object_id)` returns a path or None."""
 
     def __init__(self, ip: str, token: str, locate: Callable[[bytes], str | None]) -> None:
-        from raylite._core.transport.rpc import tls_contexts
-
         cfg = get_config()
         self._token = token.encode()
         self._locate = locate
@@ -248,8 +247,6 @@ class BulkClient:
         host, port = address.rsplit(":", 1)
         self._sock = socket.create_connection((host, int(port)), timeout=min(timeout_s, 10.0))
         self._sock.settimeout(None)  # blocking recv_into: no poll() before every read
-        from raylite._core.transport.rpc import tls_contexts
-
         ctx = tls_contexts()[1]
         if ctx is not None:  # sendfile degrades to plain sends under TLS
             self._sock = ctx.wrap_socket(self._sock, server_hostname=None)
