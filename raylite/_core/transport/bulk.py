@@ -76,7 +76,7 @@ class BulkServer:
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((ip, 0))
-        self._sock.listen(128)
+        self._sock.listen(1024)
         self._sock.setblocking(False)
         self.address = f"{ip}:{self._sock.getsockname()[1]}"
         self.gate = HandshakeGate(f"object transfer {self.address}", cfg.max_pending_handshakes)

@@ -40,6 +40,9 @@ from raylite._core.transport.gate import HELLO_MAX_BYTES, HandshakeGate
 log = logging.getLogger("raylite.rpc")
 
 _LEN = struct.Struct(">I")
+# the kernel's accept queue: a burst of connections (a flood, or thousands of nodes at once) waits
+# there until the loop accepts; when it is full a Unix-socket connect fails at once (EAGAIN)
+LISTEN_BACKLOG = 1024
 
 Handler = Callable[["Connection", P.Message, int], Any]
 
@@ -415,16 +418,16 @@ async def listen(address: str, handlers: dict[type, Handler], *, token: str,
     # the TLS handshake comes before connection_made: it gets the same deadline as the Hello
     tls = {"ssl": ssl_ctx, "ssl_handshake_timeout": cfg.handshake_timeout_s} if ssl_ctx is not None else {}
     if sock is not None:
-        return await loop.create_server(factory, sock=sock, **tls)
+        return await loop.create_server(factory, sock=sock, backlog=LISTEN_BACKLOG, **tls)
     if kind == "unix":
         path = str(target)
         if os.path.exists(path):
             os.unlink(path)
-        server = await loop.create_unix_server(factory, path)
+        server = await loop.create_unix_server(factory, path, backlog=LISTEN_BACKLOG)
         os.chmod(path, 0o600)
     else:
         host, port = target  # type: ignore[misc]
-        server = await loop.create_server(factory, host, port, reuse_address=True, **tls)
+        server = await loop.create_server(factory, host, port, reuse_address=True, backlog=LISTEN_BACKLOG, **tls)
     return server
 
 

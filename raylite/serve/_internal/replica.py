@@ -171,7 +171,7 @@ class ReplicaImpl:
         path = os.path.join(sec.socket_dir, f"serve-{secrets.token_hex(5)}")  # 16 chars, as Core's
         if os.path.exists(path):
             os.unlink(path)
-        self._servers.append(await loop.create_unix_server(self._protocol, path))
+        self._servers.append(await loop.create_unix_server(self._protocol, path, backlog=wire.LISTEN_BACKLOG))
         os.chmod(path, 0o600)
         self.unix_path = path
         if self.local:
@@ -182,7 +182,7 @@ class ReplicaImpl:
         tls: dict[str, Any] = {}
         if sec.server_ssl is not None:
             tls = {"ssl": sec.server_ssl, "ssl_handshake_timeout": sec.handshake_timeout_s}
-        server = await loop.create_server(self._protocol, host=host, port=0,
+        server = await loop.create_server(self._protocol, host=host, port=0, backlog=wire.LISTEN_BACKLOG,
                                           family=socket.AF_INET if ":" not in host else socket.AF_INET6, **tls)
         self._servers.append(server)
         self.tcp_addr = (host, server.sockets[0].getsockname()[1])

@@ -62,6 +62,10 @@ R_CHUNK = 3       # http body chunk (bytes) / pickled generator item
 R_END = 4         # end of a stream
 R_REJECT = 5      # replica is shutting down: retry elsewhere
 
+# a flood of connections fills the kernel's accept queue before the loop drains it; a full queue
+# refuses a Unix-socket connect outright (EAGAIN), so real clients need room behind a flood
+LISTEN_BACKLOG = 1024
+
 WIRE_VERSION = 1
 HELLO_MAX_BYTES = 1024  # the challenge, the hello and the welcome are each far smaller
 _NONCE_BYTES = 32
