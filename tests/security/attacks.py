@@ -186,6 +186,36 @@ def flood_prefix(target: Target, n: int, length: int = 0xFFFFFFFF, data_bytes: i
     close_all(socks)
 
 
+def refused(target: Target, sock: socket.socket, timeout_s: float = 3.0) -> bool:
+    """Was what `sock` sent refused? Binary listeners must close the connection; an HTTP listener
+    (`target.extra["http"]`) must answer 4xx (or close). Closes `sock`."""
+    if not target.extra.get("http"):
+        return closed_within(sock, timeout_s)
+    data = _status_line(sock, timeout_s)
+    return data is None or data.startswith((b"HTTP/1.1 4", b"HTTP/1.0 4"))
+
+
+def _status_line(sock: socket.socket, timeout_s: float) -> bytes | None:
+    """The first line of the peer's answer; None if it closed without one."""
+    deadline = time.monotonic() + timeout_s
+    buf = b""
+    try:
+        while b"\r\n" not in buf and time.monotonic() < deadline:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                chunk = sock.recv(4096)
+            except TimeoutError:
+                return b"(no answer)"
+            except OSError:
+                return None
+            if not chunk:
+                return None if not buf else buf
+            buf += chunk
+        return buf if buf else b"(no answer)"
+    finally:
+        sock.close()
+
+
 # ------------------------------------------------------------------ the listening process
 
 

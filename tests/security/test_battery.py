@@ -4,8 +4,6 @@ close what stalls, stay flat in memory and threads, and keep serving real client
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from . import attacks as A
@@ -27,55 +25,27 @@ def target(request, targets) -> A.Target:
     return targets[request.param]
 
 
-def refused(target: A.Target, sock, timeout_s: float = 3.0) -> bool:
-    """Binary listeners close the connection; HTTP answers 4xx (or closes)."""
-    if not target.extra.get("http"):
-        return A.closed_within(sock, timeout_s)
-    data = _status_line(sock, timeout_s)
-    return data is None or data.startswith((b"HTTP/1.1 4", b"HTTP/1.0 4"))
-
-
-def _status_line(sock, timeout_s: float) -> bytes | None:
-    deadline = time.monotonic() + timeout_s
-    buf = b""
-    try:
-        while b"\r\n" not in buf and time.monotonic() < deadline:
-            sock.settimeout(max(0.01, deadline - time.monotonic()))
-            try:
-                chunk = sock.recv(4096)
-            except TimeoutError:
-                return b"(no answer)"
-            except OSError:
-                return None
-            if not chunk:
-                return None if not buf else buf
-            buf += chunk
-        return buf if buf else b"(no answer)"
-    finally:
-        sock.close()
-
-
 def test_silence_is_closed_at_the_handshake_deadline(target):
     s = A.connect(target)
     assert A.closed_within(s, target.handshake_timeout_s + 3), f"{target.name} kept a silent connection open"
 
 
 def test_no_token(target):
-    assert refused(target, A.attack(target, target.hello(b""))), f"{target.name} accepted an empty token"
+    assert A.refused(target, A.attack(target, target.hello(b""))), f"{target.name} accepted an empty token"
 
 
 def test_wrong_token(target):
-    assert refused(target, A.attack(target, target.hello(b"not-the-cluster-token-0123456789"))), \
+    assert A.refused(target, A.attack(target, target.hello(b"not-the-cluster-token-0123456789"))), \
         f"{target.name} accepted a wrong token"
 
 
 def test_garbage(target):
-    assert refused(target, A.attack(target, A.garbage())), f"{target.name} kept a connection that sent garbage"
+    assert A.refused(target, A.attack(target, A.garbage())), f"{target.name} kept a connection that sent garbage"
 
 
 @pytest.mark.parametrize("length", [0xFFFFFFFF, 2**40], ids=["0xFFFFFFFF", "2**40"])
 def test_huge_length_prefix(target, length):
-    assert refused(target, A.attack(target, A.huge_prefix(length, 1 << 20))), \
+    assert A.refused(target, A.attack(target, A.huge_prefix(length, 1 << 20))), \
         f"{target.name} kept reading a frame that announced {length} bytes"
 
 
