@@ -70,7 +70,7 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
     session = os.path.join(temp_dir, f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}_"
                            f"{secrets.token_hex(2)}")
     os.makedirs(os.path.join(session, "logs"), exist_ok=True)
-    os.makedirs(os.path.join(session, "sockets"), exist_ok=True)
+    CF.private_dir(os.path.join(session, "sockets"))
     if head:
         _check_port_free(ip, port)
         token = token or config.token or secrets.token_hex(16)

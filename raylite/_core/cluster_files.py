@@ -34,6 +34,15 @@ def write_private(path: str, text: str) -> None:
     os.chmod(path, 0o600)
 
 
+def private_dir(path: str) -> str:
+    """Create `path` (or tighten it) to mode 0700, for the session's `sockets` directory: a
+    Unix socket inside is reachable by no other user, not even between bind() and chmod()."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    if os.stat(path).st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
 def write_address_file(temp_dir: str, address: str, token_file: str, session_dir: str,
                        dashboard_url: str = "") -> None:
     os.makedirs(temp_dir, exist_ok=True)

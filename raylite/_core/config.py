@@ -40,6 +40,15 @@ class Config:
     tls_cert_file: str = ""
     tls_key_file: str = ""
     tls_ca_file: str = ""
+    # every listener (Core RPC, object transfer, Serve's direct channel): a new connection must
+    # complete its handshake (TLS, then the token check) within this time, or it is closed
+    handshake_timeout_s: float = 5.0
+    # connections one listener holds that have not authenticated yet; more are refused (logged)
+    max_pending_handshakes: int = 1024
+    # the largest frame an authenticated peer may send (Core RPC, Serve's direct channel),
+    # checked on the length prefix before anything is buffered; a runtime_env package
+    # (up to 512 MiB) travels as one frame. Before the token check a peer may send 4 KiB.
+    max_frame_bytes: int = 1024**3
     # infeasible requests are reported after this long without any node able to fit them
     infeasible_report_s: float = 0.0
     # memory monitor

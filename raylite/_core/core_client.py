@@ -34,6 +34,7 @@ from raylite._core.client_records import (
     TaskRecord,
 )
 from raylite._core.client_tasks import TaskSubmitter
+from raylite._core.cluster_files import private_dir
 from raylite._core.config import Config
 from raylite._core.ids import TaskID
 from raylite._core.reference_counter import ReferenceCounter
@@ -147,7 +148,7 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
 
     async def _connect(self) -> None:
         self.handlers.update(self.extra_handlers)
-        os.makedirs(os.path.join(self.session_dir, "sockets"), exist_ok=True)
+        private_dir(os.path.join(self.session_dir, "sockets"))
         self._server = await rpc.listen(self.address, self.handlers, token=self.token,
                                         on_connect=self._on_incoming, sock=self._listen_sock)
         self.node = await rpc.connect(self.node_address, self.handlers, token=self.token, role=self.kind)

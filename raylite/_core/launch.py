@@ -18,6 +18,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from raylite._core import cluster_files as CF
 from raylite._core import resources as R
 from raylite._core.config import Config
 
@@ -91,7 +92,7 @@ def spawn_node(config: Config, *, num_cpus=None, num_gpus=None, resources=None,
     base = config.temp_dir
     os.makedirs(base, exist_ok=True)
     session = os.path.join(base, f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}_{secrets.token_hex(2)}")
-    os.makedirs(os.path.join(session, "sockets"), exist_ok=True)
+    CF.private_dir(os.path.join(session, "sockets"))
     os.makedirs(os.path.join(session, "logs"), exist_ok=True)
     token = secrets.token_hex(16)
     with open(os.open(os.path.join(session, "token"), os.O_CREAT | os.O_WRONLY, 0o600), "w") as f:

@@ -16,6 +16,7 @@ import signal
 import sys
 
 from raylite._core import shm_files
+from raylite._core.cluster_files import private_dir
 from raylite._core.config import get_config
 from raylite._core.creator_watch import watch_creator
 from raylite._core.ids import NodeID
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     creator_pid = (args.creator_pid or os.getppid()) if args.exit_with_creator else 0
     node_id = NodeID.from_hex(args.node_id) if args.node_id else NodeID.from_random()
     sockets = os.path.join(args.session_dir, "sockets")
-    os.makedirs(sockets, exist_ok=True)
+    private_dir(sockets)
     node_address = f"unix://{os.path.join(sockets, 'node_' + node_id.hex()[:8])}"
     longest = os.path.join(sockets, "0" * 16)  # client sockets are named by 16 hex chars
     if len(longest.encode()) > 107:

@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from raylite._core.config import get_config
     from raylite._core.dashboard_process import is_loopback
+    from raylite.dashboard import http_guard
     from raylite.dashboard.app import build_app
     from raylite.dashboard.context import DashboardContext, HeadClient
 
@@ -58,8 +59,10 @@ def main(argv: list[str] | None = None) -> None:
                            args.node_id, args.url, cluster_address=args.cluster_address or args.head_address)
     allow_loopback = config.dashboard_loopback_without_token and is_loopback(host)
     app = build_app(ctx, allow_loopback=allow_loopback)
+    http_guard.configure(config.handshake_timeout_s, config.max_pending_handshakes)
     ucfg = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False,
-                          ws="websockets-sansio", timeout_graceful_shutdown=2)
+                          ws="websockets-sansio", timeout_graceful_shutdown=2,
+                          http=http_guard.GuardedH11Protocol, h11_max_incomplete_event_size=http_guard.HEAD_MAX_BYTES)
     server = uvicorn.Server(ucfg)
 
     async def watch_parent() -> None:

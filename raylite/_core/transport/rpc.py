@@ -2,13 +2,21 @@
 
 Frame: 4-byte big-endian length, then the encoded message (see protocol.py).
 Each connection starts with Hello(token); the accepting side checks the token
-before it decodes anything else. Handlers are a table {message class: callable};
-a handler returns a reply message (or an awaitable of one) for requests.
+(constant-time) before it decodes anything else. Handlers are a table {message
+class: callable}; a handler returns a reply message (or an awaitable of one) for
+requests.
+
+What a stranger can cost an accepting side (tests/security/): every length prefix is
+checked before its frame is buffered -- at most HELLO_MAX_BYTES until the Hello passed,
+Config.max_frame_bytes after; the handshake must finish within
+Config.handshake_timeout_s (TLS included); and a listener holds at most
+Config.max_pending_handshakes connections that have not authenticated (gate.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import os
 import socket
@@ -19,6 +27,7 @@ from typing import Any
 import msgpack
 
 from raylite._core import protocol as P
+from raylite._core.config import get_config
 from raylite._core.transport.base import (
     ConnectionBrokenError,
     ConnectionClosedError,
@@ -26,11 +35,14 @@ from raylite._core.transport.base import (
     RemoteError,
     parse_address,
 )
+from raylite._core.transport.gate import HELLO_MAX_BYTES, HandshakeGate
 
 log = logging.getLogger("raylite.rpc")
 
 _LEN = struct.Struct(">I")
-MAX_FRAME_BYTES = 1 << 31
+# the kernel's accept queue: a burst of connections (a flood, or thousands of nodes at once) waits
+# there until the loop accepts; when it is full a Unix-socket connect fails at once (EAGAIN)
+LISTEN_BACKLOG = 1024
 
 Handler = Callable[["Connection", P.Message, int], Any]
 
@@ -39,10 +51,18 @@ class Connection(asyncio.Protocol):
     """One framed connection. Use only from its event loop's thread."""
 
     def __init__(self, handlers: dict[type, Handler] | None = None, *, token: str = "",
-                 server_side: bool = False, role: str = "") -> None:
+                 server_side: bool = False, role: str = "", gate: HandshakeGate | None = None) -> None:
         self.handlers = handlers if handlers is not None else {}
         self.token = token
         self.server_side = server_side
+        cfg = get_config()
+        self.max_frame_bytes = cfg.max_frame_bytes
+        self._handshake_timeout_s = cfg.handshake_timeout_s
+        # until the handshake is done (either side) a frame may hold a Hello or its reply, no more
+        self._frame_cap = HELLO_MAX_BYTES
+        self._gate = gate
+        self._holds_slot = False  # counted by the gate until authenticated or gone
+        self._deadline: asyncio.TimerHandle | None = None
         self.role = role
         self.peer_role = ""
         self.transport: asyncio.Transport | None = None
@@ -62,6 +82,14 @@ class Connection(asyncio.Protocol):
     # ------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        if self.server_side:
+            if self._gate is not None:
+                self._holds_slot = True
+                oldest = self._gate.admit(self)
+                if oldest is not None:  # the listener was full: the oldest stranger goes
+                    oldest._holds_slot = False  # type: ignore[attr-defined]
+                    oldest.abort()  # type: ignore[attr-defined]
+            self._deadline = self.loop.call_later(self._handshake_timeout_s, self._handshake_expired)
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             try:
@@ -76,6 +104,9 @@ class Connection(asyncio.Protocol):
         n = len(buf)
         while n - pos >= 4:
             (length,) = _LEN.unpack_from(buf, pos)
+            if length > self._frame_cap:  # checked on the prefix: nothing of it is kept
+                self._frame_too_large(length)
+                return
             if n - pos - 4 < length:
                 break
             frame = bytes(buf[pos + 4:pos + 4 + length])
@@ -87,6 +118,8 @@ class Connection(asyncio.Protocol):
             del buf[:pos]
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._end_handshake()
+        self._buf = bytearray()
         err: Exception
         if self._closed_by_us:
             err = ConnectionClosedError("connection closed by this side")
@@ -176,9 +209,12 @@ class Connection(asyncio.Protocol):
             self.send(P.ErrorReply(type(exc).__name__, str(exc)), -rid)
 
     def _check_hello(self, frame: bytes) -> None:
+        """The first frame (at most HELLO_MAX_BYTES, plain msgpack: nothing in it can run code)."""
         try:
             items = msgpack.unpackb(frame, raw=False)
-            ok = items[0] == P.Hello.TAG and items[2] == self.token
+            presented = items[2]
+            ok = (items[0] == P.Hello.TAG and isinstance(presented, str) and bool(self.token)
+                  and hmac.compare_digest(presented.encode(), self.token.encode()))
             version_ok = ok and items[3] == P.PROTOCOL_VERSION
         except Exception:  # noqa: BLE001
             ok = version_ok = False
@@ -190,9 +226,46 @@ class Connection(asyncio.Protocol):
             self._write(P.encode(P.HelloReply(False, f"protocol version mismatch: this node speaks {P.PROTOCOL_VERSION}, you sent {items[3]}; install the same raylite version on every node"), 0))
             self.close()
             return
-        self.peer_role = items[4]
+        self.peer_role = str(items[4])
         self._authenticated = True
+        self._handshake_done()
         self._write(P.encode(P.HelloReply(True), 0))
+
+    def _handshake_done(self) -> None:
+        """Authenticated (server) or accepted (client): full-size frames from now on."""
+        self._frame_cap = self.max_frame_bytes
+        self._end_handshake()
+
+    def _end_handshake(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        if self._holds_slot:
+            self._holds_slot = False
+            self._gate.release(self)  # type: ignore[union-attr]
+
+    def _handshake_expired(self) -> None:
+        self._deadline = None
+        if self._authenticated or self.transport is None:
+            return
+        log.info("closing a connection from %s: no valid Hello within handshake_timeout_s=%ss",
+                 self._peer_name(), self._handshake_timeout_s)
+        self.abort()
+
+    def _frame_too_large(self, length: int) -> None:
+        if self._frame_cap == HELLO_MAX_BYTES:
+            log.info("closing a connection from %s: its first frame announces %d bytes, a Hello is at most %d",
+                     self._peer_name(), length, HELLO_MAX_BYTES)
+        else:
+            log.error("closing the connection to %s: it sent a frame of %d bytes, over max_frame_bytes=%d "
+                      "(raise RAYLITE_MAX_FRAME_BYTES on every node if this is legitimate)",
+                      self.peer_role or self._peer_name(), length, self._frame_cap)
+        self._buf = bytearray()
+        self.abort()
+
+    def _peer_name(self) -> str:
+        peer = self.transport.get_extra_info("peername") if self.transport is not None else None
+        return str(peer) if peer else "a local peer"
 
     # ------------------------------------------------------------ sending
     def _write(self, data: bytes) -> None:
@@ -217,11 +290,20 @@ class Connection(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
+    def _encode(self, msg: P.Message, rid: int) -> bytes:
+        data = P.encode(msg, rid)
+        if len(data) > self.max_frame_bytes:
+            raise ValueError(
+                f"{type(msg).__name__} is {len(data)} bytes encoded, over the {self.max_frame_bytes}-byte frame "
+                "limit every raylite node enforces (max_frame_bytes). Send large data through the object "
+                "store (raylite.put) instead, or raise RAYLITE_MAX_FRAME_BYTES on every node.")
+        return data
+
     def send(self, msg: P.Message, rid: int = 0) -> None:
         if self.transport is None or self.transport.is_closing():
             raise ConnectionClosedError if self._closed_by_us else ConnectionBrokenError(
                 f"connection to {self.peer_role or 'peer'} is closed")
-        self._write(P.encode(msg, rid))
+        self._write(self._encode(msg, rid))
 
     def request_future(self, msg: P.Message) -> asyncio.Future:
         rid = self._next_id
@@ -230,8 +312,9 @@ class Connection(asyncio.Protocol):
         if self.is_closed():
             fut.set_exception(ConnectionBrokenError(f"connection to {self.peer_role or 'peer'} is closed"))
             return fut
+        data = self._encode(msg, rid)
         self._pending[rid] = fut
-        self._write(P.encode(msg, rid))
+        self._write(data)
         return fut
 
     async def request(self, msg: P.Message, timeout_s: float | None = None) -> P.Message:
@@ -295,6 +378,7 @@ async def connect(address: str, handlers: dict[type, Handler] | None = None, *, 
                 f"{address} refused the connection: {getattr(msg, 'error', msg)}. "
                 "Pass the cluster's token (--token or RAYLITE_TOKEN) or check the raylite version."))
         else:
+            conn._handshake_done()
             fut.set_result(msg)
 
     conn._on_frame = first_frame  # type: ignore[method-assign]
@@ -321,25 +405,31 @@ async def listen(address: str, handlers: dict[type, Handler], *, token: str,
     already bound TCP `sock` (its port is known before the loop runs)."""
     loop = asyncio.get_running_loop()
     kind, target = parse_address(address)
+    cfg = get_config()
+    gate = HandshakeGate(f"listener {address}", cfg.max_pending_handshakes)
 
     def factory() -> Connection:
-        conn = Connection(handlers, token=token, server_side=True)
+        conn = Connection(handlers, token=token, server_side=True, gate=gate)
         if on_connect is not None:
             on_connect(conn)
         return conn
 
+    ssl_ctx = tls_contexts()[0]
+    # the TLS handshake comes before connection_made: it gets the same deadline as the Hello
+    tls = {"ssl": ssl_ctx, "ssl_handshake_timeout": cfg.handshake_timeout_s} if ssl_ctx is not None else {}
     if sock is not None:
-        return await loop.create_server(factory, sock=sock, ssl=tls_contexts()[0])
+        return await loop.create_server(factory, sock=sock, backlog=LISTEN_BACKLOG, **tls)
     if kind == "unix":
         path = str(target)
         if os.path.exists(path):
             os.unlink(path)
-        server = await loop.create_unix_server(factory, path)
+        server = await loop.create_unix_server(factory, path, backlog=LISTEN_BACKLOG)
         os.chmod(path, 0o600)
     else:
         host, port = target  # type: ignore[misc]
-        server = await loop.create_server(factory, host, port, reuse_address=True, ssl=tls_contexts()[0])
+        server = await loop.create_server(factory, host, port, reuse_address=True, backlog=LISTEN_BACKLOG, **tls)
     return server
+
 
 
 _TLS: tuple | None = None

@@ -9,7 +9,11 @@ thread started on first use.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
+import secrets
+import shutil
+import tempfile
 import threading
 from typing import Any
 
@@ -70,8 +74,19 @@ def get_controller(create_if_missing: bool = False) -> Any:
         return None
 
 
+def _local_security() -> Any:
+    """Local testing mode has no cluster: a fresh token for this process (both ends live here),
+    and a private directory (mkdtemp: mode 0700, ours alone) for the replicas' Unix sockets."""
+    from raylite.experimental import ChannelSecurity
+
+    path = tempfile.mkdtemp(prefix="raylite-serve-")
+    atexit.register(shutil.rmtree, path, True)
+    return ChannelSecurity(token=secrets.token_bytes(32), socket_dir=path)
+
+
 class ServeClientState:
-    """Routers by (app, deployment), sharing one connection pool and one long poll."""
+    """Routers by (app, deployment), sharing one connection pool and one long poll, and the
+    channel settings (token, TLS, limits) both ends of the direct channel use in this process."""
 
     def __init__(self) -> None:
         from raylite.runtime_context import get_runtime_context
@@ -79,7 +94,13 @@ class ServeClientState:
 
         self.loop = get_loop()
         self.local = _local_mode
-        self.pool = ConnectionPool("local" if self.local else get_runtime_context().get_node_id())
+        if self.local:
+            self.security = _local_security()
+        else:
+            from raylite.experimental import get_channel_security
+
+            self.security = get_channel_security()
+        self.pool = ConnectionPool("local" if self.local else get_runtime_context().get_node_id(), self.security)
         self.routers: dict[tuple[str, str], Any] = {}
         self.versions: dict[str, int] = {}
         self.listeners: dict[str, list] = {}

@@ -23,7 +23,7 @@ def build_scope(payload: tuple, route: str) -> tuple[dict, bytes]:
     method, scheme, path, query, headers, client, server, http_version, body = payload
     scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": http_version,
              "method": method, "scheme": scheme, "path": path, "raw_path": path.encode(),
-             "query_string": query, "headers": headers, "client": client, "server": server,
+             "query_string": query, "headers": list(headers), "client": client, "server": server,
              "root_path": "" if route == "/" else route.rstrip("/"), "state": {}}
     return scope, body
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import secrets
 import socket
-import tempfile
 import threading
 import time
 import traceback
@@ -58,12 +58,6 @@ def start_loop_thread(name: str) -> asyncio.AbstractEventLoop:
     threading.Thread(target=run, name=name, daemon=True).start()
     ready.wait()
     return loop
-
-
-def socket_dir() -> str:
-    path = os.path.join(tempfile.gettempdir(), f"raylite-serve-{os.getuid()}")
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    return path
 
 
 class _Stats:
@@ -114,6 +108,8 @@ class ReplicaImpl:
         self.unix_path = ""
         self.tcp_addr: tuple[str, int] | None = None
         self._servers: list[asyncio.AbstractServer] = []
+        self._security: Any = None  # raylite.experimental.ChannelSecurity, set when the servers open
+        self._gate: wire.HandshakeGate | None = None
         self.logger = logs.replica_logger(app_name, deployment_name, replica_id, config.get("logging_config"))
         from raylite.serve._internal import client
 
@@ -164,24 +160,37 @@ class ReplicaImpl:
                 "actor_name": f"SERVE_REPLICA::{self.replica_id}"}
 
     async def _open_servers(self) -> None:
+        """The Unix socket (mode 0600, in the node's private socket directory) and, on a cluster,
+        the TCP port on the node's IP (TLS where the cluster uses TLS). Both authenticate every
+        connection (wire.ServerProtocol) before reading a request."""
+        from raylite.serve._internal import client
+
+        sec = self._security = client.state().security
+        self._gate = wire.HandshakeGate(f"Serve replica {self.replica_id}", sec.max_pending_handshakes)
         loop = asyncio.get_running_loop()
-        path = os.path.join(socket_dir(), f"{os.getpid()}-{abs(hash(self.replica_id)) % 10**8}.sock")
+        path = os.path.join(sec.socket_dir, f"serve-{secrets.token_hex(5)}")  # 16 chars, as Core's
         if os.path.exists(path):
             os.unlink(path)
-        self._servers.append(await loop.create_unix_server(self._protocol, path))
+        self._servers.append(await loop.create_unix_server(self._protocol, path, backlog=wire.LISTEN_BACKLOG))
+        os.chmod(path, 0o600)
         self.unix_path = path
         if self.local:
             return
-        from raylite import api
+        from raylite.util import get_node_ip_address
 
-        host = api.node_ip_address() or "127.0.0.1"
-        server = await loop.create_server(self._protocol, host=host, port=0,
-                                          family=socket.AF_INET if ":" not in host else socket.AF_INET6)
+        host = get_node_ip_address() or "127.0.0.1"
+        tls: dict[str, Any] = {}
+        if sec.server_ssl is not None:
+            tls = {"ssl": sec.server_ssl, "ssl_handshake_timeout": sec.handshake_timeout_s}
+        server = await loop.create_server(self._protocol, host=host, port=0, backlog=wire.LISTEN_BACKLOG,
+                                          family=socket.AF_INET if ":" not in host else socket.AF_INET6, **tls)
         self._servers.append(server)
         self.tcp_addr = (host, server.sockets[0].getsockname()[1])
 
-    def _protocol(self) -> wire.FrameProtocol:
-        return wire.FrameProtocol(self._on_frame, self._on_lost)
+    def _protocol(self) -> wire.ServerProtocol:
+        sec = self._security
+        return wire.ServerProtocol(sec.token, self._gate, self._on_frame, self._on_lost,
+                                   handshake_timeout_s=sec.handshake_timeout_s, max_frame_bytes=sec.max_frame_bytes)
 
     async def reconfigure(self, user_config: Any) -> None:
         self.config["user_config"] = user_config

@@ -37,11 +37,12 @@ class ReplicaDiedError(DeploymentUnavailableError):
     """The replica handling a request went away before answering."""
 
 
-class Connection(wire.FrameProtocol):
+class Connection(wire.ClientProtocol):
     """A client connection to one replica; replies are matched to callbacks by request id."""
 
     def __init__(self, replica_id: str, router_set: ConnectionPool) -> None:
-        super().__init__(self._frame, self._lost)
+        sec = router_set.security
+        super().__init__(sec.token, self._frame, self._lost, max_frame_bytes=sec.max_frame_bytes)
         self.replica_id = replica_id
         self.pool = router_set
         self.pending: dict[int, Any] = {}
@@ -67,8 +68,9 @@ class Connection(wire.FrameProtocol):
 class ConnectionPool:
     """One persistent connection per replica, shared by all routers of the process."""
 
-    def __init__(self, node_id: str) -> None:
+    def __init__(self, node_id: str, security: Any) -> None:
         self.node_id = node_id
+        self.security = security  # raylite.experimental.ChannelSecurity
         self.conns: dict[str, Connection] = {}
         self.connecting: dict[str, asyncio.Future] = {}
 
@@ -89,26 +91,45 @@ class ConnectionPool:
         return await asyncio.shield(fut)
 
     async def _connect(self, info: dict) -> Connection:
+        """Same node: the replica's Unix socket; else its TCP port (TLS where the cluster uses it).
+        Returns once both ends proved they know the cluster token (wire.py)."""
         loop = asyncio.get_running_loop()
         rid = info["replica_id"]
+        sec = self.security
         factory = lambda: Connection(rid, self)  # noqa: E731
         last: Exception | None = None
         if info.get("unix_path") and info.get("node_id") == self.node_id:
             try:
-                _, conn = await loop.create_unix_connection(factory, info["unix_path"])
+                conn = await self._handshake(loop.create_unix_connection(factory, info["unix_path"]))
                 self.conns[rid] = conn
                 return conn
-            except OSError as e:
+            except (OSError, asyncio.TimeoutError) as e:
                 last = e
         if info.get("tcp_addr"):
+            tls: dict[str, Any] = {}
+            if sec.client_ssl is not None:
+                tls = {"ssl": sec.client_ssl, "server_hostname": "",
+                       "ssl_handshake_timeout": sec.handshake_timeout_s}
             try:
                 host, port = info["tcp_addr"]
-                _, conn = await loop.create_connection(factory, host, port)
+                conn = await self._handshake(loop.create_connection(factory, host, port, **tls))
                 self.conns[rid] = conn
                 return conn
-            except OSError as e:
+            except (OSError, asyncio.TimeoutError) as e:
                 last = e
+        if isinstance(last, wire.HandshakeRefused):
+            raise ReplicaDiedError(f"cannot use replica {rid}: {last}")
         raise ReplicaDiedError(f"cannot reach replica {rid} ({last}); it probably stopped")
+
+    async def _handshake(self, connecting: Any) -> Connection:
+        timeout_s = self.security.handshake_timeout_s
+        _, conn = await asyncio.wait_for(connecting, timeout_s)
+        try:
+            await asyncio.wait_for(asyncio.shield(conn.ready), timeout_s)
+        except BaseException:
+            conn.abort()
+            raise
+        return conn
 
 
 _rids = itertools.count(1)
@@ -318,7 +339,12 @@ class Router:
             on_reply(code, data, last)
 
         conn.pending[rid] = cb
-        conn.send((REQ, rid, kind, meta, payload))
+        try:
+            conn.send((REQ, rid, kind, meta, payload))
+        except BaseException:  # wire.FrameTooLarge, or a payload msgpack cannot carry
+            del conn.pending[rid]
+            self._done(replica_id, None)
+            raise
         return conn, rid
 
     def _done(self, replica_id: str, qlen: int | None) -> None:

@@ -114,6 +114,7 @@ def test_rolling_update_keeps_capacity():
 def test_frames_split_and_join():
     out = []
     proto = wire.FrameProtocol(lambda _p, m: out.append(m))
+    proto._authenticated()  # past the handshake (tests/security/test_serve_channel.py covers it)
     data = wire.encode((1, "a")) + wire.encode((2, b"x" * 100000)) + wire.encode((3, None))
     for i in range(0, len(data), 777):
         proto.data_received(data[i:i + 777])

@@ -1,0 +1,219 @@
+"""One real cluster for the security battery: a head started as `raylite start --head` does (head
+RPC, node RPC and object transfer on TCP, the API server), this process as its driver, and Serve
+with one deployment (its replica's TCP port and Unix socket). Each listener is a `Target`
+(attacks.py). Handshakes time out after 2 s here, so the half-sent-frame checks stay short."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import glob
+import os
+import shutil
+import socket
+import struct
+import tempfile
+import urllib.request
+
+import cloudpickle
+import msgpack
+import pytest
+
+from raylite._core import cluster as C
+from raylite._core import config as config_mod
+from raylite._core import protocol as P
+
+from .attacks import Target, wait_until
+
+HANDSHAKE_TIMEOUT_S = 2.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------ first frames, per protocol
+def core_hello(token: bytes) -> bytes:
+    data = P.encode(P.Hello(token.decode(errors="replace"), P.PROTOCOL_VERSION, "cli"), 0)
+    return struct.pack(">I", len(data)) + data
+
+
+def bulk_hello(token: bytes) -> bytes:
+    return struct.pack(">H", len(token)) + token
+
+
+def serve_hello(token: bytes) -> bytes:
+    """A hello without reading the challenge first: its proof cannot match, as a stranger's."""
+    import hashlib
+    import hmac
+
+    nonce = os.urandom(32)
+    data = msgpack.packb(("hello", nonce, hmac.new(token, b"client" + nonce, hashlib.sha256).digest()))
+    return struct.pack("!I", len(data)) + data
+
+
+def http_hello(token: bytes) -> bytes:
+    return (b"GET /api/version HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token + b"\r\n\r\n")
+
+
+# ------------------------------------------------------------------ real clients
+def core_served(address: str, token: str) -> bool:
+    from raylite._core.driver import run_head_request
+    from raylite._core.transport.base import RemoteError
+
+    try:
+        run_head_request(address, token, P.GetClusterInfo(), timeout_s=10)
+    except RemoteError:  # a node has no handler for it: it answered all the same
+        pass
+    return True
+
+
+def bulk_served(address: str, token: str) -> bool:
+    from raylite._core.transport.bulk import BulkClient
+
+    client = BulkClient(address, token)
+    try:
+        return client.pull(os.urandom(20), os.path.join(tempfile.gettempdir(), "unused")) is None
+    finally:
+        client.close()
+
+
+def http_served(url: str, token: str) -> bool:
+    req = urllib.request.Request(url + "/api/version", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return r.status == 200
+
+
+def serve_served(info: dict, token: bytes, unix: bool) -> bool:
+    """A fresh connection to the replica, the full handshake, one handle call."""
+    from raylite.serve._internal import wire
+
+    async def call() -> object:
+        loop = asyncio.get_running_loop()
+        replies: asyncio.Queue = asyncio.Queue()
+        factory = lambda: wire.ClientProtocol(token, lambda _p, m: replies.put_nowait(m))  # noqa: E731
+        if unix:
+            _, proto = await loop.create_unix_connection(factory, info["unix_path"])
+        else:
+            _, proto = await loop.create_connection(factory, *info["tcp_addr"])
+        await asyncio.wait_for(proto.ready, 10)
+        meta = ("rid", "/sec", "sec", "", False, "__call__")
+        proto.send((wire.REQ, 1, wire.KIND_CALL, meta, cloudpickle.dumps((("ping",), {}))))
+        rid, code, payload, _ = await asyncio.wait_for(replies.get(), 10)
+        proto.close()
+        assert code == wire.R_OK, code
+        return cloudpickle.loads(payload)
+
+    return asyncio.run(call()) == "echo:ping"
+
+
+# ------------------------------------------------------------------ the cluster
+@pytest.fixture(scope="module")
+def secure_cluster():
+    import raylite
+    from raylite import serve
+
+    if raylite.is_initialized():
+        raylite.shutdown()
+    mp = pytest.MonkeyPatch()
+    temp_dir = tempfile.mkdtemp(prefix="rls", dir="/tmp")
+    mp.setenv("RAYLITE_HANDSHAKE_TIMEOUT_S", str(HANDSHAKE_TIMEOUT_S))
+    mp.delenv("RAYLITE_TOKEN", raising=False)
+    cfg = config_mod.get_config().replace(temp_dir=temp_dir, token="")  # the daemons read the env
+    mp.setattr(config_mod, "_CONFIG", cfg)
+    head = None
+    try:
+        head = C.start_node(cfg, head=True, port=free_port(), node_ip="127.0.0.1", num_cpus=4,
+                            include_dashboard=True, dashboard_port=free_port())
+        token = open(os.path.join(head.session_dir, "token")).read().strip()
+        raylite.init(address=head.address)
+        serve.start(http_options={"host": "127.0.0.1", "port": free_port()})
+
+        @serve.deployment
+        class Echo:
+            def __call__(self, x: str) -> str:
+                return f"echo:{x}"
+
+        handle = serve.run(Echo.bind(), name="sec", route_prefix="/sec")
+        assert handle.remote("hi").result() == "echo:hi"
+        from raylite.serve._internal import client as serve_client
+
+        replica = serve_client.state().routers[("sec", "Echo")].replicas[0]
+        nodes = _nodes(head.address, token)
+        yield {"head": head, "token": token, "config": cfg, "nodes": nodes, "replica": replica,
+               "handle": handle, "dashboard_url": head.dashboard_url}
+    finally:
+        with contextlib.suppress(Exception):
+            serve.shutdown()
+        with contextlib.suppress(Exception):
+            raylite.shutdown()
+        with contextlib.suppress(Exception):
+            C.stop_nodes(cfg, grace_s=5)
+        if head is not None:
+            with contextlib.suppress(ProcessLookupError):
+                if head.process.poll() is None:
+                    os.killpg(head.pid, 9)
+            with contextlib.suppress(Exception):
+                head.process.wait(10)
+            for path in glob.glob(os.path.join(cfg.shm_dir, f"raylite_{os.path.basename(head.session_dir)}_*")):
+                shutil.rmtree(path, ignore_errors=True)
+        mp.undo()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _nodes(address: str, token: str) -> list[dict]:
+    from raylite._core.driver import query_cluster
+
+    return [n for n in query_cluster(address, token) if n["alive"]]
+
+
+def dashboard_pid(head_pid: int, url: str, token: str) -> int:
+    """The API server process (started on the first request, a child of the head's daemon)."""
+    http_served(url, token)
+
+    def find() -> int:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read()
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == head_pid and b"raylite.dashboard.server" in cmd:
+                return int(pid)
+        return 0
+
+    return wait_until(find, 20, "the API server process")
+
+
+def build_targets(c: dict) -> dict[str, Target]:
+    token, head = c["token"], c["head"]
+    tok = token.encode()
+    node = c["nodes"][0]
+    node_tcp = node["address"]
+    host_port = node_tcp[len("tcp://"):] if node_tcp.startswith("tcp://") else node_tcp
+    nh, np_ = host_port.rsplit(":", 1)
+    bh, bp = node["data_address"].rsplit(":", 1)
+    dh, dp = c["dashboard_url"][len("http://"):].rsplit(":", 1)
+    rep = c["replica"]
+    t = HANDSHAKE_TIMEOUT_S
+    targets = {
+        "head-rpc": Target("head RPC", ("127.0.0.1", int(head.address.rsplit(":", 1)[1])), head.pid, core_hello,
+                           lambda: core_served(head.address, token), t),
+        "node-rpc": Target("node RPC", (nh, int(np_)), head.pid, core_hello,
+                           lambda: core_served(host_port, token), t),
+        "object-transfer": Target("object transfer", (bh, int(bp)), head.pid, bulk_hello,
+                                  lambda: bulk_served(node["data_address"], token), t),
+        "serve-replica-tcp": Target("Serve replica TCP", tuple(rep["tcp_addr"]), rep["pid"], serve_hello,
+                                    lambda: serve_served(rep, tok, unix=False), t),
+        "serve-replica-unix": Target("Serve replica Unix socket", rep["unix_path"], rep["pid"], serve_hello,
+                                     lambda: serve_served(rep, tok, unix=True), t),
+        "api-http": Target("API/dashboard HTTP", (dh, int(dp)), 0, http_hello,
+                           lambda: http_served(c["dashboard_url"], token), t, extra={"http": True}),
+    }
+    return targets
