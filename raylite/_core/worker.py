@@ -265,7 +265,9 @@ class Worker:
             if facts is None:
                 facts = self._exec_facts = {"node_id": self.client.node_id, "worker_id": self.client.worker_id,
                                             "worker_pid": os.getpid()}
-            extra = (spec, facts) if spec.kind == KIND_ACTOR_CREATE else facts  # the owner describes calls
+            # described here too, not only by the owner: an owner killed before its next flush
+            # takes its own events with it (described once per function and batch, see drain)
+            extra = (spec, facts)
         events.record(spec.task_id, spec.attempt, spec.job_id, state, time.time(), extra)
 
     def _record_end(self, spec: TaskSpec, reply: Any) -> None:
