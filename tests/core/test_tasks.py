@@ -511,12 +511,32 @@ def test_runtime_env_bad_working_dir_is_a_clear_error(cluster, tmp_path):
     with pytest.raises(ValueError, match="not a local directory"):
         f.options(runtime_env={"working_dir": str(tmp_path / "missing")}).remote()
     assert ray.get(f.options(runtime_env={"pip": ["numpy>=1.0", "msgpack"]}).remote()) == 1  # installed
-    with pytest.raises(ValueError, match=r"not installed.*pip install"):
-        f.options(runtime_env={"pip": ["surely-not-a-real-package-xyz==1.0"]}).remote()
+    with pytest.raises(ValueError, match=r"pip/uv must be a list"):
+        f.options(runtime_env={"pip": [1, 2]}).remote()
+    missing = {"packages": ["surely-not-a-real-package-xyz==1.0"], "pip_install_options": ["--no-index"]}
+    with pytest.raises(ray.exceptions.RuntimeEnvSetupError, match=r"surely-not-a-real-package-xyz"):
+        ray.get(f.options(runtime_env={"pip": missing}).remote())  # the node tried to install it
     with pytest.raises(ValueError, match="conda.*not supported"):
         f.options(runtime_env={"conda": {"dependencies": ["numpy"]}}).remote()
     with pytest.raises(ValueError, match="unknown runtime_env field"):
         f.options(runtime_env={"env_var": {"A": "1"}}).remote()
+
+
+def test_runtime_env_pip_installs_the_package_for_the_task(cluster, tmp_path):
+    from tests.jobs.test_job_envs_and_limits import build_wheel
+
+    wheel = build_wheel(tmp_path, name="raylite_taskpkg", value=7)
+
+    @ray.remote
+    def use_it():
+        import raylite_taskpkg
+
+        return raylite_taskpkg.VALUE
+
+    env = {"pip": {"packages": [wheel], "pip_install_options": ["--no-index"]}}
+    assert ray.get(use_it.options(runtime_env=env).remote(), timeout=240) == 7
+    with pytest.raises(ray.exceptions.RayTaskError, match="No module named 'raylite_taskpkg'"):
+        ray.get(use_it.remote())  # workers without that environment do not see it
 
 
 def test_runtime_context_in_task(cluster):
