@@ -76,7 +76,7 @@ class TaskSubmitter:
                 if isinstance(v, ObjectRef):
                     kwargs[k] = _ArgPlaceholder(len(arg_refs))
                     arg_refs.append([len(arg_refs), v._id, v._owner])
-        so = ser.serialize((tuple(args), kwargs), what=f"the arguments of {what}")
+        so = ser.serialize((tuple(args), kwargs), what=f"the arguments of {what}", arguments=True)
         pinned = [r[1] for r in arg_refs] + [r._id for r in so.contained_refs]
         if so.total_bytes() > self.config.inline_threshold_bytes:
             ref = self.put(_PackedArgs(so.meta, [memoryview(b) for b in so.buffers]))

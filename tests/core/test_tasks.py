@@ -160,8 +160,13 @@ def test_unserializable_argument_names_the_culprit(cluster):
         def __init__(self):
             self.lock = threading.Lock()
 
-    with pytest.raises(ObjectSerializationError, match=r"attribute \.lock of .*argument.*lock"):
+    with pytest.raises(ObjectSerializationError, match=r"double: its 1st positional argument, at \.lock, "
+                                                       r"is a _thread\.lock, which cannot be pickled"):
         double.remote(Holder())
+    with pytest.raises(ObjectSerializationError, match=r"its keyword argument x, at \[0\]\['k'\], is a _thread\.lock"):
+        double.remote(x=[{"k": threading.Lock()}])
+    with pytest.raises(ObjectSerializationError, match=r"put\(\): the part at \[1\] is a _thread\.lock"):
+        ray.put([1, threading.Lock()])
     with pytest.raises(TypeError):  # also a TypeError, as in Ray
         double.remote(Holder())
 
