@@ -11,7 +11,7 @@ from typing import Any
 import cloudpickle
 
 from raylite._core import options as O
-from raylite._core import packaging
+from raylite._core import packaging, pip_env
 from raylite._core.task_spec import DYNAMIC, KIND_TASK, STREAMING, FunctionDescriptor, TaskSpec
 
 
@@ -109,8 +109,9 @@ _UNSUPPORTED_ENV_KEYS = {"conda", "container", "image_uri", "java_jars", "nsight
 
 
 def _check_runtime_env_keys(env: dict) -> None:
-    """raylite runs workers in the driver's Python environment: it ships files (working_dir,
-    py_modules) but installs nothing. Say so instead of silently running without them."""
+    """raylite ships files (working_dir, py_modules) and installs pip/uv packages into a
+    per-environment virtualenv; conda and containers it does not do: say so instead of
+    silently running without them."""
     unsupported = sorted(set(env) & _UNSUPPORTED_ENV_KEYS)
     if unsupported:
         raise ValueError(f"runtime_env {unsupported} is not supported by raylite: workers run in the "
@@ -126,26 +127,10 @@ def _check_runtime_env_keys(env: dict) -> None:
 
 
 def _check_installed(key: str, spec: Any) -> None:
-    """runtime_env pip/uv: fine when every package is already installed here, else a clear error."""
-    import importlib.metadata
-    import re
-
-    packages = spec.get("packages", []) if isinstance(spec, dict) else spec
-    if isinstance(packages, str):  # a requirements file path, or one requirement
-        packages = [packages]
-    missing = []
-    for req in packages:
-        name = re.split(r"[<>=!~;\[ @]", str(req).strip(), maxsplit=1)[0]
-        if not name or name.startswith(("-", ".", "/")):
-            continue
-        try:
-            importlib.metadata.distribution(name)
-        except importlib.metadata.PackageNotFoundError:
-            missing.append(str(req))
-    if missing:
-        raise ValueError(f"runtime_env {key} asks for {missing}, which are not installed. raylite does not "
-                         "install packages at run time: `pip install` them on every node (the driver's and "
-                         "the workers' environment), then run again.")
+    """runtime_env pip/uv: each node installs the packages into a cached virtualenv before the
+    workers that need them start (see raylite._core.pip_env); here only the form is checked,
+    so a malformed spec fails at the call, not later on a node."""
+    pip_env.requirements(spec)
 
 
 def merge_runtime_env(job_env: dict | None, task_env: dict | None) -> dict:

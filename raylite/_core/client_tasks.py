@@ -76,7 +76,7 @@ class TaskSubmitter:
                 if isinstance(v, ObjectRef):
                     kwargs[k] = _ArgPlaceholder(len(arg_refs))
                     arg_refs.append([len(arg_refs), v._id, v._owner])
-        so = ser.serialize((tuple(args), kwargs), what=f"the arguments of {what}")
+        so = ser.serialize((tuple(args), kwargs), what=f"the arguments of {what}", arguments=True)
         pinned = [r[1] for r in arg_refs] + [r._id for r in so.contained_refs]
         if so.total_bytes() > self.config.inline_threshold_bytes:
             ref = self.put(_PackedArgs(so.meta, [memoryview(b) for b in so.buffers]))
@@ -378,6 +378,12 @@ class TaskSubmitter:
             rec.spec = spec.replace(attempt=spec.attempt + 1)
             self._requeue(rec)
             return
+        if self.task_events is not None:
+            # the owner knows how the task ended: its record must not depend on the worker's
+            # own events, which die with the worker when a short-lived driver exits
+            self.task_events.record(spec.task_id, spec.attempt, spec.job_id,
+                                    "FAILED" if reply.error_kind else "FINISHED", time.time(),
+                                    _OWNER_SAW_ERROR.get(reply.error_kind))
         if spec.num_returns in (STREAMING, DYNAMIC):
             self._generator_finished(rec, reply)
         else:
@@ -566,6 +572,9 @@ _SIGNAL_HINTS = {
 
 
 # Ray's TaskState.error_type for the errors an owner reports itself
+# PushTaskReply.error_kind -> what the owner records (the worker adds the message and traceback)
+_OWNER_SAW_ERROR = {"app": {"error_type": "TASK_EXECUTION_EXCEPTION"}, "cancelled": {"error_type": "TASK_CANCELLED"},
+                    "crashed": {"error_type": "WORKER_DIED"}, "system": {"error_type": "TASK_EXECUTION_EXCEPTION"}}
 _ERROR_TYPES = {"TaskCancelledError": "TASK_CANCELLED", "WorkerCrashedError": "WORKER_DIED",
                 "OutOfMemoryError": "OUT_OF_MEMORY", "ActorDiedError": "ACTOR_DIED",
                 "ActorUnavailableError": "ACTOR_UNAVAILABLE", "TaskUnschedulableError": "TASK_UNSCHEDULABLE_ERROR",

@@ -228,7 +228,32 @@ def cluster_status(config: Config, address: str = "auto") -> dict:
             fits = any(R.fits(demand, m["total"]) for m in alive)
             (pending if fits else infeasible).append(demand)
     return {"address": hostport, "nodes": nodes, "total": total, "used": used,
-            "pending": pending, "infeasible": infeasible}
+            "pending": pending, "infeasible": infeasible, "notices": cluster_notices(hostport, token)}
+
+
+NOTICE_NAMESPACE = "raylite_status"  # KV: key -> JSON {"text", "job_id"}; written by libraries (Data)
+
+
+def cluster_notices(hostport: str, token: str, limit: int = 20) -> list[str]:
+    """Warnings that running jobs left for `raylite status` (e.g. a dataset whose tasks wait for
+    CPUs its Train run's workers hold); a notice of a job that has ended is not shown."""
+    from raylite._core import protocol as P
+    from raylite._core.driver import run_head_request
+
+    try:
+        keys = run_head_request(hostport, token, P.KvKeys(NOTICE_NAMESPACE, b"")).value or []
+        if not keys:
+            return []
+        alive = {j["job_id"].hex() for j in run_head_request(hostport, token, P.ListJobs()).jobs if j.get("alive")}
+        out = []
+        for key in sorted(keys)[:limit]:
+            raw = run_head_request(hostport, token, P.KvGet(NOTICE_NAMESPACE, key)).value
+            notice = json.loads(raw) if raw else {}
+            if notice.get("text") and notice.get("job_id") in alive:
+                out.append(str(notice["text"]))
+        return out
+    except Exception:  # noqa: BLE001 - notices are extra: status shows the rest without them
+        return []
 
 
 def _public(res: dict) -> dict:
@@ -269,4 +294,7 @@ def format_status(st: dict) -> str:
         lines.append(f"  pending: {R.describe(_public(d) or d)}")
     for d in st["infeasible"]:
         lines.append(f"  infeasible (no node can ever fit it): {R.describe(_public(d) or d)}")
+    if st.get("notices"):
+        lines.append("Warnings")
+        lines.extend(f"  {text}" for text in st["notices"])
     return "\n".join(lines)

@@ -21,6 +21,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from raylite._core.node_stats import per_host
+
 _SCALE = 10000  # resources.py fixed point
 _BYTES_RESOURCES = ("memory", "object_store_memory")
 
@@ -125,13 +127,17 @@ def _nodes(f: _Families, nodes: Iterable[Any]) -> None:
         f.add("raylite_cluster_resources_used", "gauge", f"Logical resources in use, {unit}.",
               used[k], resource=k)
     if alive_stats:
-        cores = sum(s.get("num_cpus", 1) for s in alive_stats)
-        busy = sum(s.get("cpu_percent", 0.0) * s.get("num_cpus", 1) for s in alive_stats)
-        f.add("raylite_cluster_cpu_percent", "gauge", "CPU use over all alive nodes, percent.",
+        hosts = per_host(alive_stats)  # nodes sharing a machine share its cores and memory
+        cores = sum(s.get("num_cpus", 1) for s in hosts)
+        busy = sum(s.get("cpu_percent", 0.0) * s.get("num_cpus", 1) for s in hosts)
+        f.add("raylite_cluster_cpu_percent", "gauge", "CPU use over all alive nodes' machines, percent.",
               busy / cores if cores else 0.0)
         for key, name, help_ in (
-            ("mem_used_bytes", "raylite_cluster_mem_used_bytes", "Machine memory in use, all nodes, bytes."),
-            ("mem_total_bytes", "raylite_cluster_mem_total_bytes", "Machine memory, all nodes, bytes."),
+            ("mem_used_bytes", "raylite_cluster_mem_used_bytes", "Memory in use, all machines, bytes."),
+            ("mem_total_bytes", "raylite_cluster_mem_total_bytes", "Memory, all machines (once each), bytes."),
+        ):
+            f.add(name, "gauge", help_, sum(s.get(key, 0) for s in hosts))
+        for key, name, help_ in (
             ("store_used_bytes", "raylite_cluster_object_store_used_bytes", "Object store use, all nodes, bytes."),
             ("store_spilled_bytes", "raylite_cluster_object_store_spilled_bytes",
              "Object store bytes spilled, all nodes."),

@@ -77,6 +77,8 @@ class Config:
     task_events_enabled: bool = True
     task_events_max_per_job: int = 10000
     task_events_flush_interval_s: float = 1.0
+    # after a job's driver exits, its tasks still open this long later are closed as FAILED
+    task_events_job_end_grace_s: float = 5.0
     # a stopped job's entrypoint gets SIGTERM, then SIGKILL after this
     job_stop_grace_s: float = 3.0
 

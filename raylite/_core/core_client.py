@@ -115,6 +115,7 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
             P.ListOwnedObjects: self._on_list_owned_objects,
             P.LogLines: self._on_log_lines,
             P.NodeDied: self._on_node_died,
+            P.FlushTaskEvents: self._on_flush_task_events,
         }
 
     # ================================================================ life cycle
@@ -180,6 +181,16 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
         events, descs, dropped = buf.drain(describe_task)
         with contextlib.suppress(Exception):
             self.head.send(P.TaskEvents(events, dropped, descs))
+
+    async def _on_flush_task_events(self, conn, msg: P.FlushTaskEvents, rid: int):
+        """The node is about to stop this worker (its task's owner exited): hand the head
+        what the buffer holds and answer once the head has it."""
+        buf = self.task_events
+        if buf is not None and len(buf) and self.head is not None and not self.head.is_closed():
+            events, descs, dropped = buf.drain(describe_task)
+            with contextlib.suppress(Exception):
+                await self.head.request(P.TaskEvents(events, dropped, descs), timeout_s=2.0)
+        return P.Ack()
 
     def _trim_writer_maps(self) -> None:
         """Unmap cached writer segments the node has deleted, so their memory really goes back."""

@@ -395,8 +395,16 @@ class Head:
     def _on_register_job(self, conn, msg: P.RegisterJob, rid):
         self._apply(self.store.register_job(msg.job_id, msg.driver_address, msg.namespace, msg.entrypoint,
                                             int(time.time() * 1000), msg.submission_id, msg.pid))
-        conn.on_close.append(lambda c: self._apply(self.store.job_ended(msg.job_id, int(time.time() * 1000))))
+        conn.on_close.append(lambda c: self._on_driver_gone(msg.job_id))
         return P.RegisterJobReply(msg.job_id)
+
+    def _on_driver_gone(self, job_id: bytes) -> None:
+        self._apply(self.store.job_ended(job_id, int(time.time() * 1000)))
+        # events still on their way (a worker's last flush) get a grace period; rows of the job
+        # that are still open after it ended with the driver, and say so
+        asyncio.get_running_loop().call_later(
+            self.config.task_events_job_end_grace_s, lambda: self.task_events.close_job(
+                job_id, time.time(), "its job's driver exited before the task reported its end"))
 
     def _on_list_jobs(self, conn, msg, rid):
         return P.ListJobsReply([{"job_id": job_id, **job} for job_id, job in self.store.jobs.items()])
@@ -404,6 +412,7 @@ class Head:
     # ------------------------------------------------------------ task events (state API)
     def _on_task_events(self, conn, msg: P.TaskEvents, rid):
         self.task_events.add(msg.events, msg.descs, msg.dropped, conn.context.get("job_id", b""))
+        return P.Ack() if rid else None  # a worker being stopped waits until its events are here
 
     def _on_get_task_events(self, conn, msg: P.GetTaskEvents, rid):
         return P.GetTaskEventsReply(self.task_events.rows(msg.job_id, msg.limit),

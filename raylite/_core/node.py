@@ -315,9 +315,7 @@ class NodeDaemon:
             if obj is not None and obj.state == "creating":
                 self._on_free_objects(None, P.FreeObjects([oid]), 0)
         # leases held by this client: its tasks' owner is gone, stop those workers
-        for rec in list(self.pool.workers.values()):
-            if rec.lessee is conn and rec.state == "LEASED":
-                self.pool.kill(rec, "the task's owner exited")
+        self._stop_orphans(conn, "the task's owner exited")
         self.pending = [p for p in self.pending if p.conn is not conn]
         rec = self.pool.workers.get(worker_id)
         if rec is not None:
@@ -382,8 +380,8 @@ class NodeDaemon:
 
     def _on_kill_worker(self, conn, msg: P.KillWorker, rid):
         rec = self.pool.workers.get(msg.worker_id)
-        if rec is not None:
-            self.pool.kill(rec, msg.reason)
+        if rec is not None:  # an actor's owner died, or kill(): its last calls' events go first
+            asyncio.get_running_loop().create_task(self._flush_then_kill(rec, msg.reason))
         return P.Ack() if rid else None
 
     # ------------------------------------------------------------ leases
@@ -448,11 +446,23 @@ class NodeDaemon:
         return self._on_request_lease(conn, local, rid)
 
     def _on_remote_lessee_closed(self, conn: rpc.Connection) -> None:
-        for rec in list(self.pool.workers.values()):
-            if rec.lessee is conn and rec.state == "LEASED":
-                self.pool.kill(rec, "the task's owner on another node went away")
+        self._stop_orphans(conn, "the task's owner on another node went away")
         self.pending = [p for p in self.pending if p.conn is not conn]
         self._try_grant()
+
+    def _stop_orphans(self, lessee: rpc.Connection, reason: str) -> None:
+        """Stop the workers leased to `lessee`, which went away. Each first hands its task
+        events to the head (bounded wait), so the tasks it ran do not stay unfinished."""
+        for rec in list(self.pool.workers.values()):
+            if rec.lessee is lessee and rec.state == "LEASED":
+                rec.lessee = None  # nobody's lease any more; never granted again
+                asyncio.get_running_loop().create_task(self._flush_then_kill(rec, reason))
+
+    async def _flush_then_kill(self, rec: WorkerRecord, reason: str) -> None:
+        if rec.conn is not None and not rec.conn.is_closed():
+            with contextlib.suppress(Exception):
+                await rec.conn.request(P.FlushTaskEvents(), timeout_s=1.0)
+        self.pool.kill(rec, reason)
 
     def _try_grant(self) -> None:
         if not self.pending or self.stopped.is_set():

@@ -16,6 +16,39 @@ import time
 from typing import Any
 
 
+def host_id() -> str:
+    """Which machine this is: nodes on one host (several daemons, network namespaces) share it,
+    so machine figures (CPU, memory) are counted once per host, not once per node."""
+    import socket
+
+    machine = ""
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            with open(path) as f:
+                machine = f.read().strip()
+            break
+        except OSError:
+            continue
+    try:
+        import psutil
+
+        boot = int(psutil.boot_time())
+    except Exception:  # noqa: BLE001
+        boot = 0
+    return f"{machine or socket.gethostname()}:{boot}"
+
+
+def per_host(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One sample per host (the newest) from the nodes' samples, for machine-wide figures;
+    a sample without a host id (an older node) stands for a host of its own."""
+    newest: dict[Any, dict[str, Any]] = {}
+    for i, s in enumerate(samples):
+        key = s.get("host_id") or ("node", i)
+        if key not in newest or s.get("time", 0) > newest[key].get("time", 0):
+            newest[key] = s
+    return list(newest.values())
+
+
 class NodeStats:
     """Samples the machine; `sample()` returns a msgpack-able dict or None when not due."""
 
@@ -29,6 +62,7 @@ class NodeStats:
         self._gpu_procs: dict[int, int] = {}  # pid -> GPU memory in use, bytes
         self._smi = shutil.which("nvidia-smi")
         self._psutil: Any = None
+        self._host_id = ""
 
     def due(self, now: float) -> bool:
         return now - self._last >= self.interval_s
@@ -44,8 +78,11 @@ class NodeStats:
             self._psutil = psutil
         ps = self._psutil
         vm = ps.virtual_memory()
+        if not self._host_id:
+            self._host_id = host_id()
         out: dict[str, Any] = {
             "time": time.time(),
+            "host_id": self._host_id,
             "cpu_percent": ps.cpu_percent(None),
             "num_cpus": ps.cpu_count() or 1,
             "mem_total_bytes": int(vm.total),

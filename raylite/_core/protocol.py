@@ -734,6 +734,13 @@ class TaskEvents(Message):
     descs: list = []  # dicts shared by this batch's events (a function's description, the worker's facts)
 
 
+@message(129)
+class FlushTaskEvents(Message):
+    """Node -> worker, before the node stops a worker whose task owner exited: send the task
+    events you hold to the head now and answer Ack once the head has them (the periodic
+    flush would come too late, and the owner's rows would stay unfinished)."""
+
+
 @message(121)
 class GetTaskEvents(Message):
     job_id: bytes = b""  # b"": every job

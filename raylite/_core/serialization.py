@@ -63,8 +63,9 @@ def contained_refs_sink() -> list | None:
     return getattr(_local, "refs", None)
 
 
-def serialize(value: Any, *, kind: int = KIND_VALUE, what: str = "value") -> SerializedObject:
-    """Pickle `value`; raise ObjectSerializationError naming the unpicklable part."""
+def serialize(value: Any, *, kind: int = KIND_VALUE, what: str = "value", arguments: bool = False) -> SerializedObject:
+    """Pickle `value`; raise ObjectSerializationError naming the unpicklable part. `arguments`:
+    `value` is a call's (args, kwargs), and errors name the argument."""
     buffers: list[pickle.PickleBuffer] = []
     prev = getattr(_local, "refs", None)
     refs: list[Any] = []
@@ -76,7 +77,7 @@ def serialize(value: Any, *, kind: int = KIND_VALUE, what: str = "value") -> Ser
         pickler.dump(value)
         meta = f.getvalue()
     except Exception as e:  # noqa: BLE001
-        raise _explain_failure(value, what, e) from e
+        raise _explain_failure(value, what, e, arguments) from e
     finally:
         _local.refs = prev
     return SerializedObject(meta, buffers, refs, kind)
@@ -383,15 +384,32 @@ def read_file(path: str) -> tuple[int, Any]:
 
 
 # ---------------------------------------------------------------- error messages
-def _explain_failure(value: Any, what: str, err: Exception) -> ObjectSerializationError:
-    path, culprit = _find_unpicklable(value, what, depth=0)
+def _explain_failure(value: Any, what: str, err: Exception, arguments: bool = False) -> ObjectSerializationError:
+    steps, culprit = _find_unpicklable(value, [], depth=0)
     kind = f"{type(culprit).__module__}.{type(culprit).__qualname__}"
     if kind.startswith("builtins."):
         kind = kind[len("builtins."):]
-    msg = (f"Could not serialize {what}: {path} is a {kind}, which cannot be pickled ({err}). "
-           "Create it inside the task or actor instead of passing it, or make the object "
-           "picklable (define __reduce__ or __getstate__).")
+    msg = (f"Could not serialize {what}: {_describe_path(value, what, steps, arguments)} is a {kind}, which "
+           f"cannot be pickled ({err}). Create it inside the task or actor instead of passing it, or make "
+           "the object picklable (define __reduce__ or __getstate__).")
     return ObjectSerializationError(msg)
+
+
+def _describe_path(value: Any, what: str, steps: list[str], arguments: bool) -> str:
+    """"its 1st positional argument, at [0]['k'].lock" rather than "(args, kwargs)[0][0][0]..."."""
+    if arguments and len(steps) > 1 and isinstance(value, tuple) and len(value) == 2:
+        if steps[0] == "[0]":
+            root = f"its {_ordinal(int(steps[1][1:-1]) + 1)} positional argument"
+        else:
+            root = f"its keyword argument {steps[1][2:-2]}"
+        rest = "".join(steps[2:])
+        return f"{root}, at {rest}," if rest else root
+    return f"the part at {''.join(steps)}" if steps else "it"
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def _picklable(obj: Any) -> bool:
@@ -402,17 +420,18 @@ def _picklable(obj: Any) -> bool:
         return False
 
 
-def _find_unpicklable(obj: Any, path: str, depth: int) -> tuple[str, Any]:
+def _find_unpicklable(obj: Any, steps: list[str], depth: int) -> tuple[list[str], Any]:
+    """The innermost member that does not pickle, and the steps that reach it."""
     if depth > 8:
-        return path, obj
+        return steps, obj
     children: list[tuple[str, Any]] = []
     if isinstance(obj, dict):
-        children = [(f"{path}[{k!r}]", v) for k, v in obj.items()]
+        children = [(f"[{k!r}]", v) for k, v in obj.items()]
     elif isinstance(obj, (list, tuple, set, frozenset)):
-        children = [(f"{path}[{i}]", v) for i, v in enumerate(obj)]
+        children = [(f"[{i}]", v) for i, v in enumerate(obj)]
     elif hasattr(obj, "__dict__") and not isinstance(obj, type):
-        children = [(f"attribute .{k} of {path}", v) for k, v in vars(obj).items()]
-    for child_path, child in children:
+        children = [(f".{k}", v) for k, v in vars(obj).items()]
+    for step, child in children:
         if not _picklable(child):
-            return _find_unpicklable(child, child_path, depth + 1)
-    return path, obj
+            return _find_unpicklable(child, [*steps, step], depth + 1)
+    return steps, obj

@@ -7,6 +7,9 @@ Recording is split so that neither side adds a message to the task's own path:
   The owner records PENDING_ARGS_AVAIL / PENDING_NODE_ASSIGNMENT at submit and the final
   FINISHED / FAILED when the reply arrives; the executing worker records RUNNING and its
   own FINISHED / FAILED with node, worker and pid.
+- Nothing is lost when a short-lived driver exits: the driver flushes at shutdown; a node
+  stopping the workers of an exited owner first has them flush (FlushTaskEvents); and the
+  head closes rows of an ended job still open after a grace period as FAILED (`close_job`).
 - `TaskEventTable` (in the head, pure): merges events by (task id, attempt) into one row
   per attempt, at most `max_per_job` rows per job (the oldest row is dropped first and
   counted per job).
@@ -70,6 +73,8 @@ class TaskEventBuffer:
                 key: Any = id(extra)
             elif isinstance(extra, TaskSpec):
                 key = _spec_key(extra)
+            elif isinstance(extra, tuple):  # (spec, facts of the process that ran it)
+                key = (_spec_key(extra[0]), id(extra[1]))
             else:
                 key = None
             i = by_key.get(key) if key is not None else None
@@ -136,6 +141,20 @@ class TaskEventTable:
         if dropped_at_source:
             self.dropped[source_job] = self.dropped.get(source_job, 0) + dropped_at_source
 
+    def close_job(self, job_id: bytes, time_s: float, reason: str) -> int:
+        """The job's driver exited a grace period ago: rows still open can no longer end on
+        their own (their owner is gone and its workers were stopped), so they end FAILED with
+        `reason`. A real end reported later still wins (see _merge). Returns how many."""
+        closed = 0
+        for row in self._jobs.get(job_id, {}).values():
+            if row["state"] not in TERMINAL:
+                _merge(row, "FAILED", time_s)
+                desc = {"error_type": "WORKER_DIED", "error_message": reason}
+                row.setdefault("_descs", []).append(desc)
+                row["_closed_by_head"] = (time_s, desc)
+                closed += 1
+        return closed
+
     def rows(self, job_id: bytes = b"", limit: int = 0) -> list[dict[str, Any]]:
         """Rows (newest last), of one job or all; `limit` keeps the newest."""
         tables = [self._jobs.get(job_id, OrderedDict())] if job_id else list(self._jobs.values())
@@ -151,7 +170,7 @@ class TaskEventTable:
 
 
 def _materialize(row: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in row.items() if k != "_descs"}
+    out = {k: v for k, v in row.items() if k not in ("_descs", "_closed_by_head")}
     for desc in row.get("_descs", ()):
         for k, v in desc.items():
             if v not in (None, "", b"") or k not in out:
@@ -168,6 +187,13 @@ def _merge(row: dict[str, Any], state: str, time_s: float) -> None:
     row["events"].append((state, time_s))
     current = row["state"]
     rank = _ORDER.get(state, 0)
+    if state in TERMINAL and "_closed_by_head" in row:
+        # the head closed the row when its job ended; this end was really reported: it wins
+        closed_at, desc = row.pop("_closed_by_head")
+        row["events"] = [e for e in row["events"] if e != ("FAILED", closed_at)]
+        row["_descs"] = [d for d in row["_descs"] if d is not desc]
+        row["state"], row["end_time_s"] = state, time_s
+        return
     # events come from two processes, in any order: the furthest state wins (FAILED over FINISHED)
     if (current not in TERMINAL and rank >= _ORDER.get(current, 0)) or (state == "FAILED" and current == "FINISHED"):
         row["state"] = state
@@ -175,8 +201,8 @@ def _merge(row: dict[str, Any], state: str, time_s: float) -> None:
         row.setdefault("creation_time_s", time_s)
     elif rank == 3:
         row["start_time_s"] = time_s
-    elif time_s > row.get("end_time_s", 0.0):
-        row["end_time_s"] = time_s
+    elif time_s < row.get("end_time_s", float("inf")):
+        row["end_time_s"] = time_s  # the worker's end comes before the owner hears of it: keep the first
 
 
 _TYPES = {KIND_ACTOR_CALL: "ACTOR_TASK", KIND_ACTOR_CREATE: "ACTOR_CREATION_TASK"}

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from raylite import exceptions as E
-from raylite._core import packaging
+from raylite._core import packaging, pip_env
 from raylite._core import protocol as P
 from raylite._core import serialization as ser
 from raylite._core.client_records import ObjectEntry
@@ -178,6 +178,12 @@ class Worker:
         run inside the working_dir, with every package importable."""
         what = "working_dir"
         try:
+            if self.request.get("pip"):
+                tool, spec = self.request["pip"]
+                what = f"{tool} {spec!r}"
+                venv = pip_env.ensure(os.path.dirname(self.request["session_dir"]), tool, spec)
+                if venv is not None:
+                    pip_env.activate_in_process(venv)
             for digest in self.request.get("py_module_pkgs") or []:
                 what = f"py_modules (package {digest})"
                 sys.path.insert(0, self._unpacked(digest))
@@ -265,7 +271,9 @@ class Worker:
             if facts is None:
                 facts = self._exec_facts = {"node_id": self.client.node_id, "worker_id": self.client.worker_id,
                                             "worker_pid": os.getpid()}
-            extra = (spec, facts) if spec.kind == KIND_ACTOR_CREATE else facts  # the owner describes calls
+            # described here too, not only by the owner: an owner killed before its next flush
+            # takes its own events with it (described once per function and batch, see drain)
+            extra = (spec, facts)
         events.record(spec.task_id, spec.attempt, spec.job_id, state, time.time(), extra)
 
     def _record_end(self, spec: TaskSpec, reply: Any) -> None:

@@ -18,6 +18,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from raylite._core import pip_env
 from raylite._core.ids import WorkerID
 from raylite._core.packaging import digest_of, is_package_uri
 from raylite._core.zygote import start_zygote
@@ -29,7 +30,8 @@ def env_key(runtime_env: dict) -> str:
     """Workers are shared only between calls with the same runtime environment."""
     if not runtime_env:
         return ""
-    relevant = {k: runtime_env.get(k) for k in ("env_vars", "working_dir", "py_modules") if runtime_env.get(k)}
+    relevant = {k: runtime_env.get(k) for k in ("env_vars", "working_dir", "py_modules", "pip", "uv")
+                if runtime_env.get(k)}
     if not relevant:
         return ""
     return hashlib.sha1(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
@@ -124,6 +126,7 @@ class WorkerPool:
             "working_dir_pkg": digest_of(wd) if is_package_uri(wd) else "",
             "py_path": [m for m in mods if not is_package_uri(m)],
             "py_module_pkgs": [digest_of(m) for m in mods if is_package_uri(m)],
+            "pip": pip_env.wanted(runtime_env),  # [tool, spec]: the worker activates that virtualenv
         }
         self._zygote_sock.sendall(json.dumps(request).encode() + b"\n")
         return rec

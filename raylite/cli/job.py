@@ -10,6 +10,8 @@ from typing import Any
 
 import click
 
+from raylite.cli.table import format_time_ms
+
 _ADDRESS_HELP = ("The cluster's API address, e.g. http://127.0.0.1:8265 (default: RAY_ADDRESS, the "
                  "cluster running on this machine, or http://127.0.0.1:8265).")
 
@@ -201,4 +203,4 @@ def list_(address: str | None, fmt: str) -> None:
 
 
 def _when(ms: int | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) if ms else "-"
+    return format_time_ms(ms)

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from raylite.cli.table import format_table
+from raylite.cli.table import format_table, format_time_ms
 
 _ADDRESS_HELP = ("The cluster's API address, e.g. http://127.0.0.1:8265 (default: RAY_ADDRESS, the "
                  "cluster running on this machine, or http://127.0.0.1:8265).")
@@ -49,7 +49,7 @@ def _render(rows: list[dict[str, Any]], resource: str, fmt: str, detail: bool) -
     if not rows:
         return f"No {resource.replace('_', ' ')} found."
     cols = [c for c in rows[0] if c != "events"] if detail else [c for c in COLUMNS[resource] if c in rows[0]]
-    table = [[_cell(r.get(c)) for c in cols] for r in rows]
+    table = [[_cell(r.get(c), c) for c in cols] for r in rows]
     return format_table([c.upper() for c in cols], table)
 
 
@@ -61,9 +61,11 @@ def _yaml() -> Any:
     return yaml
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, column: str = "") -> str:
     if value is None:
         return "-"
+    if column.endswith(("_time", "_time_ms")) and isinstance(value, (int, float)) and value > 0:
+        return format_time_ms(value)  # epoch ms, as `raylite job list` shows them (json/yaml keep ms)
     if isinstance(value, dict):
         return ",".join(f"{k}:{v:g}" if isinstance(v, float) else f"{k}:{v}" for k, v in value.items())
     return str(value)

@@ -31,13 +31,18 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from raylite._core import packaging
+from raylite._core import packaging, pip_env
 from raylite._core import protocol as P
 
 KV_NAMESPACE = "_raylite_jobs"
 PKG_ALIAS_NAMESPACE = "_raylite_pkg_alias"  # Ray's "gcs://_ray_pkg_<hash>.zip" -> our digest
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 _LOG_TAIL_CHARS = 20000
+# What one job may carry: its record lives in the head's KV and every listing repeats it.
+# Files belong in working_dir / py_modules (uploaded once as packages), not in env_vars.
+MAX_RUNTIME_ENV_BYTES = 256 * 1024
+MAX_METADATA_BYTES = 16 * 1024
+MAX_ENTRYPOINT_BYTES = 128 * 1024  # exec limits one argument (`sh -c <entrypoint>`) to 128 KiB
 
 
 class JobError(Exception):
@@ -70,6 +75,7 @@ class JobRecord:
     driver_exit_code: int | None = None
     supervisor: str = ""  # which server instance runs it
     pid: int = 0  # the entrypoint's process (and process group)
+    log_file: str = ""  # in the session that ran it (a restarted head has a new session dir)
 
 
 def new_submission_id() -> str:
@@ -88,6 +94,7 @@ class JobManager:
         self._procs: dict[str, asyncio.subprocess.Process] = {}
         self._stopping: set[str] = set()
         self._tasks: set[asyncio.Task] = set()
+        self._supervising: dict[str, asyncio.Task] = {}
         os.makedirs(ctx.logs_dir, exist_ok=True)
 
     # ------------------------------------------------------------ records
@@ -142,6 +149,15 @@ class JobManager:
             raise JobError(f"runtime_env must be a JSON object, not {type(runtime_env).__name__}")
         if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
             raise JobError("metadata must be a JSON object of strings")
+        _check_size("runtime_env", runtime_env, MAX_RUNTIME_ENV_BYTES,
+                    "ship files with working_dir / py_modules (uploaded once as packages), not in env_vars")
+        _check_size("metadata", metadata, MAX_METADATA_BYTES, "keep metadata to short labels")
+        _check_size("entrypoint", entrypoint, MAX_ENTRYPOINT_BYTES, "put the command in a script and run that")
+        if runtime_env.get("pip") or runtime_env.get("uv"):
+            try:
+                pip_env.requirements(runtime_env.get("pip") or runtime_env.get("uv"))
+            except ValueError as e:
+                raise JobError(str(e)) from None
         await self._check_resources(req)
         rec = JobRecord(submission_id, entrypoint, metadata=metadata, runtime_env=runtime_env,
                         entrypoint_num_cpus=req.get("entrypoint_num_cpus"),
@@ -149,11 +165,14 @@ class JobManager:
                         entrypoint_memory=req.get("entrypoint_memory"),
                         entrypoint_resources=req.get("entrypoint_resources"),
                         start_time=int(time.time() * 1000), supervisor=self.instance,
+                        log_file=log_path(self.ctx.logs_dir, submission_id),
                         driver_node_id=self.ctx.node_id, driver_agent_http_address=self.ctx.url)
         await self._put(rec)
-        task = asyncio.get_running_loop().create_task(self._supervise(rec))
+        task = asyncio.get_running_loop().create_task(self._supervise_or_fail(rec))
         self._tasks.add(task)
+        self._supervising[rec.submission_id] = task
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda t, sid=rec.submission_id: self._supervising.pop(sid, None))
         return rec
 
     async def _check_resources(self, req: dict[str, Any]) -> None:
@@ -178,8 +197,21 @@ class JobManager:
                        "--entrypoint-num-cpus/-gpus/-resources or add a node that has them")
 
     # ------------------------------------------------------------ run
+    async def _supervise_or_fail(self, rec: JobRecord) -> None:
+        """Whatever goes wrong while supervising, the job ends FAILED with the reason: a job
+        left PENDING or RUNNING by a supervisor error would never end."""
+        try:
+            await self._supervise(rec)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            current = await self.get(rec.submission_id)
+            if current is not None and current.status not in TERMINAL:
+                await self._finish(rec, "FAILED", f"The job's supervisor failed: {type(e).__name__}: {e}",
+                                   "JOB_SUPERVISOR_FAILED", None)
+
     async def _supervise(self, rec: JobRecord) -> None:
-        path = log_path(self.ctx.logs_dir, rec.submission_id)
+        path = rec.log_file or log_path(self.ctx.logs_dir, rec.submission_id)
         try:
             env, cwd = await self._prepare(rec)
         except Exception as e:  # noqa: BLE001  a bad runtime_env: the job fails, the server does not
@@ -191,11 +223,19 @@ class JobManager:
         if rec.submission_id in self._stopping:
             await self._finish(rec, "STOPPED", "Job was intentionally stopped.", None, None)
             return
-        with open(path, "ab") as out:
-            proc = await asyncio.create_subprocess_exec(
-                "/bin/sh", "-c", rec.entrypoint, stdin=asyncio.subprocess.DEVNULL, stdout=out,
-                stderr=asyncio.subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True,
-                preexec_fn=_die_with_parent)
+        try:
+            with open(path, "ab") as out:
+                proc = await asyncio.create_subprocess_exec(
+                    "/bin/sh", "-c", rec.entrypoint, stdin=asyncio.subprocess.DEVNULL, stdout=out,
+                    stderr=asyncio.subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True,
+                    preexec_fn=_die_with_parent)
+        except OSError as e:  # E2BIG (environment too large for exec), ENOENT cwd, EMFILE, ...
+            why = _start_failure(e, env, rec.entrypoint)
+            with open(path, "ab") as f:
+                f.write(f"could not start the job's entrypoint: {why}\n".encode())
+            await self._finish(rec, "FAILED", f"Job entrypoint command could not be started: {why}",
+                               "JOB_ENTRYPOINT_COMMAND_START_ERROR", None)
+            return
         self._procs[rec.submission_id] = proc
         rec.status, rec.pid = "RUNNING", proc.pid
         rec.message = "Job is currently running."
@@ -236,6 +276,15 @@ class JobManager:
             cwd = packaging.unpack(reply.value, self.ctx.session_dir, digest)
             runtime_env["working_dir"] = packaging.PKG_SCHEME + digest
             env["PYTHONPATH"] = os.pathsep.join(p for p in [cwd, env.get("PYTHONPATH", "")] if p)
+        wanted = pip_env.wanted(runtime_env)
+        if wanted is not None:  # the entrypoint's `python` is the environment's (built once per machine)
+            rec.message = f"Job is installing its runtime_env {wanted[0]} packages."
+            await self._put(rec)
+            venv = await asyncio.to_thread(pip_env.ensure, os.path.dirname(self.ctx.session_dir), *wanted)
+            if venv is not None:
+                env["PATH"] = os.pathsep.join([pip_env.bin_dir(venv), env.get("PATH", "")])
+                env["VIRTUAL_ENV"] = venv
+                env.pop("PYTHONHOME", None)
         mods = runtime_env.get("py_modules") or []
         runtime_env["py_modules"] = [packaging.PKG_SCHEME + await self._digest_of(str(m)) for m in mods]
         if not runtime_env["py_modules"]:
@@ -282,6 +331,8 @@ class JobManager:
         self._stopping.add(submission_id)
         proc = self._procs.get(submission_id)
         if proc is None:
+            if submission_id not in self._supervising:  # nothing here runs it: it is stopped now
+                await self._finish(rec, "STOPPED", "Job was intentionally stopped.", None, None)
             return True  # not started yet: _supervise sees _stopping
         await terminate_tree(proc.pid, self.ctx.config.job_stop_grace_s, lambda: proc.returncode is not None)
         return True
@@ -294,7 +345,7 @@ class JobManager:
                            f"{submission_id}).")
         await self.ctx.head.request(P.KvDel(KV_NAMESPACE, submission_id.encode()))
         with contextlib.suppress(OSError):
-            os.remove(log_path(self.ctx.logs_dir, submission_id))
+            os.remove(self.log_file(rec))
         return True
 
     async def _existing(self, submission_id: str) -> JobRecord:
@@ -313,9 +364,22 @@ class JobManager:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(t, 2.0)
 
-    def logs(self, submission_id: str) -> str:
+    def log_file(self, rec: JobRecord) -> str:
+        """Where the job's log is: this session's logs, else the session that ran it (a head
+        restarted with --persist keeps the records, and the old session directory its logs)."""
+        here = log_path(self.ctx.logs_dir, rec.submission_id)
+        for path in (rec.log_file, here):
+            if path and os.path.exists(path):
+                return path
+        import glob  # a record from before log_file was kept: look in the other sessions
+
+        older = glob.glob(os.path.join(os.path.dirname(self.ctx.session_dir), "session_*", "logs",
+                                       os.path.basename(here)))
+        return max(older, key=os.path.getmtime) if older else (rec.log_file or here)
+
+    def logs(self, rec: JobRecord) -> str:
         try:
-            with open(log_path(self.ctx.logs_dir, submission_id), errors="replace") as f:
+            with open(self.log_file(rec), errors="replace") as f:
                 return f.read()
         except OSError:
             return ""
@@ -373,3 +437,27 @@ def _tail(path: str, chars: int) -> str:
             return f.read().decode(errors="replace")
     except OSError:
         return ""
+
+
+def _check_size(what: str, value: Any, limit: int, fix: str) -> None:
+    size = len(value.encode()) if isinstance(value, str) else len(json.dumps(value))
+    if size > limit:
+        raise JobError(f"the job's {what} is {_human(size)}, more than the {_human(limit)} a job may carry; "
+                       f"{fix}.")
+
+
+def _human(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 1024:.0f} KiB"
+
+
+def _start_failure(error: OSError, env: dict[str, str], entrypoint: str) -> str:
+    """Why exec refused, in words (E2BIG names the largest variables)."""
+    import errno
+
+    if error.errno == errno.E2BIG:
+        largest = sorted(env.items(), key=lambda kv: len(kv[0]) + len(kv[1]), reverse=True)[:3]
+        names = ", ".join(f"{k} ({_human(len(k) + len(v))})" for k, v in largest)
+        return (f"{error.strerror} (E2BIG): the environment and command line exceed what exec accepts "
+                f"(one variable or argument at most 128 KiB, all together about 2 MiB); the largest "
+                f"variables are {names}. Pass large data as a file in working_dir instead of env_vars.")
+    return f"{type(error).__name__}: {error}"

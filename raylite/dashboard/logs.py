@@ -8,6 +8,7 @@ into the file that holds its output.
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 from typing import Any
 
@@ -69,6 +70,21 @@ async def node_address(ctx: Any, node_id: str) -> tuple[str, str]:
     return matches[0]["node_id"], matches[0]["address"]
 
 
+async def _task_rows_with_worker(ctx: Any, task_id: str) -> list[dict]:
+    """The task's rows that name the worker that ran it. The owner may report a task's end
+    before that worker's own events (node, pid) arrive on its next flush: a task the
+    cluster knows is waited for that long, not reported as never run."""
+    from raylite.dashboard import state
+
+    deadline = asyncio.get_running_loop().time() + 2 * ctx.config.task_events_flush_interval_s + 0.5
+    while True:
+        known = [t for t in await state.tasks(ctx) if t["task_id"] == task_id]
+        rows = [t for t in known if t.get("worker_id")]
+        if rows or not known or asyncio.get_running_loop().time() > deadline:
+            return rows
+        await asyncio.sleep(0.1)
+
+
 async def resolve(ctx: Any, *, node_id: str = "", filename: str = "", actor_id: str = "", task_id: str = "",
                   job_id: str = "", suffix: str = "out") -> tuple[str, str, str]:
     """(node id, node address, file name) of what the caller named."""
@@ -82,7 +98,7 @@ async def resolve(ctx: Any, *, node_id: str = "", filename: str = "", actor_id: 
             raise LogNotFound(f"actor {actor_id} has not started on a worker yet (state {actor['state']})")
         node_id, filename = actor["node_id"], f"worker-{actor['worker_id'][:16]}-{actor['pid']}.{suffix}"
     elif task_id:
-        rows = [t for t in await state.tasks(ctx) if t["task_id"] == task_id and t.get("worker_id")]
+        rows = await _task_rows_with_worker(ctx, task_id)
         if not rows:
             raise LogNotFound(f"task {task_id} is not known to this cluster or has not run yet "
                               "(see `raylite list tasks`)")

@@ -23,6 +23,8 @@ import cloudpickle
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from raylite.util._storage import as_fsspec, fsspec_filesystem, uri_scheme
+
 DICT_CHECKPOINT_FILE = "dict_checkpoint.pkl"
 METADATA_FILE = ".metadata.json"
 
@@ -39,9 +41,9 @@ class Checkpoint:
     ) -> None:
         where = os.fspath(path)
         if filesystem is None:
-            filesystem, where = fsspec.core.url_to_fs(where)
-            if _is_local(filesystem):
-                where = os.path.abspath(where)
+            filesystem, where = fsspec_filesystem(where)  # s3:// and gs:// through pyarrow, as in Ray
+        else:
+            filesystem = as_fsspec(filesystem)  # Ray passes pyarrow filesystems
         self.path: str = where
         self.filesystem: fsspec.AbstractFileSystem = filesystem
         # Set by from_dict: the directory is ours, so report() may delete it once copied.
@@ -125,11 +127,9 @@ class Checkpoint:
     # -- identity -----------------------------------------------------------------
     @property
     def _uri(self) -> str:
-        protocol = self.filesystem.protocol
-        protocol = protocol[0] if isinstance(protocol, (tuple, list)) else protocol
         if _is_local(self.filesystem):
             return self.path
-        return f"{protocol}://{self.path}"
+        return f"{uri_scheme(self.filesystem)}://{self.path}"
 
     def __repr__(self) -> str:
         kind = "local" if _is_local(self.filesystem) else type(self.filesystem).__name__

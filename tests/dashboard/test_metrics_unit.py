@@ -141,6 +141,24 @@ def test_collect_builds_every_builtin_family():
     assert value("raylite_train_step_seconds", rank="0") == [0.25]
 
 
+def test_two_nodes_on_one_host_count_its_cores_and_memory_once():
+    machine = {"num_cpus": 2, "mem_total_bytes": 8 * 2**30, "mem_used_bytes": 2 * 2**30, "store_used_bytes": 10}
+    a = {**machine, "host_id": "m1:100", "cpu_percent": 30.0, "time": 1.0}
+    b = {**machine, "host_id": "m1:100", "cpu_percent": 40.0, "time": 2.0}  # the same machine, sampled later
+    other = {**machine, "host_id": "m2:100", "cpu_percent": 10.0, "time": 1.5, "num_cpus": 4}
+    nodes = {bytes([i]): SimpleNamespace(**{**vars(_node(**st)), "node_id": bytes([i]) * 16})
+             for i, st in enumerate((a, b, other))}
+    fams = parse(render(cluster_metrics.collect(SimpleNamespace(nodes=nodes, actors={}, kv={}), {})))
+
+    def value(name):
+        return [s.value for s in fams[name].samples]
+
+    assert value("raylite_cluster_mem_total_bytes") == [16.0 * 2**30]  # two machines, not three
+    assert value("raylite_cluster_cpu_percent") == [pytest.approx((40.0 * 2 + 10.0 * 4) / 6)]
+    assert value("raylite_cluster_object_store_used_bytes") == [30.0]  # each node's own store still counts
+    assert NodeStats().sample([], None)["host_id"]
+
+
 def test_bad_feed_values_are_ignored():
     store = SimpleNamespace(nodes={}, actors={}, kv={("serve", b"snapshot"): b"not json",
                                                        ("train", b"run:x"): b"[1, 2]",

@@ -8,6 +8,7 @@ import signal
 import tempfile
 
 import httpx
+import psutil
 import pytest
 
 from raylite._core import config as config_mod
@@ -51,6 +52,11 @@ def test_head_reports_every_node_and_a_dead_one(two_nodes):
     fams = {f.name: f for f in parser.text_string_to_metric_families(text)}
     assert {s.labels["node_id"] for s in fams["raylite_node_cpu_percent"].samples} == {head.node_id, worker.node_id}
     assert [s.value for s in fams["raylite_nodes"].samples if s.labels["state"] == "ALIVE"] == [2.0]
+    # both nodes run on this one machine: its cores and memory are counted once, not twice
+    machine = httpx.get(url + "/api/dashboard/overview", headers=headers, timeout=30).json()["machine"]
+    assert machine["num_cpus"] == psutil.cpu_count()
+    assert machine["mem_total_bytes"] == psutil.virtual_memory().total
+    assert [s.value for s in fams["raylite_cluster_mem_total_bytes"].samples] == [psutil.virtual_memory().total]
 
     c.kill_node(worker, signal.SIGKILL)
 

@@ -192,5 +192,8 @@ def test_job_records_survive_a_head_restart_with_persistence(short_tmp):
         assert r.returncode == 0, r.stderr
         out = subprocess.run([*cli, "status", *addr, "kept"], capture_output=True, text=True, env=env, timeout=60)
         assert out.returncode == 0 and "SUCCEEDED" in out.stdout, out.stdout + out.stderr
+        # its log is in the earlier session's directory, and still served
+        out = subprocess.run([*cli, "logs", *addr, "kept"], capture_output=True, text=True, env=env, timeout=60)
+        assert out.returncode == 0 and "persisted 7" in out.stdout, out.stdout + out.stderr
     finally:
         _stop(tmp_path)

@@ -27,3 +27,19 @@ def test_cli_rejects_bad_arguments_before_any_request():
 def test_cli_unreachable_server_is_a_clear_error():
     r = CliRunner().invoke(main, ["list", "actors", "--address", "http://127.0.0.1:9"])
     assert r.exit_code == 1 and "could not reach the raylite API server at http://127.0.0.1:9" in r.output
+
+
+def test_list_jobs_table_shows_times_as_job_list_does():
+    import json
+    import time
+
+    from raylite.cli.state import _render
+    from raylite.cli.table import format_time_ms
+
+    ms = 1795502386193
+    rows = [{"job_id": "1556d5a3", "submission_id": "raysubmit_x", "type": "SUBMISSION", "status": "SUCCEEDED",
+             "entrypoint": "python x.py", "start_time": ms, "end_time": None}]
+    table = _render(rows, "jobs", "table", False)
+    assert time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) in table and str(ms) not in table
+    assert format_time_ms(ms) in table and format_time_ms(None) == "-"
+    assert json.loads(_render(rows, "jobs", "json", False))[0]["start_time"] == ms  # machines keep the number

@@ -65,3 +65,28 @@ def test_drain_shares_descriptions_and_folds_running_into_the_end():
     rows = {r["task_id"]: r for r in table.rows()}
     assert rows[b"e"]["error_type"] == "X" and rows[b"e"]["start_time_s"] == 5.0
     assert rows[b"long"]["state"] == "RUNNING" and rows[b"\x00"]["worker_pid"] == 9
+
+
+def test_owner_and_worker_ends_keep_the_workers_end_time():
+    table = TaskEventTable()
+    table.add([ev(b"t", "PENDING_NODE_ASSIGNMENT", 1.0), ev(b"t", "FINISHED", 3.5)])  # the owner's view
+    table.add([ev(b"t", "FINISHED", 3.0, start=2.0)])  # the worker's, flushed later
+    (row,) = table.rows()
+    assert row["state"] == "FINISHED" and row["start_time_s"] == 2.0 and row["end_time_s"] == 3.0
+
+
+def test_close_job_fails_open_rows_and_a_late_real_end_still_wins():
+    table = TaskEventTable()
+    table.add([ev(b"done", "FINISHED", 2.0), ev(b"open", "RUNNING", 1.0), ev(b"queued", "PENDING_NODE_ASSIGNMENT", 1.0),
+               ev(b"other", "RUNNING", 1.0, job=b"j2")])
+    assert table.close_job(b"j1", 9.0, "its job's driver exited") == 2
+    rows = {r["task_id"]: r for r in table.rows()}
+    assert rows[b"done"]["state"] == "FINISHED" and rows[b"other"]["state"] == "RUNNING"
+    for key in (b"open", b"queued"):
+        assert rows[key]["state"] == "FAILED" and rows[key]["error_type"] == "WORKER_DIED"
+        assert rows[key]["error_message"] == "its job's driver exited" and rows[key]["end_time_s"] == 9.0
+    table.add([ev(b"open", "FINISHED", 8.5, idx=[0])], [{"worker_pid": 4}])  # a detached actor's call ended after all
+    row = {r["task_id"]: r for r in table.rows()}[b"open"]
+    assert row["state"] == "FINISHED" and row["end_time_s"] == 8.5 and row["worker_pid"] == 4
+    assert "error_type" not in row and [e["state"] for e in row["events"]] == ["RUNNING", "FINISHED"]
+    assert table.close_job(b"j1", 10.0, "again") == 0

@@ -15,6 +15,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from raylite._core.node_stats import per_host
+
 _SCALE = 10000  # fixed-point resource amounts on the wire
 
 
@@ -139,7 +141,8 @@ def routes(ctx: Any) -> list:
         failures += [{"type": "ACTOR", "name": a.get("name") or a.get("class_name"),
                       "actor_id": a.get("actor_id"), "error_message": a.get("death_cause")}
                      for a in actor_rows if a.get("state") == "DEAD" and actor_failed(a.get("death_cause", ""))][-10:]
-        stats = [n["stats"] for n in node_rows if n["state"] == "ALIVE" and n["stats"]]
+        # machine figures once per host: nodes sharing a machine report the same cores and memory
+        stats = per_host([n["stats"] for n in node_rows if n["state"] == "ALIVE" and n["stats"]])
         cores = sum(st.get("num_cpus", 1) for st in stats)
         machine = {"cpu_percent": sum(st.get("cpu_percent", 0) * st.get("num_cpus", 1) for st in stats) / cores
                    if cores else None, "num_cpus": cores,

@@ -16,6 +16,7 @@ RuntimeError("Request failed with status code N: <text>.")).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from typing import Any
 
@@ -25,7 +26,9 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from raylite._core import protocol as P
-from raylite.dashboard.job_manager import TERMINAL, JobError, JobManager, JobRecord, log_path
+from raylite.dashboard.job_manager import TERMINAL, JobError, JobManager, JobRecord
+
+MAX_LISTED_RUNTIME_ENV_BYTES = 8 * 1024
 
 _DETAIL_FIELDS = ("status", "entrypoint", "message", "error_type", "start_time", "end_time", "metadata",
                   "runtime_env", "driver_agent_http_address", "driver_node_id", "driver_exit_code",
@@ -60,6 +63,16 @@ def details(rec: JobRecord, drivers: list[dict[str, Any]]) -> dict[str, Any]:
         d = mine[-1]
         row["job_id"] = d["job_id"].hex()
         row["driver_info"] = {"id": d["job_id"].hex(), "node_ip_address": "127.0.0.1", "pid": str(d.get("pid", ""))}
+    return row
+
+
+def _listed(row: dict[str, Any]) -> dict[str, Any]:
+    """A listing row: a large runtime_env is summed up (GET /api/jobs/{id} has all of it), so
+    listing many jobs stays small."""
+    size = len(json.dumps(row.get("runtime_env") or {}))
+    if size > MAX_LISTED_RUNTIME_ENV_BYTES:
+        row["runtime_env"] = {"_truncated": f"{size} bytes of runtime_env; GET /api/jobs/"
+                                            f"{row['submission_id']} returns all of it"}
     return row
 
 
@@ -106,7 +119,7 @@ def routes(ctx: Any) -> list:
 
     async def list_jobs(request: Request) -> Response:
         drivers = await _drivers(ctx)
-        rows = [details(r, drivers) for r in await manager().list()]
+        rows = [_listed(details(r, drivers)) for r in await manager().list()]
         rows += [driver_details(d) for d in drivers if not d.get("submission_id")]
         return JSONResponse(rows)
 
@@ -124,7 +137,7 @@ def routes(ctx: Any) -> list:
         rec, _ = await find(ctx, job_id)
         if rec is None:
             return PlainTextResponse(f"Job {job_id} does not exist.", 404)
-        return JSONResponse({"logs": manager().logs(rec.submission_id)})
+        return JSONResponse({"logs": manager().logs(rec)})
 
     async def _act_on_job(request: Request, action: str, answer_key: str) -> Response:
         """Stop or delete a job given by job id or submission id; Ray's {"stopped"|"deleted": bool}."""
@@ -150,7 +163,7 @@ def routes(ctx: Any) -> list:
             await ws.close(code=1008, reason=f"Job {job_id} does not exist.")
             return
         try:
-            await _stream_log(ws, manager(), rec.submission_id, log_path(ctx.logs_dir, rec.submission_id))
+            await _stream_log(ws, manager(), rec.submission_id, manager().log_file(rec))
         except WebSocketDisconnect:
             return
         await ws.close()

@@ -21,6 +21,7 @@ import pyarrow.fs as pafs
 from raylite.data._internal.filesystem import filesystem_for
 from raylite.data._internal.transforms import Stage, current_task_index
 from raylite.data.block import Block, column_to_numpy, concat_blocks, table_to_pandas
+from raylite.util._storage import explain_storage_error
 
 
 @dataclass
@@ -30,14 +31,18 @@ class FileDatasink:
     fmt: str
     options: dict[str, Any] = field(default_factory=dict)
     write_uuid: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+    uri: str = ""  # the path as the user wrote it, for errors
 
     @staticmethod
     def create(path: str, fmt: str, filesystem: Any = None, try_create_dir: bool = True,
                **options: Any) -> FileDatasink:
         fs, inner = filesystem_for(path, filesystem)
         if try_create_dir:
-            fs.create_dir(inner, recursive=True)
-        return FileDatasink(inner, fs, fmt, options)
+            try:
+                fs.create_dir(inner, recursive=True)
+            except OSError as e:
+                raise explain_storage_error(path, e, "writing to", "filesystem") or e
+        return FileDatasink(inner, fs, fmt, options, uri=path)
 
     @property
     def ext(self) -> str:
@@ -46,8 +51,11 @@ class FileDatasink:
     def write(self, table: Block, task_index: int) -> str:
         name = f"{self.write_uuid}_{task_index:06d}_000000.{self.ext}"
         full = f"{self.path.rstrip('/')}/{name}"
-        with self.fs.open_output_stream(full) as f:
-            getattr(self, f"_write_{self.fmt}")(table, f)
+        try:
+            with self.fs.open_output_stream(full) as f:
+                getattr(self, f"_write_{self.fmt}")(table, f)
+        except OSError as e:
+            raise explain_storage_error(self.uri or full, e, "writing to", "filesystem") or e
         return full
 
     def _write_parquet(self, table: Block, f: Any) -> None:

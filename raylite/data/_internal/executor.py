@@ -22,6 +22,7 @@ execution holds nothing at all, so a block larger than the budget still flows.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import deque
@@ -54,10 +55,27 @@ def budget_for(context: DataContext, submitter: TaskSubmitter) -> int:
 
 
 def cpu_limit_for(context: DataContext, submitter: TaskSubmitter) -> float:
+    """The user's CPU limit, else the cluster's CPUs less those reserved for the execution's
+    consumers (``exclude_resources``: a Train run's workers, set by Train as in Ray)."""
     limit = context.execution_options.resource_limits.cpu
     if limit is not None:
         return float(limit)
+    excluded = context.execution_options.exclude_resources.cpu or 0.0
+    if excluded:
+        return max(0.0, submitter.total_cpus() - excluded)
     return max(1.0, submitter.total_cpus())
+
+
+def reserved_cpu_warning(name: str, op_name: str, need: float, total: float, excluded: float) -> str:
+    """Why an execution whose tasks need CPU its own consumers hold waits, and the fixes."""
+    return (f"Dataset {name} cannot start: its {op_name} tasks need {need:g} CPU each, but {excluded:g} "
+            f"of the cluster's {total:g} CPUs are held by the dataset's own consumers (a Train run's "
+            "workers, reserved through DataContext.execution_options.exclude_resources), so the "
+            "tasks wait for a CPU that is not freed while the consumers wait for the data. Fix one of: "
+            "fewer training workers (ScalingConfig(num_workers=...)); fewer CPUs per worker "
+            "(ScalingConfig(resources_per_worker={'CPU': 0.5})); Data tasks that need less "
+            "(e.g. read_parquet(..., ray_remote_args={'num_cpus': 0.5}) where a CPU is partly free); "
+            "or more CPUs in the cluster (raylite.init(num_cpus=...), raylite start --num-cpus).")
 
 
 class StreamingExecutor:
@@ -95,6 +113,8 @@ class StreamingExecutor:
         self._progress = ProgressReporter(ops, enabled=self.context.enable_progress_bars)
         self.started_s = 0.0
         self.finished_s = 0.0
+        self._warned_reserved = False
+        self._notice_key = ""
 
     # ---------------------------------------------------------------- consumer side
 
@@ -143,6 +163,9 @@ class StreamingExecutor:
         for op in self.ops:
             op.shutdown()
         self._progress.close()
+        if self._notice_key:
+            self.submitter.post_notice(self._notice_key, None)
+            self._notice_key = ""
 
     # ---------------------------------------------------------------- the loop
 
@@ -222,6 +245,8 @@ class StreamingExecutor:
         for op in reversed(self.ops):  # downstream first: drain before producing more
             while op.can_launch():
                 need_cpus, est_bytes, consumed = op.next_launch()
+                if need_cpus > self.cpu_limit + 1e-9 and not self._warned_reserved:
+                    self._warn_reserved_cpus(op, need_cpus)
                 fits_cpu = cpus + need_cpus <= self.cpu_limit + 1e-9 or cpus == 0
                 if not fits_cpu:
                     cpu_blocked.append((op, need_cpus))
@@ -239,6 +264,20 @@ class StreamingExecutor:
                 nothing_running = False
         if cpu_blocked and nothing_running and not any(op.has_next() for op in self.ops):
             self._raise_cpu_deadlock(cpu_blocked[0], cpus)
+
+    def _warn_reserved_cpus(self, op: PhysicalOperator, need: float) -> None:
+        """Tasks that can only run on CPUs the consumers hold: say so at once (a log line the
+        driver sees, and a notice `raylite status` shows) instead of waiting in silence. The
+        task is still submitted: a CPU may yet be freed by something else."""
+        excluded = self.context.execution_options.exclude_resources.cpu or 0.0
+        if not excluded:
+            return
+        self._warned_reserved = True
+        text = reserved_cpu_warning(self.name, op.name, need, self.submitter.total_cpus(), excluded)
+        sys.stderr.write(f"WARNING: {text}\n")
+        sys.stderr.flush()
+        self._notice_key = f"data_cpu_wait:{self.name}:{id(self):x}"
+        self.submitter.post_notice(self._notice_key, text)
 
     def _raise_cpu_deadlock(self, blocked: tuple[PhysicalOperator, float], cpus_held: float) -> None:
         """Nothing runs and the next task can never get CPUs: actor pools hold them all."""

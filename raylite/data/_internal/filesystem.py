@@ -16,6 +16,8 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from raylite.util._storage import arrow_filesystem, bucket_of, explain_storage_error
+
 
 def to_arrow_filesystem(filesystem: Any) -> pafs.FileSystem | None:
     """Accept a pyarrow FileSystem or an fsspec filesystem; return a pyarrow one."""
@@ -47,18 +49,10 @@ def filesystem_for(path: str, filesystem: Any = None) -> tuple[pafs.FileSystem, 
         if isinstance(fs, pafs.LocalFileSystem):
             path = os.path.abspath(os.path.expanduser(path))
         return fs, path
-    if path.startswith("file://"):
-        path = path[len("file://"):]
-    if not _has_scheme(path):
-        return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(path))
     try:
-        return pafs.FileSystem.from_uri(path)
-    except (ValueError, NotImplementedError, OSError):  # scheme pyarrow lacks: ask fsspec
-        pass
-    import fsspec
-
-    fsspec_fs, inner = fsspec.core.url_to_fs(path)
-    return pafs.PyFileSystem(pafs.FSSpecHandler(fsspec_fs)), inner
+        return arrow_filesystem(path)
+    except OSError as e:
+        raise explain_storage_error(path, e, "reading or writing", "filesystem") or e
 
 
 def _is_hidden(name: str) -> bool:
@@ -101,13 +95,14 @@ def expand_paths(
             if not infos:
                 raise FileNotFoundError(f"No files match the glob pattern {raw!r}.")
         else:
-            info = this_fs.get_file_info(path)
+            info = _file_info(this_fs, path, raw)
             if info.type == pafs.FileType.NotFound:
+                _raise_if_bucket_missing(this_fs, raw)
                 raise FileNotFoundError(f"No such file or directory: {raw!r}")
             if info.type == pafs.FileType.Directory:
                 sel = pafs.FileSelector(path, recursive=True)
                 infos = [
-                    i for i in this_fs.get_file_info(sel)
+                    i for i in _file_info(this_fs, sel, raw)
                     if i.type == pafs.FileType.File and not _is_hidden(posixpath.relpath(i.path, path))
                     and not any(_is_hidden(part) for part in posixpath.relpath(i.path, path).split("/")[:-1])
                 ]
@@ -128,6 +123,27 @@ def expand_paths(
         raise FileNotFoundError(f"No files found in {paths!r}.")
     assert fs is not None
     return fs, out
+
+
+def _file_info(fs: pafs.FileSystem, what: Any, raw: str) -> Any:
+    try:
+        return fs.get_file_info(what)
+    except OSError as e:
+        raise explain_storage_error(raw, e, "reading", "filesystem") or e
+
+
+def _raise_if_bucket_missing(fs: pafs.FileSystem, raw: str) -> None:
+    """S3 answers "not found" for a key in a bucket that does not exist: say which it is."""
+    if not raw.startswith(("s3://", "s3a://")):
+        return
+    bucket = bucket_of(raw)
+    try:
+        missing = fs.get_file_info(bucket).type == pafs.FileType.NotFound
+    except OSError:
+        return
+    if missing:
+        raise explain_storage_error(raw, FileNotFoundError(f"Bucket '{bucket}' not found"), "reading",
+                                    "filesystem") or FileNotFoundError(raw)
 
 
 def parse_hive_partitions(path: str, base_dirs: Sequence[str]) -> dict[str, str]:

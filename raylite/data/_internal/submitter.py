@@ -73,6 +73,10 @@ class TaskOptions:
         return out
 
 
+# KV namespace of notices `raylite status` shows (JSON {"text", "job_id"}; gone with their job)
+NOTICE_NAMESPACE = "raylite_status"
+
+
 class TaskSubmitter(ABC):
     """Runs Data's tasks and actors somewhere; see the module docstring."""
 
@@ -116,6 +120,9 @@ class TaskSubmitter(ABC):
 
     def is_ref(self, value: Any) -> bool:
         return False
+
+    def post_notice(self, key: str, text: str | None) -> None:  # noqa: B027 - optional: no-op by default
+        """Show ``text`` to the cluster's operators (``raylite status``); None takes it back."""
 
 
 # ------------------------------------------------------------------ in-process
@@ -301,6 +308,21 @@ class RayliteSubmitter(TaskSubmitter):
     def object_store_bytes(self):
         value = self._ray().cluster_resources().get("object_store_memory")
         return int(value) if value else None
+
+    def post_notice(self, key, text):
+        import json
+
+        from raylite.experimental import internal_kv as kv
+
+        ray = self._ray()
+        try:
+            if text is None:
+                kv._internal_kv_del(key, namespace=NOTICE_NAMESPACE)
+            else:
+                job = ray.get_runtime_context().get_job_id()
+                kv._internal_kv_put(key, json.dumps({"text": text, "job_id": job}), namespace=NOTICE_NAMESPACE)
+        except Exception:  # noqa: BLE001 - a notice is best effort; the log line was written
+            pass
 
     def is_ref(self, value):
         import raylite

@@ -136,6 +136,10 @@ _rids = itertools.count(1)
 _random = random.random
 
 
+# how long a request waits for a deployment whose replica set is not published yet (starting)
+STARTING_WAIT_S = 30.0
+
+
 class Router:
     """Replica choice and queueing for one deployment."""
 
@@ -153,6 +157,7 @@ class Router:
         # requests queued by callback (the proxy's path): [kind, meta, payload, on_reply, model_id, on_sent, dead]
         self.queued_sends: deque[list] = deque()
         self.deleted = False
+        self._published = False  # a replica set was seen: None from then on means deleted
         self.have_set = asyncio.Event()
         self.failed_message = ""
 
@@ -160,6 +165,8 @@ class Router:
     def update(self, value: dict | None) -> None:
         """Apply the controller's published view: {"replicas": [...], "max_ongoing_requests", ...}."""
         if value is None:
+            if not self._published:
+                return  # not published yet: the deployment is still starting (not deleted)
             self.deleted = True
             self.replicas = []
             self.by_id = {}
@@ -167,6 +174,7 @@ class Router:
             self.have_set.set()
             return
         self.deleted = False
+        self._published = True
         self.max_ongoing = value.get("max_ongoing_requests", 5)
         self.max_queued = value.get("max_queued_requests", -1)
         self.failed_message = value.get("message", "") if value.get("failed") else ""
@@ -235,7 +243,13 @@ class Router:
 
     async def _assign(self, model_id: str) -> dict:
         if not self.have_set.is_set():
-            await self.have_set.wait()
+            try:
+                await asyncio.wait_for(self.have_set.wait(), STARTING_WAIT_S)
+            except asyncio.TimeoutError:
+                raise DeploymentUnavailableError(
+                    f"deployment {self.deployment_name!r} of app {self.app_name!r} has no replicas yet "
+                    f"after {STARTING_WAIT_S:g} s: it is still starting (its replicas are being created), "
+                    "or no such deployment exists; serve.status() shows which. Retry shortly.") from None
         while True:
             if self.deleted:
                 raise DeploymentUnavailableError(

@@ -10,10 +10,12 @@ drive it with an in-process fake group. It runs in the driver process.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import enum
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -245,13 +247,36 @@ class TrainController:
             if callable(ds) and not hasattr(ds, "streaming_split"):
                 ds = ds()  # Ray accepts a zero-arg factory too
             if self.spec.dataset_config.should_split(name) and hasattr(ds, "streaming_split"):
-                parts = list(ds.streaming_split(n, equal=True))
+                with self._data_reserves_for_workers():
+                    parts = list(ds.streaming_split(n, equal=True))
             else:
                 whole = ds.iterator() if hasattr(ds, "iterator") else ds
                 parts = [whole] * n
             for rank in range(n):
                 out[rank][name] = parts[rank]
         return out
+
+    @contextlib.contextmanager
+    def _data_reserves_for_workers(self) -> Iterator[None]:
+        """Tell Data, as Ray Train does, that this run's workers hold their CPUs and GPUs
+        (``exclude_resources``): Data then sizes its work to what is left, and says at once
+        when its tasks need CPUs that only the workers have (else the run waits forever)."""
+        from raylite.data import DataContext, ExecutionResources
+
+        ctx = DataContext.get_current()
+        saved = ctx.execution_options
+        options = copy.deepcopy(self.spec.dataset_config.execution_options or saved)
+        n, per = self.spec.num_workers, self.spec.trial_resources
+        held = options.exclude_resources
+        options.exclude_resources = ExecutionResources(
+            cpu=(held.cpu or 0.0) + n * float(per.get("CPU", 0.0)),
+            gpu=(held.gpu or 0.0) + n * float(per.get("GPU", 0.0)),
+            object_store_memory=held.object_store_memory)
+        ctx.execution_options = options
+        try:
+            yield
+        finally:
+            ctx.execution_options = saved
 
     # -- RUNNING ------------------------------------------------------------------
     def _absorb(self, polls: list[WorkerPoll]) -> None:

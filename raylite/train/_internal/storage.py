@@ -28,6 +28,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from raylite.train.checkpoint import upload_dir
+from raylite.util._storage import explain_storage_error, fsspec_filesystem
 
 DEFAULT_STORAGE_PATH = "~/raylite_results"
 TRAINER_FILE = "trainer.pkl"
@@ -37,6 +38,14 @@ _CHECKPOINT_RE = re.compile(r"^checkpoint_(\d{6,})$")
 
 class StorageError(OSError):
     """The run's storage_path cannot be used; the message names the path and the fix."""
+
+
+class StoragePermissionError(StorageError, PermissionError):
+    """The storage refused this process's credentials."""
+
+
+class StorageNotFoundError(StorageError, FileNotFoundError):
+    """The storage's bucket (or root) does not exist."""
 
 
 def checkpoint_dir_name(index: int) -> str:
@@ -61,19 +70,25 @@ class StorageContext:
         return cls(path, experiment_name, filesystem)
 
     # -- resolved filesystem ------------------------------------------------------
+    def _resolved(self) -> tuple[fsspec.AbstractFileSystem, str]:
+        """Resolved once per process (an S3 client is costly), never pickled: each process
+        resolves a URI with its own environment, as Ray's workers do."""
+        cached = self.__dict__.get("_resolved_fs")
+        if cached is None:
+            cached = fsspec_filesystem(self.storage_path, self.filesystem)
+            object.__setattr__(self, "_resolved_fs", cached)
+        return cached
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_resolved_fs"}
+
     @property
     def fs(self) -> fsspec.AbstractFileSystem:
-        if self.filesystem is not None:
-            return self.filesystem
-        fs, _ = fsspec.core.url_to_fs(self.storage_path)
-        return fs
+        return self._resolved()[0]
 
     @property
     def _root(self) -> str:
-        if self.filesystem is not None:
-            return self.storage_path.rstrip("/")
-        _, root = fsspec.core.url_to_fs(self.storage_path)
-        return root.rstrip("/") or "/"
+        return self._resolved()[1].rstrip("/") or "/"
 
     @property
     def is_local(self) -> bool:
@@ -104,6 +119,11 @@ class StorageContext:
                 f.write(b"ok")
             self.fs.rm(probe)
         except Exception as e:  # noqa: BLE001 - any filesystem error means the same thing here
+            explained = explain_storage_error(self.experiment_path, e, "writing the run's results to",
+                                              "storage_filesystem") if isinstance(e, OSError) else None
+            if explained is not None:
+                cls = StoragePermissionError if isinstance(explained, PermissionError) else StorageNotFoundError
+                raise cls(f"RunConfig(storage_path={self.storage_path!r}): {explained}") from e
             raise StorageError(
                 f"RunConfig(storage_path={self.storage_path!r}) is not writable: creating "
                 f"{self.experiment_path} failed with {type(e).__name__}: {e}. Pass a "

@@ -1,0 +1,197 @@
+"""runtime_env ``pip`` / ``uv``: packages installed into a cached virtualenv, as Ray does.
+
+Requirements the node's Python already satisfies need nothing. Otherwise: one environment
+per machine and requirement list: ``<temp_dir>/runtime_resources/pip/<key>``,
+where the key hashes the requirements, the install options and the Python version. It is
+made with ``--system-site-packages``, so raylite and everything the node's Python has stay
+importable, and the requested packages shadow what the base has. Creation is locked (an
+flock on ``<key>.lock``), so a job's supervisor and the workers of one node asking at once
+build it once; a finished environment holds ``READY`` and is reused by every later job and
+worker on the machine. ``uv pip install`` is used where ``uv`` is on PATH (runtime_env ``uv``
+asks for it), ``python -m pip`` otherwise.
+
+A job's entrypoint runs with the environment's ``bin`` first on PATH (``python`` is the
+venv's); a worker, forked from the node's interpreter, puts the environment's
+site-packages first on ``sys.path``.
+
+Accepted forms (Ray's): ``["pkg==1.0", "/path/to/pkg.whl"]``; ``{"packages": [...],
+"pip_install_options": [...], "pip_check": False}``; a path to a requirements file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from typing import Any
+
+READY = "READY"
+_LOG_TAIL_CHARS = 4000
+
+
+class PipEnvError(RuntimeError):
+    """The environment could not be built; the message carries the installer's output."""
+
+
+def wanted(runtime_env: dict | None) -> tuple[str, Any] | None:
+    """``("pip" | "uv", spec)`` when the runtime_env asks for packages, else None."""
+    for key in ("pip", "uv"):
+        spec = (runtime_env or {}).get(key)
+        if spec:
+            return key, spec
+    return None
+
+
+def requirements(spec: Any) -> tuple[list[str], list[str]]:
+    """``(requirements, install options)`` of a pip/uv spec, validated."""
+    options: list[str] = []
+    if isinstance(spec, dict):
+        unknown = sorted(set(spec) - {"packages", "pip_install_options", "uv_pip_install_options",
+                                      "pip_check", "pip_version", "uv_version"})
+        if unknown:
+            raise ValueError(f"runtime_env pip/uv got unknown field(s) {unknown}; use 'packages' and "
+                             "'pip_install_options'.")
+        options = list(spec.get("pip_install_options") or spec.get("uv_pip_install_options") or [])
+        spec = spec.get("packages") or []
+    if isinstance(spec, str):
+        if os.path.isfile(spec):  # a requirements file: its lines
+            with open(spec) as f:
+                spec = [line.strip() for line in f if line.strip() and not line.lstrip().startswith("#")]
+        else:
+            spec = [spec]
+    if not isinstance(spec, (list, tuple)) or not all(isinstance(r, str) and r.strip() for r in spec):
+        raise ValueError("runtime_env pip/uv must be a list of requirement strings, a requirements file "
+                         f"path, or {{'packages': [...]}}; got {spec!r}")
+    if not all(isinstance(o, str) for o in options):
+        raise ValueError(f"pip_install_options must be strings, got {options!r}")
+    return [r.strip() for r in spec], options
+
+
+def env_key(tool: str, spec: Any) -> str:
+    reqs, options = requirements(spec)
+    blob = json.dumps([tool, reqs, options, sys.version_info[:2]], sort_keys=True)
+    return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+
+def env_dir(base_dir: str, tool: str, spec: Any) -> str:
+    return os.path.join(base_dir, "runtime_resources", "pip", env_key(tool, spec))
+
+
+def site_packages(venv: str) -> str:
+    return sysconfig.get_path("purelib", vars={"base": venv, "platbase": venv})
+
+
+def bin_dir(venv: str) -> str:
+    return os.path.join(venv, "bin")
+
+
+def satisfied_by_base(spec: Any) -> bool:
+    """Every requirement is a name (and version range) this Python already has: nothing to
+    install, no virtualenv (a path, URL or install option always gets one)."""
+    reqs, options = requirements(spec)
+    if options:
+        return False
+    try:
+        from packaging.requirements import InvalidRequirement, Requirement
+    except ImportError:
+        return False
+    for text in reqs:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            return False
+        if req.marker is not None and not req.marker.evaluate():
+            continue
+        if req.url or req.extras:
+            return False
+        try:
+            version = importlib.metadata.version(req.name)
+        except importlib.metadata.PackageNotFoundError:
+            return False
+        if req.specifier and not req.specifier.contains(version, prereleases=True):
+            return False
+    return True
+
+
+def ensure(base_dir: str, tool: str, spec: Any, timeout_s: float = 900.0) -> str | None:
+    """The environment's directory, built first if this machine has none yet (locked); None
+    when this Python already has every requirement."""
+    reqs, options = requirements(spec)
+    if satisfied_by_base(spec):
+        return None
+    venv = env_dir(base_dir, tool, spec)
+    if os.path.exists(os.path.join(venv, READY)):
+        return venv
+    os.makedirs(os.path.dirname(venv), exist_ok=True)
+    with open(venv + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process building it: wait for it
+        try:
+            if not os.path.exists(os.path.join(venv, READY)):
+                _build(venv, tool, reqs, options, timeout_s)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return venv
+
+
+def _build(venv: str, tool: str, reqs: list[str], options: list[str], timeout_s: float) -> None:
+    staging = f"{venv}.building-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.rmtree(venv, ignore_errors=True)  # a half-built one from a crashed builder
+    try:
+        _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", staging],
+             "create the virtualenv", timeout_s)
+        python = os.path.join(bin_dir(staging), "python")
+        uv = shutil.which("uv")
+        if uv and tool == "uv" or uv and not _has_pip():
+            cmd = [uv, "pip", "install", "--python", python, *options, *reqs]
+        else:  # the base's pip, run by the venv's python, installs into the venv
+            cmd = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", *options, *reqs]
+        _run(cmd, f"install {reqs}", timeout_s)
+        with open(os.path.join(staging, READY), "w") as f:
+            json.dump({"requirements": reqs, "options": options}, f)
+        os.replace(staging, venv)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _has_pip() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("pip") is not None
+
+
+def _run(cmd: list[str], what: str, timeout_s: float) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "VIRTUAL_ENV")}
+    try:
+        done = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired as e:
+        raise PipEnvError(f"runtime_env pip: could not {what} within {timeout_s:.0f} s") from e
+    except OSError as e:
+        raise PipEnvError(f"runtime_env pip: could not {what}: {e}") from e
+    if done.returncode != 0:
+        out = done.stdout.decode(errors="replace")[-_LOG_TAIL_CHARS:]
+        raise PipEnvError(f"runtime_env pip: could not {what} (`{' '.join(cmd[:4])} ...` exited with "
+                          f"{done.returncode}):\n{out}")
+
+
+def activate_in_process(venv: str) -> None:
+    """Make the environment's packages importable here, ahead of the base's (a worker)."""
+    path = site_packages(venv)
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    with contextlib.suppress(Exception):
+        import site
+
+        site.addsitedir(path)  # .pth files of the installed packages
+        if sys.path[0] != path:
+            sys.path.remove(path)
+            sys.path.insert(0, path)

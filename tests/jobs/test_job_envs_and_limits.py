@@ -1,0 +1,137 @@
+"""Jobs that cannot start end FAILED with the reason; pip runtime_envs are installed, never
+ignored; what a job carries is bounded (issue 17 §3 and §5)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import sys
+import zipfile
+
+import pytest
+
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _wait_status(c, sid, timeout_s=120):
+    return wait_for(lambda: (d := c.get(f"/api/jobs/{sid}").json())["status"] in ("SUCCEEDED", "FAILED", "STOPPED")
+                    and d, timeout_s, 0.1, f"job {sid} to end")
+
+
+def build_wheel(directory, name: str = "raylite_tinypkg", version: str = "0.1.0", value: int = 42) -> str:
+    """A minimal pure-Python wheel, written here (no build tools, no network)."""
+    files = {
+        f"{name}/__init__.py": f"VALUE = {value}\n",
+        f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{name}-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                             "Tag: py3-none-any\n",
+    }
+
+    def digest(data: bytes) -> str:
+        return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+    record = "".join(f"{p},{digest(c.encode())},{len(c.encode())}\n" for p, c in files.items())
+    path = os.path.join(str(directory), f"{name}-{version}-py3-none-any.whl")
+    with zipfile.ZipFile(path, "w") as z:
+        for p, c in files.items():
+            z.writestr(p, c)
+        z.writestr(f"{name}-{version}.dist-info/RECORD", record + f"{name}-{version}.dist-info/RECORD,,\n")
+    return path
+
+
+def test_environment_too_large_for_exec_fails_the_job_with_the_reason(api):
+    c = api.client()
+    big = "x" * 200_000  # one variable over exec's 128 KiB per-string limit, under the job's cap
+    sid = c.post("/api/jobs/", json={"entrypoint": "echo never", "runtime_env": {"env_vars": {"HUGE_VAR": big}}}
+                 ).json()["submission_id"]
+    d = _wait_status(c, sid, 60)
+    assert d["status"] == "FAILED" and d["error_type"] == "JOB_ENTRYPOINT_COMMAND_START_ERROR", d
+    assert "E2BIG" in d["message"] and "HUGE_VAR" in d["message"]
+    assert "E2BIG" in c.get(f"/api/jobs/{sid}/logs").json()["logs"]
+    assert c.post(f"/api/jobs/{sid}/stop").json() == {"stopped": False}  # it has ended
+    assert c.delete(f"/api/jobs/{sid}").json() == {"deleted": True}
+
+
+def test_oversized_runtime_env_metadata_or_entrypoint_is_refused_at_submit(api):
+    c = api.client()
+    r = c.post("/api/jobs/", json={"entrypoint": "echo", "runtime_env": {"env_vars": {"A": "y" * 300_000}}})
+    assert r.status_code == 400 and "runtime_env is 293 KiB" in r.text and "working_dir" in r.text, r.text
+    r = c.post("/api/jobs/", json={"entrypoint": "echo", "metadata": {"k": "v" * 20_000}})
+    assert r.status_code == 400 and "metadata" in r.text and "16 KiB" in r.text, r.text
+    r = c.post("/api/jobs/", json={"entrypoint": "echo " + "z" * 140_000})
+    assert r.status_code == 400 and "entrypoint" in r.text, r.text
+    r = c.post("/api/jobs/", json={"entrypoint": "echo", "runtime_env": {"pip": {"pakages": ["x"]}}})
+    assert r.status_code == 400 and "unknown field" in r.text, r.text
+
+
+def test_listing_stays_small_when_a_job_carries_a_large_runtime_env(api):
+    c = api.client()
+    env = {"env_vars": {"BULKY": "b" * 100_000}}
+    sid = c.post("/api/jobs/", json={"entrypoint": "true", "runtime_env": env}).json()["submission_id"]
+    _wait_status(c, sid)
+    listing = c.get("/api/jobs/")
+    (row,) = [j for j in listing.json() if j["submission_id"] == sid]
+    assert "_truncated" in row["runtime_env"] and sid in row["runtime_env"]["_truncated"]
+    assert len(listing.content) < 64 * 1024 * max(1, len(listing.json()))  # no job's 100 KB repeated
+    assert c.get(f"/api/jobs/{sid}").json()["runtime_env"]["env_vars"]["BULKY"] == env["env_vars"]["BULKY"]
+
+
+DRIVER = """
+import raylite, raylite_tinypkg
+raylite.init(address="auto")
+
+@raylite.remote
+def in_a_task():
+    import raylite_tinypkg
+    return raylite_tinypkg.VALUE
+
+print("driver sees", raylite_tinypkg.VALUE, "task sees", raylite.get(in_a_task.remote()))
+"""
+
+
+def test_pip_runtime_env_installs_into_a_cached_virtualenv(api, tmp_path):
+    with pytest.raises(ImportError):
+        import raylite_tinypkg  # noqa: F401 - the package is nowhere but in the job's environment
+    wheel = build_wheel(tmp_path)
+    (tmp_path / "driver.py").write_text(DRIVER)
+    pip = {"packages": [wheel], "pip_install_options": ["--no-index"]}
+    c = api.client()
+    sid = c.post("/api/jobs/", json={"entrypoint": f"python {tmp_path / 'driver.py'}",
+                                     "runtime_env": {"pip": pip}}).json()["submission_id"]
+    d = _wait_status(c, sid, 240)
+    logs = c.get(f"/api/jobs/{sid}/logs").json()["logs"]
+    assert d["status"] == "SUCCEEDED", (d, logs)
+    assert "driver sees 42 task sees 42" in logs
+    from raylite._core import pip_env
+
+    venv = pip_env.env_dir(os.path.dirname(api.session_dir), "pip", pip)
+    ready = os.path.join(venv, pip_env.READY)
+    assert os.path.exists(ready) and json.load(open(ready))["requirements"] == [wheel]
+    built_at = os.stat(ready).st_mtime_ns
+    # the same requirement list again: the environment is reused, not built again
+    sid = c.post("/api/jobs/", json={"entrypoint": f"python {tmp_path / 'driver.py'}",
+                                     "runtime_env": {"pip": pip}}).json()["submission_id"]
+    assert _wait_status(c, sid, 240)["status"] == "SUCCEEDED"
+    assert os.stat(ready).st_mtime_ns == built_at
+
+
+def test_pip_install_failure_fails_the_job_with_pips_output(api):
+    c = api.client()
+    pip = {"packages": ["surely-not-a-real-package-xyz==1.0"], "pip_install_options": ["--no-index"]}
+    sid = c.post("/api/jobs/", json={"entrypoint": "echo never", "runtime_env": {"pip": pip}}).json()["submission_id"]
+    d = _wait_status(c, sid, 240)
+    assert d["status"] == "FAILED" and d["error_type"] == "RUNTIME_ENV_SETUP_FAILED", d
+    assert "surely-not-a-real-package-xyz" in d["message"] and "pip" in d["message"]
+
+
+def test_requirements_the_base_python_has_need_no_virtualenv(api, tmp_path):
+    c = api.client()
+    code = "import os, sys; print('venv', os.environ.get('VIRTUAL_ENV'))"
+    sid = c.post("/api/jobs/", json={"entrypoint": f'{sys.executable} -c "{code}"',
+                                     "runtime_env": {"pip": ["msgpack", "numpy>=1.0"]}}).json()["submission_id"]
+    assert _wait_status(c, sid)["status"] == "SUCCEEDED"
+    assert "venv None" in c.get(f"/api/jobs/{sid}/logs").json()["logs"]
