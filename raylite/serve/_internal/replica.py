@@ -111,6 +111,7 @@ class ReplicaImpl:
         self.asgi_app: Any = None
         self.is_function = False
         self.inline_http = False  # a sync __call__ / function: HTTP requests run without a task
+        self.http_takes_request = True  # False for `def __call__(self)`: called with no arguments
         self.unix_path = ""
         self.tcp_addr: tuple[str, int] | None = None
         self._servers: list[asyncio.AbstractServer] = []
@@ -150,6 +151,7 @@ class ReplicaImpl:
             self.callable = cls_or_fn
         serve_context._get_internal_replica_context().servable_object = self.instance
         self.inline_http = self.asgi_app is None and _is_sync_callable(self.callable)
+        self.http_takes_request = self.asgi_app is not None or http_util.takes_request(self.callable)
         if self.config.get("user_config") is not None:
             await self.reconfigure(self.config["user_config"])
         await self._open_servers()
@@ -393,7 +395,10 @@ class ReplicaImpl:
         try:
             scope, body = http_util.build_scope(payload, route)
             try:
-                result = self.callable(Request(scope, http_util.make_receive(body)))
+                if self.http_takes_request:
+                    result = self.callable(Request(scope, http_util.make_receive(body)))
+                else:
+                    result = self.callable()
             except Exception as e:  # noqa: BLE001
                 self.logger.error("request %s failed:\n%s", scope.get("path"), traceback.format_exc())
                 reply = (500, [(b"content-type", b"text/plain; charset=utf-8")], f"{type(e).__name__}: {e}".encode())
@@ -452,8 +457,7 @@ class ReplicaImpl:
     async def _call_http_callable(self, scope: dict, receive: Any) -> Any:
         from starlette.requests import Request
 
-        request = Request(scope, receive)
-        result = self.callable(request)
+        result = self.callable(Request(scope, receive)) if self.http_takes_request else self.callable()
         if inspect.isawaitable(result):
             result = await result
         return result
