@@ -250,6 +250,28 @@ def get_deployment_handle(deployment_name: str, app_name: str | None = None, _ch
     return DeploymentHandle(deployment_name, app_name)
 
 
+def get_deployment_actor(actor_name: str) -> Any:
+    """A handle to one of the calling replica's deployment-scoped actors (`deployment_actors=`).
+
+    Raises RayServeException outside a replica, and ValueError while the actor does not exist
+    (not declared, not started yet, or being restarted after it died: call again shortly).
+    """
+    import raylite
+    from raylite.serve._internal.controller_actors import NAMESPACE
+    from raylite.serve._internal.controller_actors import actor_name as full_name
+
+    ctx = _get_internal_replica_context()
+    if ctx is None:
+        raise RayServeException("`serve.get_deployment_actor()` may only be called from within a Serve replica")
+    name = full_name(ctx.app_name, ctx.deployment, ctx._version, actor_name)
+    try:
+        return raylite.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        raise ValueError(f"deployment actor {actor_name!r} of deployment {ctx.deployment!r} (app {ctx.app_name!r}) "
+                         "does not exist: it is not in the deployment's deployment_actors, or it is being "
+                         "(re)started; call serve.get_deployment_actor() again shortly") from None
+
+
 def get_replica_context() -> Any:
     """The calling replica's ReplicaContext (app_name, deployment, replica_tag, servable_object)."""
     ctx = _get_internal_replica_context()

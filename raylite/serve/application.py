@@ -23,9 +23,12 @@ _ACTOR_OPTION_KEYS = {"accelerator_type", "memory", "num_cpus", "num_gpus", "obj
                       "runtime_env", "label_selector"}
 _CONFIG_KEYS = {"num_replicas", "max_ongoing_requests", "max_queued_requests", "user_config",
                 "graceful_shutdown_wait_loop_s", "graceful_shutdown_timeout_s", "health_check_period_s",
-                "health_check_timeout_s", "autoscaling_config", "logging_config"}
+                "health_check_timeout_s", "autoscaling_config", "logging_config", "backpressure_config",
+                "gang_scheduling_config", "max_constructor_retry_count", "rolling_update_percentage",
+                "max_surge_percent"}
 _OTHER_KEYS = {"name", "version", "ray_actor_options", "placement_group_bundles", "placement_group_strategy",
-               "max_replicas_per_node", "route_prefix", "max_concurrent_queries", "request_router_config"}
+               "placement_group_bundle_label_selector", "max_replicas_per_node", "route_prefix",
+               "max_concurrent_queries", "request_router_config", "deployment_actors"}
 
 
 class _Default:
@@ -148,6 +151,11 @@ def _validate(options: dict) -> None:
     if strategy is not None and strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
         raise ValueError(f"placement_group_strategy must be PACK, SPREAD, STRICT_PACK or STRICT_SPREAD, "
                          f"not {strategy!r}")
+    if strategy is not None and bundles is None:
+        raise ValueError("placement_group_strategy needs placement_group_bundles as well")
+    _opts.max_replicas_per_node(options.get("max_replicas_per_node"), bundles)
+    if options.get("deployment_actors") is not None:
+        options["deployment_actors"] = _opts.deployment_actors(options["deployment_actors"])
     _make_config(options)
 
 
@@ -158,11 +166,16 @@ def _make_config(options: dict) -> dict:
 def deployment(_func_or_class: Any = None, *, name: Any = DEFAULT, version: Any = DEFAULT,
                num_replicas: Any = DEFAULT, route_prefix: Any = DEFAULT, ray_actor_options: Any = DEFAULT,
                placement_group_bundles: Any = DEFAULT, placement_group_strategy: Any = DEFAULT,
+               placement_group_bundle_label_selector: Any = DEFAULT,
                max_replicas_per_node: Any = DEFAULT, user_config: Any = DEFAULT,
                max_ongoing_requests: Any = DEFAULT, max_queued_requests: Any = DEFAULT,
+               backpressure_config: Any = DEFAULT,
                autoscaling_config: Any = DEFAULT, graceful_shutdown_wait_loop_s: Any = DEFAULT,
                graceful_shutdown_timeout_s: Any = DEFAULT, health_check_period_s: Any = DEFAULT,
                health_check_timeout_s: Any = DEFAULT, logging_config: Any = DEFAULT,
+               request_router_config: Any = DEFAULT, max_constructor_retry_count: Any = DEFAULT,
+               gang_scheduling_config: Any = DEFAULT, deployment_actors: Any = DEFAULT,
+               rolling_update_percentage: Any = DEFAULT, max_surge_percent: Any = DEFAULT,
                **unknown: Any) -> Any:
     """Turn a class or function into a Serve `Deployment` (bare or with options)."""
     if unknown:
@@ -175,7 +188,12 @@ def deployment(_func_or_class: Any = None, *, name: Any = DEFAULT, version: Any 
         max_queued_requests=max_queued_requests, autoscaling_config=autoscaling_config,
         graceful_shutdown_wait_loop_s=graceful_shutdown_wait_loop_s,
         graceful_shutdown_timeout_s=graceful_shutdown_timeout_s, health_check_period_s=health_check_period_s,
-        health_check_timeout_s=health_check_timeout_s, logging_config=logging_config).items()
+        health_check_timeout_s=health_check_timeout_s, logging_config=logging_config,
+        placement_group_bundle_label_selector=placement_group_bundle_label_selector,
+        backpressure_config=backpressure_config, request_router_config=request_router_config,
+        max_constructor_retry_count=max_constructor_retry_count, gang_scheduling_config=gang_scheduling_config,
+        deployment_actors=deployment_actors, rolling_update_percentage=rolling_update_percentage,
+        max_surge_percent=max_surge_percent).items()
         if v is not DEFAULT}
     given.update(unknown)
     _validate(given)
@@ -313,12 +331,16 @@ def _target(dep: Deployment, name: str, args: tuple, kwargs: dict) -> dict:
         raise TypeError(f"the arguments bound to deployment {name!r} cannot be serialized: {e}") from None
     config = dict(dep._config)
     opts = dep._options
+    actors = opts.get("deployment_actors") or []
     code_hash = hashlib.sha1(definition + init_args + repr((
         sorted((opts.get("ray_actor_options") or {}).items()), opts.get("placement_group_bundles"),
-        opts.get("placement_group_strategy"), opts.get("version"),
-        config.get("logging_config"))).encode()).hexdigest()[:16]
+        opts.get("placement_group_strategy"), opts.get("version"), opts.get("max_replicas_per_node"),
+        config.get("logging_config"), config.get("gang_scheduling_config"))).encode()
+        + b"".join(a["serialized_class"] for a in actors)).hexdigest()[:16]
     return {"name": name, "definition": definition, "init_args": init_args, "config": config,
             "ray_actor_options": opts.get("ray_actor_options") or {},
             "placement_group_bundles": opts.get("placement_group_bundles"),
             "placement_group_strategy": opts.get("placement_group_strategy"),
+            "max_replicas_per_node": opts.get("max_replicas_per_node"),
+            "deployment_actors": actors,
             "version": opts.get("version") or code_hash, "route_prefix": opts.get("route_prefix")}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import math
 import os
 import socket
 from typing import Any
@@ -44,6 +45,17 @@ def bind_socket(host: str, port: int) -> socket.socket:
     sock.listen(2048)
     sock.setblocking(False)
     return sock
+
+
+def backpressure_reply(router: Any, error: BackPressureError) -> tuple[int, list, bytes]:
+    """(status, headers, body) for a request shed by max_queued_requests: 503, or what the
+    deployment's BackpressureConfig says (429 and/or a Retry-After header, whole seconds)."""
+    cfg = getattr(router, "backpressure", None) or {}
+    headers = list(_TEXT)
+    retry = cfg.get("retry_after_s")
+    if retry is not None:
+        headers.append((b"retry-after", str(math.ceil(retry)).encode()))
+    return int(cfg.get("status_code") or 503), headers, str(error).encode()
 
 
 class ProxyImpl:
@@ -126,7 +138,7 @@ class ProxyImpl:
         try:
             entry = router.queue_send(KIND_HTTP, meta, payload, on_reply, req.model_id, on_sent)
         except BackPressureError as e:
-            return req.respond(503, _TEXT, str(e).encode())
+            return req.respond(*backpressure_reply(router, e))
         if entry is not None:
             req.cancel_cb = lambda: entry.__setitem__(6, True)
             return
@@ -136,7 +148,9 @@ class ProxyImpl:
     async def _send_slow(self, req: Any, router: Any, meta: tuple, payload: tuple, on_reply: Any) -> None:
         try:
             conn, rid = await router.send(KIND_HTTP, meta, payload, on_reply, req.model_id)
-        except (BackPressureError, DeploymentUnavailableError, ReplicaDiedError) as e:
+        except BackPressureError as e:
+            return req.respond(*backpressure_reply(router, e))
+        except (DeploymentUnavailableError, ReplicaDiedError) as e:
             return req.respond(503, _TEXT, str(e).encode())
         if req.done:
             cancel(conn, rid)

@@ -126,9 +126,15 @@ class ReplicaImpl:
         """Construct the user's object, apply user_config, open the request channel."""
         target = cloudpickle.loads(self._definition)
         args, kwargs = cloudpickle.loads(self._init_args)
+        from raylite.serve._internal.common import ReplicaID
+
+        me = self.config.get("_replica") or {}
+        gang = me.get("gang")
         serve_context._set_internal_replica_context(serve_context.ReplicaContext(
             app_name=self.app_name, deployment=self.deployment_name, replica_tag=self.replica_id,
-            replica_id=self.replica_id))
+            replica_id=ReplicaID.from_replica_tag(self.replica_id), rank=_rank(me),
+            world_size=int(me.get("world_size", 1)), _version=me.get("version", ""),
+            gang_context=serve_context.GangContext(**gang) if gang else None))
         recipe = None
         if isinstance(target, tuple) and target and target[0] == "__serve_ingress__":
             _, target, recipe = target
@@ -193,9 +199,36 @@ class ReplicaImpl:
                 raise TypeError(f"deployment {self.deployment_name!r} has a user_config but its class "
                                 "defines no reconfigure(self, config) method; add one or drop user_config")
             return
-        out = fn(user_config)
+        out = fn(*self._reconfigure_args(fn, user_config))
         if inspect.isawaitable(out):
             await out
+
+    @staticmethod
+    def _reconfigure_args(fn: Any, user_config: Any) -> tuple:
+        """`reconfigure(self, user_config)` or, as Ray 2.50+, `reconfigure(self, user_config, rank)`."""
+        try:
+            params = [p for p in inspect.signature(fn).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        except (TypeError, ValueError):
+            params = []
+        if len(params) >= 2:
+            return user_config, serve_context._get_internal_replica_context().rank
+        return (user_config,)
+
+    async def update_rank(self, info: dict) -> None:
+        """The controller's new view of this replica's rank, node rank and world size; a changed
+        rank reaches a `reconfigure(self, user_config, rank)` as in Ray."""
+        ctx = serve_context._get_internal_replica_context()
+        if ctx is None:
+            return
+        old = ctx.rank
+        ctx.rank = _rank(info)
+        ctx.world_size = int(info.get("world_size", ctx.world_size))
+        fn = getattr(self.instance, "reconfigure", None)
+        if ctx.rank.rank != old.rank and fn is not None and len(self._reconfigure_args(fn, None)) == 2:
+            out = fn(self.config.get("user_config"), ctx.rank)
+            if inspect.isawaitable(out):
+                await out
 
     async def check_health(self) -> None:
         fn = getattr(self.instance, "check_health", None)
@@ -204,12 +237,32 @@ class ReplicaImpl:
             if inspect.isawaitable(out):
                 await out
 
-    def metrics(self) -> dict:
+    async def metrics(self) -> dict:
         self.logger.flush()  # access lines reach the file within a metrics period
         out = self.stats.drain()
         out["ongoing"] = self.ongoing
         out["model_ids"] = self._model_ids()
+        stats = await self._autoscaling_stats()
+        if stats is not None:
+            out["autoscaling_stats"] = stats
         return out
+
+    async def _autoscaling_stats(self) -> dict | None:
+        """The user's `record_autoscaling_stats()` ({metric: number}) for custom autoscaling
+        policies; an error or a slow answer is logged and skipped (the policy sees no sample)."""
+        fn = getattr(self.instance, "record_autoscaling_stats", None)
+        if fn is None or not (self.config.get("_replica") or {}).get("custom_autoscaling"):
+            return None
+        try:
+            out = fn()
+            if inspect.isawaitable(out):
+                out = await asyncio.wait_for(out, 10.0)
+            if not isinstance(out, dict):
+                raise TypeError(f"record_autoscaling_stats() must return a dict of numbers, not {type(out).__name__}")
+            return {str(k): float(v) for k, v in out.items()}
+        except Exception:  # noqa: BLE001 - a bad metric must not break metrics or health
+            self.logger.exception("record_autoscaling_stats() of deployment %s failed", self.deployment_name)
+            return None
 
     def _model_ids(self) -> list[str]:
         if self.instance is None:
@@ -463,6 +516,11 @@ class ReplicaImpl:
         return result
 
 
+def _rank(info: dict) -> serve_context.ReplicaRank:
+    return serve_context.ReplicaRank(rank=int(info.get("rank", 0)), node_rank=int(info.get("node_rank", 0)),
+                                     local_rank=int(info.get("local_rank", 0)))
+
+
 def _is_sync_callable(target: Any) -> bool:
     fn = target if inspect.isfunction(target) else getattr(type(target), "__call__", None)  # noqa: B004
     return fn is not None and inspect.isfunction(fn) and not (
@@ -496,10 +554,10 @@ class ServeReplica:
         return await self._on_loop(self._impl.check_health())
 
     async def get_metrics(self) -> dict:
-        async def _m() -> dict:
-            return self._impl.metrics()
+        return await self._on_loop(self._impl.metrics())
 
-        return await self._on_loop(_m())
+    async def update_rank(self, info: dict) -> None:
+        return await self._on_loop(self._impl.update_rank(info))
 
     async def get_info(self) -> dict:
         return self._impl.info()

@@ -128,6 +128,7 @@ class Router:
         self.qlen: dict[str, int] = {}
         self.max_ongoing = 5
         self.max_queued = -1
+        self.backpressure: dict | None = None  # BackpressureConfig: how HTTP answers a shed request
         self.waiters: deque[asyncio.Future] = deque()
         # requests queued by callback (the proxy's path): [kind, meta, payload, on_reply, model_id, on_sent, dead]
         self.queued_sends: deque[list] = deque()
@@ -148,6 +149,7 @@ class Router:
         self.deleted = False
         self.max_ongoing = value.get("max_ongoing_requests", 5)
         self.max_queued = value.get("max_queued_requests", -1)
+        self.backpressure = value.get("backpressure") or None
         self.failed_message = value.get("message", "") if value.get("failed") else ""
         self.replicas = list(value["replicas"])
         self.by_id = {r["replica_id"]: r for r in self.replicas}
