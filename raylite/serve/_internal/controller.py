@@ -318,7 +318,8 @@ class ServeController:
         to_start, to_stop = plan(dep)
         for r in to_stop:
             asyncio.ensure_future(self._stop_replica(dep, r))
-        if to_start and self._actors_ready(dep, now):
+        actors_ready = self._actors_ready(dep, now)  # also notices dead actors and restarts them
+        if to_start and actors_ready:
             size = gang_size(dep)
             for _ in range(to_start // size):
                 self._start_gang(dep, now, size)
