@@ -28,7 +28,13 @@ from typing import Any
 
 __all__ = ["batch"]
 
-_END = object()  # ends one caller's stream
+class _End:
+    """Ends one caller's stream. The class itself is the marker: a decorated method travels to a
+    replica by value (cloudpickle), taking copies of the plain objects it refers to, but a class
+    is pickled by reference, so the marker stays the same object on both sides of the queue."""
+
+
+_END = _End
 
 
 @dataclass(eq=False)
