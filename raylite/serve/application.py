@@ -265,17 +265,45 @@ def _map_apps(value: Any, fn: Callable[[Application], Any]) -> Any:
     return value
 
 
-def ingress(app: Any) -> Callable[[type], type]:
-    """`@serve.ingress(fastapi_app)`: the class's replica serves HTTP through this ASGI app; routes
-    declared on the class's methods run against the replica's instance."""
+def ingress(app: Any = None) -> Callable[..., type]:
+    """`@serve.ingress(app)`: the class's replica serves HTTP through an ASGI app, as in Ray:
 
-    def wrap(cls: type) -> type:
+    - a FastAPI app: routes declared on the class's methods run against the replica's instance;
+    - any other ASGI app, used as is;
+    - a function returning an ASGI app (a factory): called in each replica after the class is
+      constructed, so the app is built there (FastAPI plugins, middleware and exception handlers
+      that do not survive pickling work, and `Depends(serve.get_deployment_handle)` resolves);
+    - nothing: the class defines `__serve_build_asgi_app__(self)` returning the app.
+
+    `serve.ingress(app)()` (no class) makes a class that only serves the app.
+    """
+
+    def wrap(cls: type | None = None) -> type:
+        if cls is None:
+            cls = _default_ingress_class()
         if not inspect.isclass(cls):
-            raise TypeError("@serve.ingress must decorate a class (put it under @serve.deployment)")
+            raise ValueError("@serve.ingress must decorate a class (put it under @serve.deployment)")
+        if any("__call__" in vars(c) for c in cls.__mro__[:-1]):
+            raise ValueError("Classes passed to @serve.ingress may not have a __call__ method: HTTP requests "
+                             "go to the ASGI app's routes")
+        if app is None and not hasattr(cls, "__serve_build_asgi_app__"):
+            raise ValueError(f"serve.ingress() without an app needs {cls.__name__} to define "
+                             "__serve_build_asgi_app__(self) returning an ASGI app")
         _INGRESS[cls] = app
         return cls
 
     return wrap
+
+
+def _default_ingress_class() -> type:
+    class ASGIIngressDeployment:
+        """The class `serve.ingress(app)()` makes: it holds its bind arguments and serves the app."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self.args = args
+            self.kwargs = kwargs
+
+    return ASGIIngressDeployment
 
 
 _INGRESS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -284,9 +312,9 @@ _INGRESS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def _definition(target: Any) -> bytes:
     """The pickled code a replica runs. An ingress class travels with a recipe of its ASGI app
     (FastAPI apps with compiled routes do not survive pickling); the replica rebuilds the app."""
-    app = _INGRESS.get(target) if inspect.isclass(target) else None
-    if app is None:
+    if not (inspect.isclass(target) and target in _INGRESS):
         return cloudpickle.dumps(target)
+    app = _INGRESS[target]
     from raylite.serve._internal.ingress import app_recipe, dumps
 
     return dumps(("__serve_ingress__", target, app_recipe(app)))

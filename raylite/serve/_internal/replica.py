@@ -109,6 +109,7 @@ class ReplicaImpl:
         self.instance: Any = None
         self.callable: Any = None
         self.asgi_app: Any = None
+        self.lifespan: Any = None  # ingress.Lifespan of the ASGI app
         self.is_function = False
         self.inline_http = False  # a sync __call__ / function: HTTP requests run without a task
         self.http_takes_request = True  # False for `def __call__(self)`: called with no arguments
@@ -149,9 +150,7 @@ class ReplicaImpl:
             self.instance = instance
             self.callable = instance
             if recipe is not None:
-                from raylite.serve._internal.ingress import build_app_from_recipe
-
-                self.asgi_app = build_app_from_recipe(recipe, cls_or_fn, instance)
+                await self._start_asgi_app(recipe, cls_or_fn, instance)
         else:
             self.is_function = True
             self.callable = cls_or_fn
@@ -162,6 +161,26 @@ class ReplicaImpl:
             await self.reconfigure(self.config["user_config"])
         await self._open_servers()
         return self.info()
+
+    async def _start_asgi_app(self, recipe: dict, cls: type, instance: Any) -> None:
+        """Build the ingress app (a factory runs here), let it answer handle errors as Ray does,
+        and run its lifespan startup (on_startup hooks, lifespan context) before any request."""
+        from raylite.serve._internal.ingress import Lifespan, build_app_from_recipe
+
+        app = await build_app_from_recipe(recipe, cls, instance)
+        if hasattr(app, "add_exception_handler"):
+            from starlette.responses import Response
+
+            from raylite.serve.exceptions import BackPressureError, DeploymentUnavailableError
+
+            def unavailable(_request: Any, exc: Exception) -> Any:
+                return Response(str(exc), status_code=503)
+
+            for exc_type in (BackPressureError, DeploymentUnavailableError):
+                app.add_exception_handler(exc_type, unavailable)
+        self.lifespan = Lifespan(app)
+        await self.lifespan.startup()
+        self.asgi_app = app
 
     def info(self) -> dict:
         from raylite.runtime_context import get_runtime_context
@@ -286,6 +305,8 @@ class ReplicaImpl:
             server.close()
         if self.unix_path and os.path.exists(self.unix_path):
             os.unlink(self.unix_path)
+        if self.lifespan is not None:
+            await self.lifespan.shutdown()
         if self.instance is not None and hasattr(type(self.instance), "__del__"):
             try:
                 out = self.instance.__del__()
@@ -415,6 +436,8 @@ class ReplicaImpl:
 
     async def _run_http(self, proto: wire.FrameProtocol, rid: int, payload: tuple, route: str) -> int:
         scope, body = http_util.build_scope(payload, route)
+        if self.lifespan is not None and self.lifespan.state:
+            scope["state"] = dict(self.lifespan.state)
         sender = http_util.WireSender(proto, rid, self)
         receive = http_util.make_receive(body)
         try:
