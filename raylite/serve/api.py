@@ -45,14 +45,17 @@ def _controller_or_none() -> Any:
 
 
 def start(detached: bool = True, http_options: Any = None, proxy_location: Any = None,
-          grpc_options: Any = None, **kwargs: Any) -> None:
+          grpc_options: Any = None, logging_config: Any = None, **kwargs: Any) -> None:
     """Start Serve on the cluster (controller and HTTP proxies); a no-op if it already runs.
 
     `http_options`: a dict or `HTTPOptions` (host, port, request_timeout_s, keep_alive_timeout_s,
-    root_path, ...). Raises OSError naming the port when the head's proxy cannot listen.
+    root_path, ...). `logging_config` (a dict or `LoggingConfig`, Ray's setting for Serve's own
+    components) is checked and accepted; raylite's controller and proxies log to the session's
+    log files. Raises OSError naming the port when the head's proxy cannot listen.
     """
     import raylite
 
+    _opts.logging_config(logging_config)  # a bad field fails here, naming it
     given = dict(_opts._as_dict(http_options, "http_options"))
     for legacy in ("http_host", "http_port"):
         if legacy in kwargs:

@@ -7,7 +7,7 @@ in its own directory (examples read their sibling files), with a time limit, fir
 interpreter with Ray installed, `--ray-python`) and then on raylite through a shim directory
 (`--shim`) whose `ray` package aliases `ray`, `ray.serve`, ... to the `raylite` modules.
 
-    python bench/conformance.py /work/conformance/serve/examples \
+    python bench/serve_conformance.py /work/conformance/serve/examples \
         --shim /work/conformance/shim --results /work/conformance/serve/results.json
 
 An example counts for raylite only when it passes on Ray here (exit status 0 within the limit):
