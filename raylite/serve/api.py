@@ -114,10 +114,12 @@ def _http_from_host_port(host: str | None, port: int | None) -> dict | None:
 def run(target: Application, blocking: bool = False, name: str = DEFAULT_APP_NAME,
         route_prefix: str | None = DEFAULT, logging_config: Any = None,
         _local_testing_mode: bool = False, *, host: str | None = None, port: int | None = None,
-        timeout_s: float | None = None) -> DeploymentHandle:
+        timeout_s: float | None = None, _autoscaling_policy: Any = None) -> DeploymentHandle:
     """Deploy an application and wait until it is RUNNING; returns a handle to its ingress.
 
     `host`/`port` (the form in older Ray docs) set the HTTP proxy's address when Serve starts.
+    `_autoscaling_policy` is an application-level policy (a config file's `autoscaling_policy`):
+    one function of every autoscaling deployment's context deciding all their replica counts.
     Raises RuntimeError with the replica's traceback when a replica fails to start.
     """
     import raylite
@@ -129,6 +131,8 @@ def run(target: Application, blocking: bool = False, name: str = DEFAULT_APP_NAM
 
         return run_local(target, name)
     app_dict = _build(target, name, route_prefix, logging_config)
+    if _autoscaling_policy is not None:
+        app_dict["autoscaling_policy"] = _opts.autoscaling_policy(_autoscaling_policy)
     _ensure_core()
     http = _http_from_host_port(host, port)
     existed = _controller_or_none() is not None

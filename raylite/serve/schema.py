@@ -159,6 +159,7 @@ class ServeApplicationSchema(_Strict):
     deployments: list[DeploymentSchema] = Field(default_factory=list)
     logging_config: LoggingConfigSchema | None = None
     external_scaler_enabled: bool = False
+    autoscaling_policy: dict[str, Any] | None = None  # an application-level policy (policy_function, policy_kwargs)
 
     @field_validator("import_path")
     @classmethod

@@ -168,3 +168,63 @@ def test_class_policy_may_use_the_controller_loop():
         return scaler.decide(1, now=0.0, running_ids=["a#d#x"])
 
     assert asyncio.run(tick()) == 2
+
+
+def coordinated_policy(contexts) -> tuple[dict, dict]:
+    """Application level: Model gets twice the replicas of Pre; Pre follows its own 'load' metric."""
+    by_name = {d.name: (d, ctx) for d, ctx in contexts.items()}
+    pre_id, pre = by_name["Pre"]
+    model_id, _ = by_name["Model"]
+    load = pre.aggregated_metrics.get("load", {})
+    pre_n = int(max(load.values())) if load else pre.current_num_replicas
+    return {pre_id: pre_n, model_id: 2 * pre_n}, {pre_id: {"seen": pre_n}}
+
+
+def test_application_level_policy_decides_for_all_deployments(serve_instance):
+    from raylite.serve._internal.client import get_controller
+    from raylite.serve.schema import parse_config
+
+    serve, _ = serve_instance
+    load = Load.remote()
+    scaling = {"min_replicas": 1, "max_replicas": 4, "upscale_delay_s": 0, "downscale_delay_s": 0,
+               "look_back_period_s": 1.0}
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0.25}, autoscaling_config=scaling)
+    class Pre:
+        def __init__(self, load) -> None:
+            self.load = load
+
+        async def record_autoscaling_stats(self) -> dict:
+            return {"load": await self.load.get.remote()}
+
+        def __call__(self) -> str:
+            return "pre"
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0.25}, autoscaling_config=scaling)
+    class Model:
+        def __call__(self) -> str:
+            return "model"
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0.25})
+    class Front:
+        def __init__(self, pre, model) -> None:
+            self.pre, self.model = pre, model
+
+        async def __call__(self) -> str:
+            return await self.pre.remote() + await self.model.remote()
+
+    policy = {"policy_function": "tests.serve.test_autoscaling_policies:coordinated_policy"}
+    handle = serve.run(Front.bind(Pre.bind(load), Model.bind()), name="coord", route_prefix="/coord",
+                       _autoscaling_policy=policy)
+    assert handle.remote().result() == "premodel"
+
+    def running(dname: str) -> int:
+        return sum(r["state"] == "RUNNING" for r in raylite.get(get_controller().list_replicas.remote("coord", dname)))
+
+    wait_for(lambda: running("Pre") == 1 and running("Model") == 2, timeout_s=30, what="1 Pre, 2 Model")
+    raylite.get(load.set.remote(2.0))
+    wait_for(lambda: running("Pre") == 2 and running("Model") == 4, timeout_s=30, what="2 Pre, 4 Model")
+    assert running("Front") == 1  # no autoscaling_config: not the policy's to scale
+    serve.delete("coord")
+    app = parse_config({"applications": [{"import_path": "m:app", "autoscaling_policy": policy}]}).applications[0]
+    assert app.autoscaling_policy == policy

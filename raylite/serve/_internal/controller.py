@@ -68,6 +68,7 @@ class ServeController:
         self.handle_queued: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
         self.shutting_down = False
         self._replica_classes: dict[tuple[str, str], Any] = {}
+        self.app_policies: dict[str, Any] = {}  # app name -> its application-level autoscaling policy
         self._restore()
         self._loop_task = asyncio.get_running_loop().create_task(self._run())
 
@@ -110,6 +111,8 @@ class ServeController:
                     raylite.kill(actor)  # it never finished starting: start a fresh one
                     continue
                 dep.replicas[rid] = ReplicaRecord(rid, actor_name, version, RUNNING, info, started_at, actor=actor)
+        for name in self.apps:
+            self._apply_app_policy(name)
         for dep in self.deps.values():
             dep.status = D_HEALTHY if dep.running() else D_UPDATING
             for i, r in enumerate(sorted(dep.replicas.values(), key=lambda r: r.started_at)):
@@ -181,6 +184,7 @@ class ServeController:
                 rec.autoscaler = controller_status.make_autoscaler(target["config"]["autoscaling_config"], rec)
             if old_uc != target["config"].get("user_config"):
                 rec.user_config_version += 1
+        self._apply_app_policy(name)
         dropped = [d for d in (old or {}).get("deployments", ()) if d not in app["deployments"]]
         # the deployments the new graph drops stop now, all at once, while the new replicas are
         # placed: Core starts each new replica as soon as the old ones free their resources
@@ -192,6 +196,22 @@ class ServeController:
         self._checkpoint()
         if stopping:
             await asyncio.gather(*stopping)
+
+    def _apply_app_policy(self, name: str) -> None:
+        """An app deployed with an application-level autoscaling policy: its autoscaling
+        deployments keep metrics for it, and the policy decides for all of them at once."""
+        from raylite.serve._internal.custom_autoscaling import CustomPolicyAutoscaler, load_policy
+
+        spec = self.apps[name].get("autoscaling_policy")
+        if not spec:
+            self.app_policies.pop(name, None)
+            return
+        self.app_policies[name] = load_policy(spec)
+        for dname in self.apps[name]["deployments"]:
+            dep = self.deps.get((name, dname))
+            cfg = dep.config.get("autoscaling_config") if dep is not None else None
+            if cfg:
+                dep.autoscaler = CustomPolicyAutoscaler(dict(cfg), name, dname, policy=_decided_by_app)
 
     def _initial_replicas(self, target: dict) -> int:
         cfg = target["config"]
@@ -213,6 +233,7 @@ class ServeController:
         app = self.apps.pop(name, None)
         if app is None:
             return
+        self.app_policies.pop(name, None)
         self._publish_routes()
         await asyncio.gather(*[self._delete_deployment(name, d) for d in app["deployments"]])
         self._checkpoint()
@@ -301,7 +322,10 @@ class ServeController:
                             if not r.polling:
                                 r.polling = True
                                 asyncio.ensure_future(self._poll_replica(dep, r, now))
-                        controller_status.autoscale(self, dep, now)
+                        if dep.app_name not in self.app_policies:
+                            controller_status.autoscale(self, dep, now)
+                    for app_name in list(self.app_policies):
+                        controller_status.autoscale_app(self, app_name, now)
                 if now - last_proxies >= 2.0:
                     last_proxies = now
                     asyncio.ensure_future(self.proxies.reconcile(wait=False))
@@ -553,6 +577,10 @@ class ServeController:
 
 
 _Unplaceable = placement.Unplaceable
+
+
+def _decided_by_app(ctx: Any) -> Any:
+    raise RuntimeError("this deployment is scaled by its application's autoscaling policy")
 
 
 def placement_round_up(n: int, target: dict) -> int:

@@ -169,6 +169,33 @@ def autoscale(ctrl: Any, dep: DeploymentRecord, now: float) -> None:
         dep.message = f"{'Upscaling' if want > current else 'Downscaling'} from {current} to {want} replicas."
 
 
+def autoscale_app(ctrl: Any, app_name: str, now: float) -> None:
+    """One tick of an application-level policy over the app's autoscaling deployments."""
+    from raylite.serve._internal.custom_autoscaling import decide_for_app
+
+    app = ctrl.apps.get(app_name)
+    policy = ctrl.app_policies.get(app_name)
+    if app is None or policy is None:
+        return
+    members = {}
+    for dname in app["deployments"]:
+        dep = ctrl.deps.get((app_name, dname))
+        if dep is None or dep.autoscaler is None or dep.status == "DEPLOY_FAILED":
+            continue
+        members[dname] = (dep.autoscaler, dep.target_replicas, [r.replica_id for r in dep.running()])
+    if not members:
+        return
+    for dname, want in decide_for_app(policy, members, time.monotonic()).items():
+        dep = ctrl.deps[(app_name, dname)]
+        g = dep.config.get("gang_scheduling_config")
+        if g and want > 0:
+            want = -(-want // int(g["gang_size"])) * int(g["gang_size"])
+        if want != dep.target_replicas:
+            current = dep.target_replicas
+            dep.target_replicas = want
+            dep.message = f"{'Upscaling' if want > current else 'Downscaling'} from {current} to {want} replicas."
+
+
 # ------------------------------------------------------------ capacity
 _last_check: dict[str, float] = {}
 

@@ -197,33 +197,79 @@ class CustomPolicyAutoscaler:
     def decide(self, current_replicas: int, now: float, running_replicas: int | None = None,
                running_ids: list[str] | None = None) -> int:
         """The replica count to run now (steps 1-4 of the module docstring)."""
-        running_ids = list(running_ids or [])
-        ctx = self.context(current_replicas, now, running_ids)
-        k = self.knobs
+        ctx = self.context(current_replicas, now, list(running_ids or []))
+        cold = self.cold_start(ctx)
+        if cold is not None:
+            return self.bounded(cold, current_replicas)
+        try:
+            out = self.policy(ctx)
+            if inspect.isawaitable(out):
+                raise TypeError("an autoscaling policy must return (replicas, state), not a coroutine")
+            desired, user_state = out if isinstance(out, tuple) else (out, {})
+        except Exception as e:  # noqa: BLE001 - a broken policy must not stop the controller
+            self.failed(e, current_replicas)
+            return current_replicas
+        return self.finish(float(desired), user_state, ctx, now)
+
+    def cold_start(self, ctx: AutoscalingContext) -> int | None:
+        """Step 1: no replica running and requests waiting -> the count to start at once."""
         if ctx.current_num_replicas == 0 and ctx.total_num_requests > 0:
-            desired = max(math.ceil(self.view.get_upscaling_factor()), current_replicas)
-        else:
-            try:
-                out = self.policy(ctx)
-                if inspect.isawaitable(out):
-                    raise TypeError("an autoscaling policy must return (replicas, state), not a coroutine")
-                desired_raw, user_state = out if isinstance(out, tuple) else (out, {})
-                desired_raw = float(desired_raw)
-            except Exception as e:  # noqa: BLE001 - a broken policy must not stop the controller
-                self.errors += 1
-                self.last_error = f"{type(e).__name__}: {e}"
-                logger.exception("autoscaling policy of %s raised; keeping %d replicas",
-                                 self.deployment_id, current_replicas)
-                return current_replicas
-            state = dict(user_state or {})
-            state[_DIRECTION], state[_SINCE] = self.state.get(_DIRECTION), self.state.get(_SINCE)
-            desired = damp(desired_raw, ctx.current_num_replicas, self.view)
-            if not (ctx.current_num_replicas == 0 and desired > 0):
-                desired = delay(max(0, desired), current_replicas, self.view, state, now)
-            self.state = state
+            return max(math.ceil(self.view.get_upscaling_factor()), ctx.target_num_replicas)
+        return None
+
+    def failed(self, error: BaseException, current_replicas: int) -> None:
+        self.errors += 1
+        self.last_error = f"{type(error).__name__}: {error}"
+        logger.error("autoscaling policy of %s raised; keeping %d replicas: %s", self.deployment_id,
+                     current_replicas, self.last_error)
+
+    def finish(self, desired_raw: float, user_state: dict | None, ctx: AutoscalingContext, now: float) -> int:
+        """Steps 2-4 on what the policy asked for; keeps the policy's state for the next tick."""
+        state = dict(user_state or {})
+        state[_DIRECTION], state[_SINCE] = self.state.get(_DIRECTION), self.state.get(_SINCE)
+        desired = damp(desired_raw, ctx.current_num_replicas, self.view)
+        if not (ctx.current_num_replicas == 0 and desired > 0):
+            desired = delay(max(0, desired), ctx.target_num_replicas, self.view, state, now)
+        self.state = state
+        return self.bounded(desired, ctx.target_num_replicas)
+
+    def bounded(self, desired: int, current_replicas: int) -> int:
+        k = self.knobs
         final = max(k.min_replicas, min(k.max_replicas, int(desired)))
         if final > current_replicas:
             self.last_scale_up = time.time()
         elif final < current_replicas:
             self.last_scale_down = time.time()
         return final
+
+
+def decide_for_app(policy: Any, members: dict[str, tuple[CustomPolicyAutoscaler, int, list[str]]],
+                   now: float) -> dict[str, int]:
+    """An application-level policy: one call with every autoscaling deployment's context
+    ({DeploymentID: AutoscalingContext}) returning ({DeploymentID: replicas}, {DeploymentID: state});
+    each deployment's config then applies to its number as for a deployment-level policy.
+    `members` maps a deployment name to (its autoscaler, its current target, its running replica
+    ids); the result maps names to the counts to run now (deployments the policy leaves out keep theirs)."""
+    contexts = {}
+    for scaler, current, running_ids in members.values():
+        ctx = scaler.context(current, now, running_ids)
+        ctx.policy_state = dict(scaler.state)
+        contexts[scaler.deployment_id] = ctx
+    out: dict[str, int] = {name: current for name, (_, current, _) in members.items()}
+    try:
+        result = policy(contexts)
+        decisions, states = result if isinstance(result, tuple) else (result, {})
+        decisions, states = dict(decisions or {}), dict(states or {})
+    except Exception as e:  # noqa: BLE001
+        for scaler, current, _ in members.values():
+            scaler.failed(e, current)
+        return out
+    for name, (scaler, current, _) in members.items():
+        ctx = contexts[scaler.deployment_id]
+        cold = scaler.cold_start(ctx)
+        if cold is not None:
+            out[name] = scaler.bounded(cold, current)
+        elif scaler.deployment_id in decisions:
+            out[name] = scaler.finish(float(decisions[scaler.deployment_id]), states.get(scaler.deployment_id),
+                                      ctx, now)
+    return out
