@@ -275,7 +275,7 @@ class ReplicaImpl:
         try:
             out = fn()
             if inspect.isawaitable(out):
-                out = await asyncio.wait_for(out, 10.0)
+                out = await asyncio.wait_for(out, 5.0)  # well inside the controller poll's 10 s
             if not isinstance(out, dict):
                 raise TypeError(f"record_autoscaling_stats() must return a dict of numbers, not {type(out).__name__}")
             return {str(k): float(v) for k, v in out.items()}
