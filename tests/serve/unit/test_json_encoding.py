@@ -111,3 +111,15 @@ def test_takes_request_counts_parameters_like_ray():
     assert takes_request(one) and takes_request(star)
     assert not takes_request(NoArg()) and takes_request(OneArg())
     assert json.loads(encode_body([Color.RED])[1]) == ["red"]
+
+
+@pytest.mark.parametrize("index", range(18))
+def test_body_bytes_match_ray_for_every_kind_of_value(index):
+    """encode_body's fast path (plain json.dumps) and its walk give Ray's exact bytes."""
+    fastapi_encoders = pytest.importorskip("fastapi.encoders")
+    value = _values()[index]
+    wanted = json.dumps(fastapi_encoders.jsonable_encoder(value), separators=(",", ":")).encode()
+    assert encode_body(value)[1] == wanted
+    nested = {"outer": [value], "_sa_hidden": 1}
+    wanted = json.dumps(fastapi_encoders.jsonable_encoder(nested), separators=(",", ":")).encode()
+    assert encode_body(nested)[1] == wanted
