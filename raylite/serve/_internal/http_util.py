@@ -111,6 +111,19 @@ def encode_result(result: Any, deployment: str) -> tuple[int, list, bytes]:
     return 200, headers, body
 
 
+def error_reply(error: BaseException) -> tuple[int, list, bytes]:
+    """The HTTP answer to a deployment that raised: as Ray, a handle call it made that was shed
+    (BackPressureError) answers that deployment's status (503 or 429, Retry-After), an unavailable
+    deployment 503; anything else 500 with the error's type and message."""
+    from raylite.serve.exceptions import BackPressureError, DeploymentUnavailableError
+
+    if isinstance(error, BackPressureError):
+        return error.status_code, [*_TEXT, *error.http_headers()], str(error).encode()
+    if isinstance(error, DeploymentUnavailableError):
+        return 503, _TEXT, str(error).encode()
+    return 500, _TEXT, f"{type(error).__name__}: {error}".encode()
+
+
 def takes_request(target: Any) -> bool:
     """Whether an HTTP request should be passed to `target` (a function, or an instance whose
     `__call__` is used). Like Ray, a callable with no parameters is called with none."""

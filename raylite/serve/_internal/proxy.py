@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
-import math
 import os
 import socket
 from typing import Any
@@ -47,15 +46,10 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def backpressure_reply(router: Any, error: BackPressureError) -> tuple[int, list, bytes]:
+def backpressure_reply(error: BackPressureError) -> tuple[int, list, bytes]:
     """(status, headers, body) for a request shed by max_queued_requests: 503, or what the
     deployment's BackpressureConfig says (429 and/or a Retry-After header, whole seconds)."""
-    cfg = getattr(router, "backpressure", None) or {}
-    headers = list(_TEXT)
-    retry = cfg.get("retry_after_s")
-    if retry is not None:
-        headers.append((b"retry-after", str(math.ceil(retry)).encode()))
-    return int(cfg.get("status_code") or 503), headers, str(error).encode()
+    return error.status_code, [*_TEXT, *error.http_headers()], str(error).encode()
 
 
 class ProxyImpl:
@@ -138,7 +132,7 @@ class ProxyImpl:
         try:
             entry = router.queue_send(KIND_HTTP, meta, payload, on_reply, req.model_id, on_sent)
         except BackPressureError as e:
-            return req.respond(*backpressure_reply(router, e))
+            return req.respond(*backpressure_reply(e))
         if entry is not None:
             req.cancel_cb = lambda: entry.__setitem__(6, True)
             return
@@ -149,7 +143,7 @@ class ProxyImpl:
         try:
             conn, rid = await router.send(KIND_HTTP, meta, payload, on_reply, req.model_id)
         except BackPressureError as e:
-            return req.respond(*backpressure_reply(router, e))
+            return req.respond(*backpressure_reply(e))
         except (DeploymentUnavailableError, ReplicaDiedError) as e:
             return req.respond(503, _TEXT, str(e).encode())
         if req.done:

@@ -174,6 +174,9 @@ class ReplicaImpl:
             from raylite.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
             def unavailable(_request: Any, exc: Exception) -> Any:
+                if isinstance(exc, BackPressureError):  # as Ray: the shedding deployment's status and Retry-After
+                    return Response(str(exc), status_code=exc.status_code,
+                                    headers={k.decode(): v.decode() for k, v in exc.http_headers()})
                 return Response(str(exc), status_code=503)
 
             for exc_type in (BackPressureError, DeploymentUnavailableError):
@@ -452,11 +455,10 @@ class ReplicaImpl:
             self.logger.error("request %s failed:\n%s", scope.get("path"), traceback.format_exc())
             if sender.started:
                 sender.abort()
-            else:
-                body_text = f"{type(e).__name__}: {e}".encode()
-                proto.send((rid, R_OK, (500, [(b"content-type", b"text/plain; charset=utf-8")], body_text),
-                            self.ongoing - 1))
-            return 500
+                return 500
+            status, headers, body_text = http_util.error_reply(e)
+            proto.send((rid, R_OK, (status, headers, body_text), self.ongoing - 1))
+            return status
         return sender.status
 
     def _run_http_inline(self, proto: wire.FrameProtocol, rid: int, meta: tuple, payload: tuple) -> bool:
@@ -477,7 +479,7 @@ class ReplicaImpl:
                     result = self.callable()
             except Exception as e:  # noqa: BLE001
                 self.logger.error("request %s failed:\n%s", scope.get("path"), traceback.format_exc())
-                reply = (500, [(b"content-type", b"text/plain; charset=utf-8")], f"{type(e).__name__}: {e}".encode())
+                reply = http_util.error_reply(e)
             else:
                 if not http_util.is_plain(result):
                     self._start_http_result(proto, rid, meta, payload, result, scope, start)

@@ -177,6 +177,12 @@ class Router:
     def queued(self) -> int:
         return len(self.waiters) + len(self.queued_sends)
 
+    def _backpressure_error(self, deployment: str) -> BackPressureError:
+        cfg = self.backpressure or {}
+        return BackPressureError(num_queued_requests=self.queued(), max_queued_requests=self.max_queued,
+                                 deployment=deployment, status_code=int(cfg.get("status_code") or 503),
+                                 retry_after_s=cfg.get("retry_after_s"))
+
     # ------------------------------------------------------------ choice
     def _load(self, rid: str) -> int:
         local = self.inflight.get(rid, 0)
@@ -227,8 +233,7 @@ class Router:
             if not self.replicas and self.failed_message:
                 raise DeploymentUnavailableError(self.failed_message)
             if 0 <= self.max_queued <= self.queued():
-                raise BackPressureError(num_queued_requests=self.queued(), max_queued_requests=self.max_queued,
-                                        deployment=self.deployment_name)
+                raise self._backpressure_error(self.deployment_name)
             fut = asyncio.get_running_loop().create_future()
             self.waiters.append(fut)
             try:
@@ -287,8 +292,7 @@ class Router:
         if self._pick(model_id) is not None:
             return None  # a replica has room but no connection yet: connect on the async path
         if 0 <= self.max_queued <= self.queued():
-            raise BackPressureError(num_queued_requests=self.queued(), max_queued_requests=self.max_queued,
-                                    deployment=self.deployment_name)
+            raise self._backpressure_error(self.deployment_name)
         entry = [kind, meta, payload, on_reply, model_id, on_sent, False]
         self.queued_sends.append(entry)
         return entry

@@ -123,3 +123,19 @@ def test_body_bytes_match_ray_for_every_kind_of_value(index):
     nested = {"outer": [value], "_sa_hidden": 1}
     wanted = json.dumps(fastapi_encoders.jsonable_encoder(nested), separators=(",", ":")).encode()
     assert encode_body(nested)[1] == wanted
+
+
+def test_errors_answer_like_ray():
+    import pickle
+
+    from raylite.serve._internal.http_util import error_reply
+    from raylite.serve.exceptions import BackPressureError, DeploymentUnavailableError
+
+    shed = BackPressureError(num_queued_requests=2, max_queued_requests=2, deployment="D", status_code=429,
+                             retry_after_s=1.2)
+    status, headers, body = error_reply(pickle.loads(pickle.dumps(shed)))
+    assert status == 429 and (b"retry-after", b"2") in headers and b"backpressure" in body
+    assert error_reply(BackPressureError(deployment="D"))[0] == 503
+    assert error_reply(DeploymentUnavailableError("gone"))[0] == 503
+    status, _, body = error_reply(ValueError("bad input"))
+    assert status == 500 and body == b"ValueError: bad input"
