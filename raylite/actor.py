@@ -196,6 +196,8 @@ class ActorHandle:
             pass
 
     def __getattr__(self, name: str) -> ActorMethod:
+        if name == "__ray_ready__":  # Ray's built-in on every actor: True once it is constructed
+            return ActorMethod(self, name, 1)
         if name.startswith("__") or name not in self._meta:
             raise AttributeError(f"'ActorHandle' object for actor {self._class_name} has no method "
                                  f"'{name}'. Its methods are: {', '.join(sorted(self._meta)) or 'none'}.")

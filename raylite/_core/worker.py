@@ -376,6 +376,8 @@ class Worker:
         if spec.kind == KIND_ACTOR_CALL:
             if self.actor is None:
                 raise E.RaySystemError("this worker hosts no actor")
+            if spec.method_name == "__ray_ready__":  # Ray's built-in: answers once the actor is constructed
+                return _actor_ready
             try:
                 return getattr(self.actor, spec.method_name)
             except AttributeError:
@@ -575,3 +577,7 @@ def _send_quietly(conn, msg: P.Message) -> None:
 
 def main(request: dict) -> None:
     Worker(request).run()
+
+
+def _actor_ready() -> bool:
+    return True

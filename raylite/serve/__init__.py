@@ -18,7 +18,8 @@ from typing import Any
 # Loaded on first use (PEP 562), so replica, proxy and controller processes that import one
 # internal module do not pay for pydantic and the whole facade.
 _NAMES = {
-    "delete": "api", "get_app_handle": "api", "get_deployment_handle": "api", "get_replica_context": "api",
+    "delete": "api", "get_app_handle": "api", "get_deployment_actor": "api", "get_deployment_handle": "api",
+    "get_replica_context": "api",
     "run": "api", "shutdown": "api", "start": "api", "status": "api",
     "batch": "batching",
     "AutoscalingConfig": "config", "HTTPOptions": "config", "LoggingConfig": "config", "ProxyLocation": "config",

@@ -45,14 +45,17 @@ def _controller_or_none() -> Any:
 
 
 def start(detached: bool = True, http_options: Any = None, proxy_location: Any = None,
-          grpc_options: Any = None, **kwargs: Any) -> None:
+          grpc_options: Any = None, logging_config: Any = None, **kwargs: Any) -> None:
     """Start Serve on the cluster (controller and HTTP proxies); a no-op if it already runs.
 
     `http_options`: a dict or `HTTPOptions` (host, port, request_timeout_s, keep_alive_timeout_s,
-    root_path, ...). Raises OSError naming the port when the head's proxy cannot listen.
+    root_path, ...). `logging_config` (a dict or `LoggingConfig`, Ray's setting for Serve's own
+    components) is checked and accepted; raylite's controller and proxies log to the session's
+    log files. Raises OSError naming the port when the head's proxy cannot listen.
     """
     import raylite
 
+    _opts.logging_config(logging_config)  # a bad field fails here, naming it
     given = dict(_opts._as_dict(http_options, "http_options"))
     for legacy in ("http_host", "http_port"):
         if legacy in kwargs:
@@ -111,10 +114,12 @@ def _http_from_host_port(host: str | None, port: int | None) -> dict | None:
 def run(target: Application, blocking: bool = False, name: str = DEFAULT_APP_NAME,
         route_prefix: str | None = DEFAULT, logging_config: Any = None,
         _local_testing_mode: bool = False, *, host: str | None = None, port: int | None = None,
-        timeout_s: float | None = None) -> DeploymentHandle:
+        timeout_s: float | None = None, _autoscaling_policy: Any = None) -> DeploymentHandle:
     """Deploy an application and wait until it is RUNNING; returns a handle to its ingress.
 
     `host`/`port` (the form in older Ray docs) set the HTTP proxy's address when Serve starts.
+    `_autoscaling_policy` is an application-level policy (a config file's `autoscaling_policy`):
+    one function of every autoscaling deployment's context deciding all their replica counts.
     Raises RuntimeError with the replica's traceback when a replica fails to start.
     """
     import raylite
@@ -126,6 +131,8 @@ def run(target: Application, blocking: bool = False, name: str = DEFAULT_APP_NAM
 
         return run_local(target, name)
     app_dict = _build(target, name, route_prefix, logging_config)
+    if _autoscaling_policy is not None:
+        app_dict["autoscaling_policy"] = _opts.autoscaling_policy(_autoscaling_policy)
     _ensure_core()
     http = _http_from_host_port(host, port)
     existed = _controller_or_none() is not None
@@ -248,6 +255,28 @@ def get_deployment_handle(deployment_name: str, app_name: str | None = None, _ch
         if app_name not in apps or deployment_name not in apps[app_name]["deployments"]:
             raise RayServeException(f"Deployment {deployment_name!r} in application {app_name!r} does not exist")
     return DeploymentHandle(deployment_name, app_name)
+
+
+def get_deployment_actor(actor_name: str) -> Any:
+    """A handle to one of the calling replica's deployment-scoped actors (`deployment_actors=`).
+
+    Raises RayServeException outside a replica, and ValueError while the actor does not exist
+    (not declared, not started yet, or being restarted after it died: call again shortly).
+    """
+    import raylite
+    from raylite.serve._internal.controller_actors import NAMESPACE
+    from raylite.serve._internal.controller_actors import actor_name as full_name
+
+    ctx = _get_internal_replica_context()
+    if ctx is None:
+        raise RayServeException("`serve.get_deployment_actor()` may only be called from within a Serve replica")
+    name = full_name(ctx.app_name, ctx.deployment, ctx._version, actor_name)
+    try:
+        return raylite.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        raise ValueError(f"deployment actor {actor_name!r} of deployment {ctx.deployment!r} (app {ctx.app_name!r}) "
+                         "does not exist: it is not in the deployment's deployment_actors, or it is being "
+                         "(re)started; call serve.get_deployment_actor() again shortly") from None
 
 
 def get_replica_context() -> Any:

@@ -23,9 +23,12 @@ _ACTOR_OPTION_KEYS = {"accelerator_type", "memory", "num_cpus", "num_gpus", "obj
                       "runtime_env", "label_selector"}
 _CONFIG_KEYS = {"num_replicas", "max_ongoing_requests", "max_queued_requests", "user_config",
                 "graceful_shutdown_wait_loop_s", "graceful_shutdown_timeout_s", "health_check_period_s",
-                "health_check_timeout_s", "autoscaling_config", "logging_config"}
+                "health_check_timeout_s", "autoscaling_config", "logging_config", "backpressure_config",
+                "gang_scheduling_config", "max_constructor_retry_count", "rolling_update_percentage",
+                "max_surge_percent"}
 _OTHER_KEYS = {"name", "version", "ray_actor_options", "placement_group_bundles", "placement_group_strategy",
-               "max_replicas_per_node", "route_prefix", "max_concurrent_queries", "request_router_config"}
+               "placement_group_bundle_label_selector", "max_replicas_per_node", "route_prefix",
+               "max_concurrent_queries", "request_router_config", "deployment_actors"}
 
 
 class _Default:
@@ -148,6 +151,11 @@ def _validate(options: dict) -> None:
     if strategy is not None and strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
         raise ValueError(f"placement_group_strategy must be PACK, SPREAD, STRICT_PACK or STRICT_SPREAD, "
                          f"not {strategy!r}")
+    if strategy is not None and bundles is None:
+        raise ValueError("placement_group_strategy needs placement_group_bundles as well")
+    _opts.max_replicas_per_node(options.get("max_replicas_per_node"), bundles)
+    if options.get("deployment_actors") is not None:
+        options["deployment_actors"] = _opts.deployment_actors(options["deployment_actors"])
     _make_config(options)
 
 
@@ -158,11 +166,16 @@ def _make_config(options: dict) -> dict:
 def deployment(_func_or_class: Any = None, *, name: Any = DEFAULT, version: Any = DEFAULT,
                num_replicas: Any = DEFAULT, route_prefix: Any = DEFAULT, ray_actor_options: Any = DEFAULT,
                placement_group_bundles: Any = DEFAULT, placement_group_strategy: Any = DEFAULT,
+               placement_group_bundle_label_selector: Any = DEFAULT,
                max_replicas_per_node: Any = DEFAULT, user_config: Any = DEFAULT,
                max_ongoing_requests: Any = DEFAULT, max_queued_requests: Any = DEFAULT,
+               backpressure_config: Any = DEFAULT,
                autoscaling_config: Any = DEFAULT, graceful_shutdown_wait_loop_s: Any = DEFAULT,
                graceful_shutdown_timeout_s: Any = DEFAULT, health_check_period_s: Any = DEFAULT,
                health_check_timeout_s: Any = DEFAULT, logging_config: Any = DEFAULT,
+               request_router_config: Any = DEFAULT, max_constructor_retry_count: Any = DEFAULT,
+               gang_scheduling_config: Any = DEFAULT, deployment_actors: Any = DEFAULT,
+               rolling_update_percentage: Any = DEFAULT, max_surge_percent: Any = DEFAULT,
                **unknown: Any) -> Any:
     """Turn a class or function into a Serve `Deployment` (bare or with options)."""
     if unknown:
@@ -175,7 +188,12 @@ def deployment(_func_or_class: Any = None, *, name: Any = DEFAULT, version: Any 
         max_queued_requests=max_queued_requests, autoscaling_config=autoscaling_config,
         graceful_shutdown_wait_loop_s=graceful_shutdown_wait_loop_s,
         graceful_shutdown_timeout_s=graceful_shutdown_timeout_s, health_check_period_s=health_check_period_s,
-        health_check_timeout_s=health_check_timeout_s, logging_config=logging_config).items()
+        health_check_timeout_s=health_check_timeout_s, logging_config=logging_config,
+        placement_group_bundle_label_selector=placement_group_bundle_label_selector,
+        backpressure_config=backpressure_config, request_router_config=request_router_config,
+        max_constructor_retry_count=max_constructor_retry_count, gang_scheduling_config=gang_scheduling_config,
+        deployment_actors=deployment_actors, rolling_update_percentage=rolling_update_percentage,
+        max_surge_percent=max_surge_percent).items()
         if v is not DEFAULT}
     given.update(unknown)
     _validate(given)
@@ -247,17 +265,45 @@ def _map_apps(value: Any, fn: Callable[[Application], Any]) -> Any:
     return value
 
 
-def ingress(app: Any) -> Callable[[type], type]:
-    """`@serve.ingress(fastapi_app)`: the class's replica serves HTTP through this ASGI app; routes
-    declared on the class's methods run against the replica's instance."""
+def ingress(app: Any = None) -> Callable[..., type]:
+    """`@serve.ingress(app)`: the class's replica serves HTTP through an ASGI app, as in Ray:
 
-    def wrap(cls: type) -> type:
+    - a FastAPI app: routes declared on the class's methods run against the replica's instance;
+    - any other ASGI app, used as is;
+    - a function returning an ASGI app (a factory): called in each replica after the class is
+      constructed, so the app is built there (FastAPI plugins, middleware and exception handlers
+      that do not survive pickling work, and `Depends(serve.get_deployment_handle)` resolves);
+    - nothing: the class defines `__serve_build_asgi_app__(self)` returning the app.
+
+    `serve.ingress(app)()` (no class) makes a class that only serves the app.
+    """
+
+    def wrap(cls: type | None = None) -> type:
+        if cls is None:
+            cls = _default_ingress_class()
         if not inspect.isclass(cls):
-            raise TypeError("@serve.ingress must decorate a class (put it under @serve.deployment)")
+            raise ValueError("@serve.ingress must decorate a class (put it under @serve.deployment)")
+        if any("__call__" in vars(c) for c in cls.__mro__[:-1]):
+            raise ValueError("Classes passed to @serve.ingress may not have a __call__ method: HTTP requests "
+                             "go to the ASGI app's routes")
+        if app is None and not hasattr(cls, "__serve_build_asgi_app__"):
+            raise ValueError(f"serve.ingress() without an app needs {cls.__name__} to define "
+                             "__serve_build_asgi_app__(self) returning an ASGI app")
         _INGRESS[cls] = app
         return cls
 
     return wrap
+
+
+def _default_ingress_class() -> type:
+    class ASGIIngressDeployment:
+        """The class `serve.ingress(app)()` makes: it holds its bind arguments and serves the app."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self.args = args
+            self.kwargs = kwargs
+
+    return ASGIIngressDeployment
 
 
 _INGRESS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -266,9 +312,9 @@ _INGRESS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def _definition(target: Any) -> bytes:
     """The pickled code a replica runs. An ingress class travels with a recipe of its ASGI app
     (FastAPI apps with compiled routes do not survive pickling); the replica rebuilds the app."""
-    app = _INGRESS.get(target) if inspect.isclass(target) else None
-    if app is None:
+    if not (inspect.isclass(target) and target in _INGRESS):
         return cloudpickle.dumps(target)
+    app = _INGRESS[target]
     from raylite.serve._internal.ingress import app_recipe, dumps
 
     return dumps(("__serve_ingress__", target, app_recipe(app)))
@@ -313,12 +359,16 @@ def _target(dep: Deployment, name: str, args: tuple, kwargs: dict) -> dict:
         raise TypeError(f"the arguments bound to deployment {name!r} cannot be serialized: {e}") from None
     config = dict(dep._config)
     opts = dep._options
+    actors = opts.get("deployment_actors") or []
     code_hash = hashlib.sha1(definition + init_args + repr((
         sorted((opts.get("ray_actor_options") or {}).items()), opts.get("placement_group_bundles"),
-        opts.get("placement_group_strategy"), opts.get("version"),
-        config.get("logging_config"))).encode()).hexdigest()[:16]
+        opts.get("placement_group_strategy"), opts.get("version"), opts.get("max_replicas_per_node"),
+        config.get("logging_config"), config.get("gang_scheduling_config"))).encode()
+        + b"".join(a["serialized_class"] for a in actors)).hexdigest()[:16]
     return {"name": name, "definition": definition, "init_args": init_args, "config": config,
             "ray_actor_options": opts.get("ray_actor_options") or {},
             "placement_group_bundles": opts.get("placement_group_bundles"),
             "placement_group_strategy": opts.get("placement_group_strategy"),
+            "max_replicas_per_node": opts.get("max_replicas_per_node"),
+            "deployment_actors": actors,
             "version": opts.get("version") or code_hash, "route_prefix": opts.get("route_prefix")}

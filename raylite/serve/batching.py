@@ -28,7 +28,13 @@ from typing import Any
 
 __all__ = ["batch"]
 
-_END = object()  # ends one caller's stream
+class _End:
+    """Ends one caller's stream. The class itself is the marker: a decorated method travels to a
+    replica by value (cloudpickle), taking copies of the plain objects it refers to, but a class
+    is pickled by reference, so the marker stays the same object on both sides of the queue."""
+
+
+_END = _End
 
 
 @dataclass(eq=False)
@@ -42,6 +48,14 @@ class _Settings:
     max_batch_size: int
     batch_wait_timeout_s: float
     max_concurrent_batches: int
+    batch_size_fn: Callable[[list], int] | None = None  # a batch's size from its items (default: count)
+
+    def size(self, calls: list[_Call]) -> int:
+        """The batch size of `calls`: `batch_size_fn` of their first arguments, or how many."""
+        if self.batch_size_fn is None:
+            return len(calls)
+        return int(self.batch_size_fn([c.args[0] if c.args else next(iter(c.kwargs.values()), None)
+                                       for c in calls]))
 
 
 @dataclass(eq=False)
@@ -121,7 +135,7 @@ class _BatchQueue:
             await self._arrived.wait()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._settings.batch_wait_timeout_s
-        while len(self._waiting) < self._settings.max_batch_size:
+        while self._settings.size(list(self._waiting)) < self._settings.max_batch_size:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return
@@ -132,19 +146,30 @@ class _BatchQueue:
                 return
 
     def _take_batch(self) -> list[_Call]:
-        """Up to max_batch_size live calls with the same argument shape, oldest first."""
+        """Live calls with the same argument shape, oldest first, while the batch's size (a count,
+        or `batch_size_fn` of the items) stays within max_batch_size. A single call too big for
+        any batch fails with a message saying so."""
+        settings = self._settings
         calls: list[_Call] = []
         skipped: list[_Call] = []
         shape = None
-        while self._waiting and len(calls) < self._settings.max_batch_size:
+        while self._waiting:
             call = self._waiting.popleft()
             if not call.live:
                 continue  # cancelled while queued: dropped
-            if shape is None:
-                shape = call.shape()
-            if call.shape() != shape:
+            if shape is not None and call.shape() != shape:
                 skipped.append(call)  # different arguments: next batch
                 continue
+            if settings.size([*calls, call]) > settings.max_batch_size:
+                if calls:
+                    self._waiting.appendleft(call)  # the next batch starts with it
+                    break
+                _reject(call, RuntimeError(
+                    f"an item of @serve.batch function {self._func.__qualname__} has size "
+                    f"{settings.size([call])}, more than max_batch_size={settings.max_batch_size}; raise "
+                    "max_batch_size or check batch_size_fn"))
+                continue
+            shape = call.shape()
             calls.append(call)
         self._waiting.extendleft(reversed(skipped))
         return calls
@@ -230,6 +255,13 @@ class _BatchQueue:
         for call, done in zip(calls, finished):
             if not done:
                 call.stream.put_nowait(_END)
+
+
+def _reject(call: _Call, error: BaseException) -> None:
+    if call.future is not None and not call.future.done():
+        call.future.set_exception(error)
+    elif call.stream is not None:
+        call.stream.put_nowait(error)
 
 
 def _replica_max_ongoing_requests() -> int | None:
@@ -404,7 +436,8 @@ def _decorate(func: Callable[..., Any], settings: _Settings) -> Callable[..., An
 
 
 def batch(_func: Callable[..., Any] | None = None, /, max_batch_size: int = 10,
-          batch_wait_timeout_s: float = 0.01, max_concurrent_batches: int = 1) -> Any:
+          batch_wait_timeout_s: float = 0.01, max_concurrent_batches: int = 1,
+          batch_size_fn: Callable[[list], int] | None = None) -> Any:
     """Batch concurrent calls of an async function or method.
 
     Each caller passes one item (per argument) and awaits one result; the decorated function gets
@@ -414,15 +447,20 @@ def batch(_func: Callable[..., Any] | None = None, /, max_batch_size: int = 10,
     of that batch. A caller cancelled while waiting is left out of the batch.
 
     A batch is flushed when `max_batch_size` items wait or `batch_wait_timeout_s` seconds have
-    passed since the first of them arrived. Usable bare (`@serve.batch`) or with arguments. The
-    decorated callable has `set_max_batch_size(n)` and `set_batch_wait_timeout_s(s)`:
+    passed since the first of them arrived. With `batch_size_fn`, a batch's size is that function
+    of its items (say, the total tokens of a list of texts) instead of their count. Usable bare
+    (`@serve.batch`) or with arguments. The decorated callable has `set_max_batch_size(n)` and
+    `set_batch_wait_timeout_s(s)`:
 
         @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.05)
         async def __call__(self, texts: list[str]) -> list[int]:
             return [len(t) for t in texts]
     """
+    if batch_size_fn is not None and not callable(batch_size_fn):
+        raise TypeError(f"batch_size_fn must be a function of a list of items returning an int, not "
+                        f"{type(batch_size_fn).__name__}")
     settings = _Settings(_check_max_batch_size(max_batch_size), _check_timeout(batch_wait_timeout_s),
-                         _check_concurrency(max_concurrent_batches))
+                         _check_concurrency(max_concurrent_batches), batch_size_fn)
     if _func is not None:
         if not callable(_func):
             raise TypeError(f"@serve.batch got {_func!r}; pass settings by keyword: "

@@ -27,6 +27,27 @@ _serve_request_context: contextvars.ContextVar[RequestContext] = contextvars.Con
     "serve_request_context", default=RequestContext())  # noqa: B039 - never mutated
 
 
+@dataclass(frozen=True)
+class ReplicaRank:
+    """Where a replica stands in its deployment: `rank` in 0..num_replicas-1, the rank of its node
+    among the deployment's nodes, and its rank among the deployment's replicas on that node."""
+
+    rank: int = 0
+    node_rank: int = 0
+    local_rank: int = 0
+
+
+@dataclass
+class GangContext:
+    """For gang-scheduled deployments: the replica's gang, its rank in it and the members (by rank)."""
+
+    gang_id: str
+    rank: int
+    world_size: int
+    member_replica_ids: list[str]
+    pg_name: str = ""
+
+
 @dataclass
 class ReplicaContext:
     """Ray's `ReplicaContext`: which replica of which deployment this code runs in."""
@@ -35,8 +56,11 @@ class ReplicaContext:
     deployment: str
     replica_tag: str
     servable_object: Any = None
-    rank: int = 0
+    rank: ReplicaRank = field(default_factory=ReplicaRank)
     replica_id: Any = field(default=None)
+    world_size: int = 1
+    gang_context: GangContext | None = None
+    _version: str = ""
 
 
 _INTERNAL_REPLICA_CONTEXT: ReplicaContext | None = None

@@ -16,11 +16,34 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from raylite.serve.config import LoggingConfig
+from raylite.serve._internal.status_types import (
+    ApplicationStatus,
+    ApplicationStatusOverview,
+    DeploymentStatus,
+    DeploymentStatusOverview,
+    DeploymentStatusTrigger,
+    ProxyStatus,
+    ReplicaState,
+    ServeStatus,
+)
+from raylite.serve.config import (
+    AutoscalingConfig,
+    AutoscalingPolicy,
+    BackpressureConfig,
+    DeploymentActorConfig,
+    GangSchedulingConfig,
+    LoggingConfig,
+    ProxyLocation,
+    RequestRouterConfig,
+)
+from raylite.serve.context import ReplicaRank
 
-__all__ = ["DeploymentSchema", "HTTPOptionsSchema", "LoggingConfigSchema", "RayActorOptionsSchema",
-           "ServeApplicationSchema", "ServeDeploySchema", "ServeConfigError", "format_validation_error",
-           "parse_config", "parse_config_file"]
+__all__ = ["ApplicationStatus", "ApplicationStatusOverview", "AutoscalingConfig", "AutoscalingPolicy",
+           "BackpressureConfig", "DeploymentActorConfig", "DeploymentSchema", "DeploymentStatus",
+           "DeploymentStatusOverview", "DeploymentStatusTrigger", "GangSchedulingConfig", "HTTPOptionsSchema",
+           "LoggingConfig", "LoggingConfigSchema", "ProxyLocation", "ProxyStatus", "RayActorOptionsSchema",
+           "ReplicaRank", "ReplicaState", "RequestRouterConfig", "ServeApplicationSchema", "ServeConfigError",
+           "ServeDeploySchema", "ServeStatus", "format_validation_error", "parse_config", "parse_config_file"]
 
 _AUTOSCALING_FIELDS = {
     "min_replicas", "initial_replicas", "max_replicas", "target_ongoing_requests",
@@ -85,6 +108,12 @@ class DeploymentSchema(_Strict):
     max_replicas_per_node: int | None = Field(None, gt=0)
     logging_config: LoggingConfigSchema | None = None
     request_router_config: dict[str, Any] | None = None
+    backpressure_config: dict[str, Any] | None = None
+    gang_scheduling_config: dict[str, Any] | None = None
+    placement_group_bundle_label_selector: list[dict[str, str]] | None = None
+    max_constructor_retry_count: int | None = Field(None, gt=0)
+    rolling_update_percentage: float | None = Field(None, gt=0, le=1)
+    max_surge_percent: int | None = Field(None, ge=0, le=100)
 
     @field_validator("num_replicas")
     @classmethod
@@ -130,6 +159,7 @@ class ServeApplicationSchema(_Strict):
     deployments: list[DeploymentSchema] = Field(default_factory=list)
     logging_config: LoggingConfigSchema | None = None
     external_scaler_enabled: bool = False
+    autoscaling_policy: dict[str, Any] | None = None  # an application-level policy (policy_function, policy_kwargs)
 
     @field_validator("import_path")
     @classmethod

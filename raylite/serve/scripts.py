@@ -135,10 +135,10 @@ def _start_serve(config: Any | None, host: str | None, port: int | None) -> None
         _fail(str(e))
 
 
-def _deploy_app(app: Any, name: str, route_prefix: str | None) -> None:
+def _deploy_app(app: Any, name: str, route_prefix: str | None, autoscaling_policy: Any = None) -> None:
     serve = _serve()
     try:
-        serve.run(app, name=name, route_prefix=route_prefix, blocking=False)
+        serve.run(app, name=name, route_prefix=route_prefix, blocking=False, _autoscaling_policy=autoscaling_policy)
     except Exception as e:  # noqa: BLE001 - the user's constructor may raise anything
         _fail(f"application {name!r} failed to deploy: {type(e).__name__}: {e}")
 
@@ -170,7 +170,7 @@ def _deploy_config(config: Any | None, apps: list[tuple[Any, Any]], host: str | 
     _start_serve(config, host, port)
     base = _http_base_url()
     for app_schema, app in apps:
-        _deploy_app(app, app_schema.name, app_schema.route_prefix)
+        _deploy_app(app, app_schema.name, app_schema.route_prefix, app_schema.autoscaling_policy)
         if app_schema.route_prefix is None:
             click.echo(f"Deployed app {app_schema.name!r} (no route prefix: reachable through handles only).")
         elif base:
@@ -329,7 +329,7 @@ def _redeploy(config: Any, app_dir: str, job_env: dict[str, Any]) -> None:
     try:
         apps = _apply_runtime_envs(_load_config_apps(config, app_dir), job_env)
         for app_schema, app in apps:
-            _deploy_app(app, app_schema.name, app_schema.route_prefix)
+            _deploy_app(app, app_schema.name, app_schema.route_prefix, app_schema.autoscaling_policy)
     except (SystemExit, Exception) as e:  # noqa: BLE001 - an edit may break anything; keep serving what runs
         if not isinstance(e, SystemExit):  # _fail has printed its reason already
             click.echo("".join(traceback.format_exception_only(type(e), e)).rstrip(), err=True)

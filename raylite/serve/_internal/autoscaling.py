@@ -204,10 +204,21 @@ class AutoscalingPolicy:
                 fresh = True
         return total if fresh else None
 
-    def decide(self, current_replicas: int, now: float, running_replicas: int | None = None) -> int:
+    def queued_at_handles(self, now: float) -> float:
+        """Requests waiting at handles (averaged over the look-back window), summed."""
+        oldest = now - self.knobs.look_back_period_s
+        total = 0.0
+        for window in self._handles.values():
+            window.prune(oldest)
+            if window.samples:
+                total += window.average()
+        return total
+
+    def decide(self, current_replicas: int, now: float, running_replicas: int | None = None,
+               running_ids: list[str] | None = None) -> int:
         """The replica count to run now: `current_replicas` (the present target) while a delay is
         pending. `running_replicas` (default: `current_replicas`) is how many replicas serve the
-        load that the metrics describe."""
+        load that the metrics describe; `running_ids` is for custom policies and unused here."""
         k = self.knobs
         bounded = _clamp(current_replicas, k)
         if bounded != current_replicas:

@@ -23,7 +23,9 @@ import traceback
 import uuid
 from typing import Any
 
+from raylite.serve._internal import controller_placement as placement
 from raylite.serve._internal import controller_proxies, controller_status
+from raylite.serve._internal.controller_actors import DeploymentActors
 from raylite.serve._internal.deployment_state import (
     A_DEPLOY_FAILED,
     A_DEPLOYING,
@@ -38,6 +40,7 @@ from raylite.serve._internal.deployment_state import (
     STOPPING,
     DeploymentRecord,
     ReplicaRecord,
+    gang_size,
     plan,
 )
 
@@ -65,6 +68,7 @@ class ServeController:
         self.handle_queued: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
         self.shutting_down = False
         self._replica_classes: dict[tuple[str, str], Any] = {}
+        self.app_policies: dict[str, Any] = {}  # app name -> its application-level autoscaling policy
         self._restore()
         self._loop_task = asyncio.get_running_loop().create_task(self._run())
 
@@ -107,8 +111,12 @@ class ServeController:
                     raylite.kill(actor)  # it never finished starting: start a fresh one
                     continue
                 dep.replicas[rid] = ReplicaRecord(rid, actor_name, version, RUNNING, info, started_at, actor=actor)
+        for name in self.apps:
+            self._apply_app_policy(name)
         for dep in self.deps.values():
             dep.status = D_HEALTHY if dep.running() else D_UPDATING
+            for i, r in enumerate(sorted(dep.replicas.values(), key=lambda r: r.started_at)):
+                r.rank = i
             self._publish_replicas(dep)
         self._publish_routes()
 
@@ -125,6 +133,7 @@ class ServeController:
             "replicas": [r.public() for r in dep.running()],
             "max_ongoing_requests": cfg.get("max_ongoing_requests", 5),
             "max_queued_requests": cfg.get("max_queued_requests", -1),
+            "backpressure": cfg.get("backpressure_config"),
             "failed": dep.status == D_DEPLOY_FAILED, "message": dep.message})
 
     def _publish_routes(self) -> None:
@@ -172,48 +181,75 @@ class ServeController:
             rec.status, rec.message, rec.failures = D_UPDATING, "", 0
             rec.target_replicas = self._initial_replicas(target)
             if target["config"].get("autoscaling_config"):
-                rec.autoscaler = controller_status.make_autoscaler(target["config"]["autoscaling_config"])
+                rec.autoscaler = controller_status.make_autoscaler(target["config"]["autoscaling_config"], rec)
             if old_uc != target["config"].get("user_config"):
                 rec.user_config_version += 1
-        if old is not None:
-            for dname in list(old["deployments"]):
-                if dname not in app["deployments"]:
-                    await self._delete_deployment(name, dname)
+        self._apply_app_policy(name)
+        dropped = [d for d in (old or {}).get("deployments", ()) if d not in app["deployments"]]
+        # the deployments the new graph drops stop now, all at once, while the new replicas are
+        # placed: Core starts each new replica as soon as the old ones free their resources
+        stopping = [self._drop_deployment(name, d) for d in dropped]
         self._publish_routes()
         now = time.monotonic()
         for dname in app["deployments"]:  # start replicas now, not at the loop's next turn
             self._reconcile(self.deps[(name, dname)], now)
         self._checkpoint()
+        if stopping:
+            await asyncio.gather(*stopping)
+
+    def _apply_app_policy(self, name: str) -> None:
+        """An app deployed with an application-level autoscaling policy: its autoscaling
+        deployments keep metrics for it, and the policy decides for all of them at once."""
+        from raylite.serve._internal.custom_autoscaling import CustomPolicyAutoscaler, load_policy
+
+        spec = self.apps[name].get("autoscaling_policy")
+        if not spec:
+            self.app_policies.pop(name, None)
+            return
+        self.app_policies[name] = load_policy(spec)
+        for dname in self.apps[name]["deployments"]:
+            dep = self.deps.get((name, dname))
+            cfg = dep.config.get("autoscaling_config") if dep is not None else None
+            if cfg:
+                dep.autoscaler = CustomPolicyAutoscaler(dict(cfg), name, dname, policy=_decided_by_app)
 
     def _initial_replicas(self, target: dict) -> int:
         cfg = target["config"]
         auto = cfg.get("autoscaling_config")
         if auto:
             init = auto.get("initial_replicas")
-            return int(init if init is not None else auto.get("min_replicas", 1))
+            n = int(init if init is not None else auto.get("min_replicas", 1))
+            return placement_round_up(n, target)
         return int(cfg.get("num_replicas") or 0)
 
     def _new_record(self, app: str, dname: str, target: dict) -> DeploymentRecord:
         rec = DeploymentRecord(app, dname, target)
         rec.target_replicas = self._initial_replicas(target)
         if target["config"].get("autoscaling_config"):
-            rec.autoscaler = controller_status.make_autoscaler(target["config"]["autoscaling_config"])
+            rec.autoscaler = controller_status.make_autoscaler(target["config"]["autoscaling_config"], rec)
         return rec
 
     async def delete_application(self, name: str) -> None:
         app = self.apps.pop(name, None)
         if app is None:
             return
+        self.app_policies.pop(name, None)
         self._publish_routes()
         await asyncio.gather(*[self._delete_deployment(name, d) for d in app["deployments"]])
         self._checkpoint()
 
     async def _delete_deployment(self, app: str, dname: str) -> None:
+        await self._drop_deployment(app, dname)
+
+    def _drop_deployment(self, app: str, dname: str) -> Any:
+        """Forget a deployment now and stop its replicas and actors; returns the awaitable stop."""
         dep = self.deps.pop((app, dname), None)
         if dep is None:
-            return
+            return asyncio.sleep(0)
         self._publish(f"replicas/{app}/{dname}", None)
-        await asyncio.gather(*[self._stop_replica(dep, r) for r in list(dep.replicas.values())])
+        if dep.actors is not None:
+            dep.actors.stop_all()
+        return asyncio.gather(*[self._stop_replica(dep, r) for r in list(dep.replicas.values())])
 
     async def wait_for_app(self, name: str, timeout_s: float = 5.0) -> dict:
         """Wait until the app is RUNNING or DEPLOY_FAILED (or timeout); returns {status, message}."""
@@ -286,7 +322,10 @@ class ServeController:
                             if not r.polling:
                                 r.polling = True
                                 asyncio.ensure_future(self._poll_replica(dep, r, now))
-                        controller_status.autoscale(self, dep, now)
+                        if dep.app_name not in self.app_policies:
+                            controller_status.autoscale(self, dep, now)
+                    for app_name in list(self.app_policies):
+                        controller_status.autoscale_app(self, app_name, now)
                 if now - last_proxies >= 2.0:
                     last_proxies = now
                     asyncio.ensure_future(self.proxies.reconcile(wait=False))
@@ -303,8 +342,11 @@ class ServeController:
         to_start, to_stop = plan(dep)
         for r in to_stop:
             asyncio.ensure_future(self._stop_replica(dep, r))
-        for _ in range(to_start):
-            self._start_replica(dep, now)
+        actors_ready = self._actors_ready(dep, now)  # also notices dead actors and restarts them
+        if to_start and actors_ready:
+            size = gang_size(dep)
+            for _ in range(to_start // size):
+                self._start_gang(dep, now, size)
         for r in dep.running():
             if r.user_config_version != dep.user_config_version and r.version == dep.version:
                 r.user_config_version = dep.user_config_version
@@ -318,15 +360,52 @@ class ServeController:
             elif dep.status == D_HEALTHY:
                 dep.status = D_UPDATING
 
-    def _start_replica(self, dep: DeploymentRecord, now: float) -> None:
+    def _actors_ready(self, dep: DeploymentRecord, now: float) -> bool:
+        """Start (or check) the deployment's actors; replicas of a version wait for its actors."""
+        specs = dep.target.get("deployment_actors") or []
+        if not specs and dep.actors is None:
+            return True
+        if dep.actors is None:
+            dep.actors = DeploymentActors(dep.app_name, dep.name)
+        if specs:
+            dep.actors.ensure(dep.version, specs)
+        in_use = {r.version for r in dep.replicas.values()} | {dep.version}
+        dep.actors.reconcile(in_use, now)
+        problem = dep.actors.failed(dep.version)
+        if problem:
+            dep.status, dep.message = D_DEPLOY_FAILED, problem
+            self._publish_replicas(dep)
+            return False
+        return dep.actors.ready(dep.version)
+
+    def _start_gang(self, dep: DeploymentRecord, now: float, size: int) -> None:
+        """Start one replica, or for gang scheduling one gang of `size` replicas sharing a group."""
+        gang = placement.new_gang(dep) if size > 1 else None
+        for i in range(size):
+            rec = self._start_replica(dep, now, gang_id=gang.gang_id if gang else "", gang_rank=i)
+            if gang is not None:
+                gang.members.append(rec.replica_id)
+
+    def _start_replica(self, dep: DeploymentRecord, now: float, gang_id: str = "", gang_rank: int = 0) -> ReplicaRecord:
         from raylite.serve._internal import replica as replica_mod
 
         rid = f"{dep.app_name}#{dep.name}#{uuid.uuid4().hex[:6]}"
         actor_name = f"SERVE_REPLICA::{rid}"
         rec = ReplicaRecord(rid, actor_name, dep.version, STARTING, started_at=now,
-                            user_config_version=dep.user_config_version)
+                            user_config_version=dep.user_config_version, gang_id=gang_id, gang_rank=gang_rank,
+                            rank=placement.lowest_free_rank(dep))
         dep.replicas[rid] = rec
         asyncio.ensure_future(self._launch(dep, rec, replica_mod))
+        return rec
+
+    def _replica_config(self, dep: DeploymentRecord, rec: ReplicaRecord) -> dict:
+        """The config a replica starts with: the deployment's, plus who it is (rank, gang, version)."""
+        cfg = dict(dep.target["config"])
+        info = placement.rank_info(dep, rec)
+        rec.rank_sent = dict(info)
+        cfg["_replica"] = {**info, "version": dep.version, "gang": placement.gang_context(dep, rec),
+                           "custom_autoscaling": controller_status.wants_custom_metrics(dep)}
+        return cfg
 
     async def _launch(self, dep: DeploymentRecord, rec: ReplicaRecord, replica_mod: Any) -> None:
         import raylite
@@ -341,12 +420,14 @@ class ServeController:
                 self._replica_classes[(dep.app_name, dep.name)] = cls
             actor_opts = {"name": rec.actor_name, "namespace": KV_NAMESPACE, "lifetime": "detached",
                           "max_concurrency": 1000, **opts}
-            pg_bundles = target.get("placement_group_bundles")
-            if pg_bundles:
-                actor_opts["scheduling_strategy"] = await self._placement_group(dep, rec, pg_bundles)
+            strategy = await placement.scheduling_strategy(self, dep, rec)
+            if strategy is not None:
+                actor_opts["scheduling_strategy"] = strategy
+            if rec.state != STARTING:
+                return  # stopped while its placement was reserved
             rec.actor = cls.options(**actor_opts).remote(dep.app_name, dep.name, rec.replica_id,
                                                          target["definition"], target["init_args"],
-                                                         dict(target["config"]))
+                                                         self._replica_config(dep, rec))
             self._checkpoint()
             init = asyncio.ensure_future(_await_ref(rec.actor.initialize.remote()))
             while not init.done():
@@ -371,16 +452,6 @@ class ServeController:
         self._publish_replicas(dep)
         self._checkpoint()
 
-    async def _placement_group(self, dep: DeploymentRecord, rec: ReplicaRecord, bundles: list) -> Any:
-        from raylite.placement_group import placement_group
-        from raylite.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        pg = placement_group(bundles, strategy=dep.target.get("placement_group_strategy") or "PACK",
-                             name=f"SERVE_PG::{rec.replica_id}", lifetime="detached")
-        await _await_ref(pg.ready())
-        return PlacementGroupSchedulingStrategy(pg, placement_group_capture_child_tasks=True,
-                                                placement_group_bundle_index=0)
-
     def _replica_failed(self, dep: DeploymentRecord, rec: ReplicaRecord, error: BaseException) -> None:
         import raylite
 
@@ -390,6 +461,11 @@ class ServeController:
                 raylite.kill(rec.actor)
             except Exception:  # noqa: BLE001
                 pass
+        placement.release_replica_pg(rec)
+        if rec.gang_id:  # a gang starts together or not at all: its other members go too
+            for r in placement.gang_members(dep, rec.gang_id):
+                asyncio.ensure_future(self._stop_replica(dep, r))
+            placement.release_gang_if_empty(dep, rec.gang_id)
         msg = str(error)
         dep.failures += 1
         if isinstance(error, _Unplaceable) or not dep.running() or dep.failures >= 3:
@@ -425,6 +501,9 @@ class ServeController:
                 pass
         if dep.replicas.get(rec.replica_id) is rec:
             del dep.replicas[rec.replica_id]
+        placement.release_replica_pg(rec)
+        if rec.gang_id:
+            placement.release_gang_if_empty(dep, rec.gang_id)
         if dep.autoscaler is not None:
             controller_status.drop_replica(dep, rec.replica_id)
         if not self.shutting_down:
@@ -453,7 +532,11 @@ class ServeController:
                 rec.model_ids = m.get("model_ids", [])
                 self._publish_replicas(dep)
             if dep.autoscaler is not None:
-                controller_status.record_replica(dep, rec.replica_id, m["ongoing"])
+                controller_status.record_replica(dep, rec.replica_id, m["ongoing"], m.get("autoscaling_stats"))
+            info = placement.rank_info(dep, rec)
+            if info != rec.rank_sent:  # its node's rank or the world size changed
+                rec.rank_sent = info
+                await _await_ref(rec.actor.update_rank.remote(info))
             if now - rec.last_health >= cfg.get("health_check_period_s", 10.0):
                 rec.last_health = now
                 await asyncio.wait_for(_await_ref(rec.actor.check_health.remote()),
@@ -469,7 +552,11 @@ class ServeController:
             if not isinstance(e, asyncio.TimeoutError) or rec.health_failures >= 3:
                 why = "died" if _is_actor_dead(e) else "failed its health check"
                 dep.message = f"replica {rec.replica_id} {why} and is being replaced: {str(e)[:500]}"
-                await self._stop_replica(dep, rec)
+                if rec.gang_id:  # RESTART_GANG: the whole gang goes, and a new one takes its place
+                    dep.message += f" (with the rest of its gang {rec.gang_id})"
+                    await asyncio.gather(*[self._stop_replica(dep, r) for r in placement.gang_members(dep, rec.gang_id)])
+                else:
+                    await self._stop_replica(dep, rec)
 
     def _update_app_statuses(self) -> None:
         for name, app in self.apps.items():
@@ -489,8 +576,18 @@ class ServeController:
             app["status"], app["message"] = status, message
 
 
-class _Unplaceable(RuntimeError):
-    """No node of the cluster can ever host the replica."""
+_Unplaceable = placement.Unplaceable
+
+
+def _decided_by_app(ctx: Any) -> Any:
+    raise RuntimeError("this deployment is scaled by its application's autoscaling policy")
+
+
+def placement_round_up(n: int, target: dict) -> int:
+    """A replica count rounded up to whole gangs (gang-scheduled deployments)."""
+    g = target["config"].get("gang_scheduling_config")
+    size = int(g["gang_size"]) if g else 1
+    return -(-n // size) * size if n > 0 else 0
 
 
 async def _await_ref(ref: Any) -> Any:

@@ -119,14 +119,27 @@ async def write_snapshot(ctrl: Any) -> None:
 
 
 # ------------------------------------------------------------ autoscaling glue
-def make_autoscaler(cfg: dict) -> Any:
+def make_autoscaler(cfg: dict, dep: DeploymentRecord) -> Any:
+    """The built-in request-based policy, or the deployment's custom policy."""
+    from raylite.serve._internal.custom_autoscaling import CustomPolicyAutoscaler, is_custom
+
+    if is_custom(cfg):
+        return CustomPolicyAutoscaler(dict(cfg), dep.app_name, dep.name)
     from raylite.serve._internal.autoscaling import AutoscalingPolicy
 
     return AutoscalingPolicy(dict(cfg))
 
 
-def record_replica(dep: DeploymentRecord, rid: str, ongoing: float) -> None:
-    dep.autoscaler.record_replica_metrics(rid, float(ongoing), time.monotonic())
+def wants_custom_metrics(dep: DeploymentRecord) -> bool:
+    """Whether replicas should report `record_autoscaling_stats()` (autoscaling is on)."""
+    return bool(dep.config.get("autoscaling_config"))
+
+
+def record_replica(dep: DeploymentRecord, rid: str, ongoing: float, stats: dict | None = None) -> None:
+    now = time.monotonic()
+    dep.autoscaler.record_replica_metrics(rid, float(ongoing), now)
+    if stats and hasattr(dep.autoscaler, "record_custom_metrics"):
+        dep.autoscaler.record_custom_metrics(rid, stats, now)
 
 
 def record_handle(dep: DeploymentRecord, hid: str, queued: float) -> None:
@@ -144,10 +157,43 @@ def autoscale(ctrl: Any, dep: DeploymentRecord, now: float) -> None:
     if dep.autoscaler is None or dep.status == "DEPLOY_FAILED":
         return
     current = dep.target_replicas
-    want = int(dep.autoscaler.decide(current, time.monotonic(), len(dep.running())))
+    running = dep.running()
+    want = int(dep.autoscaler.decide(current, time.monotonic(), len(running),
+                                      running_ids=[r.replica_id for r in running]))
+    g = dep.config.get("gang_scheduling_config")
+    if g and want > 0:  # whole gangs only: round up, never below what the policy asked for
+        size = int(g["gang_size"])
+        want = -(-want // size) * size
     if want != current:
         dep.target_replicas = want
         dep.message = f"{'Upscaling' if want > current else 'Downscaling'} from {current} to {want} replicas."
+
+
+def autoscale_app(ctrl: Any, app_name: str, now: float) -> None:
+    """One tick of an application-level policy over the app's autoscaling deployments."""
+    from raylite.serve._internal.custom_autoscaling import decide_for_app
+
+    app = ctrl.apps.get(app_name)
+    policy = ctrl.app_policies.get(app_name)
+    if app is None or policy is None:
+        return
+    members = {}
+    for dname in app["deployments"]:
+        dep = ctrl.deps.get((app_name, dname))
+        if dep is None or dep.autoscaler is None or dep.status == "DEPLOY_FAILED":
+            continue
+        members[dname] = (dep.autoscaler, dep.target_replicas, [r.replica_id for r in dep.running()])
+    if not members:
+        return
+    for dname, want in decide_for_app(policy, members, time.monotonic()).items():
+        dep = ctrl.deps[(app_name, dname)]
+        g = dep.config.get("gang_scheduling_config")
+        if g and want > 0:
+            want = -(-want // int(g["gang_size"])) * int(g["gang_size"])
+        if want != dep.target_replicas:
+            current = dep.target_replicas
+            dep.target_replicas = want
+            dep.message = f"{'Upscaling' if want > current else 'Downscaling'} from {current} to {want} replicas."
 
 
 # ------------------------------------------------------------ capacity

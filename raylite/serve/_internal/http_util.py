@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 from typing import Any
 
+from raylite.serve._internal import json_encoding
 from raylite.serve._internal.wire import R_CHUNK, R_END, R_ERR, R_OK, R_START
 
-_JSON = [(b"content-type", b"application/json")]
 _TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
-_BYTES = [(b"content-type", b"application/octet-stream")]
 
 
 def build_scope(payload: tuple, route: str) -> tuple[dict, bytes]:
@@ -102,27 +100,40 @@ def is_plain(result: Any) -> bool:
 
 
 def encode_result(result: Any, deployment: str) -> tuple[int, list, bytes]:
-    """A plain return value as (status, headers, body): dict/list -> JSON, str -> text."""
-    if isinstance(result, str):
-        return 200, _TEXT, result.encode()
-    if isinstance(result, bytes | bytearray | memoryview):
-        return 200, _BYTES, bytes(result)
-    if result is None:
-        return 200, _JSON, b"null"
+    """A return value as (status, headers, body), encoded as Ray Serve encodes it (see
+    json_encoding): None -> empty, bytes/str -> text, anything else -> JSON."""
     try:
-        return 200, _JSON, json.dumps(result, default=_json_default).encode()
+        headers, body = json_encoding.encode_body(result)
     except (TypeError, ValueError) as e:
         msg = (f"deployment {deployment!r} returned a value of type {type(result).__name__} that cannot be "
                f"sent as an HTTP response ({e}); return a dict, list, str, bytes or a starlette Response")
         return 500, _TEXT, msg.encode()
+    return 200, headers, body
 
 
-def _json_default(obj: Any) -> Any:
-    if hasattr(obj, "model_dump"):
-        return obj.model_dump()
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+def error_reply(error: BaseException) -> tuple[int, list, bytes]:
+    """The HTTP answer to a deployment that raised: as Ray, a handle call it made that was shed
+    (BackPressureError) answers that deployment's status (503 or 429, Retry-After), an unavailable
+    deployment 503; anything else 500 with the error's type and message."""
+    from raylite.serve.exceptions import BackPressureError, DeploymentUnavailableError
+
+    if isinstance(error, BackPressureError):
+        return error.status_code, [*_TEXT, *error.http_headers()], str(error).encode()
+    if isinstance(error, DeploymentUnavailableError):
+        return 503, _TEXT, str(error).encode()
+    return 500, _TEXT, f"{type(error).__name__}: {error}".encode()
+
+
+def takes_request(target: Any) -> bool:
+    """Whether an HTTP request should be passed to `target` (a function, or an instance whose
+    `__call__` is used). Like Ray, a callable with no parameters is called with none."""
+    fn = target if inspect.isfunction(target) or inspect.ismethod(target) else getattr(target, "__call__", None)  # noqa: B004
+    if fn is None:
+        return True
+    try:
+        return len(inspect.signature(fn).parameters) > 0
+    except (TypeError, ValueError):  # builtins without a signature: assume the usual shape
+        return True
 
 
 async def send_result(result: Any, scope: dict, receive: Any, send: WireSender, deployment: str) -> None:

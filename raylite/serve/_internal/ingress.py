@@ -10,6 +10,7 @@ get the bound method of the replica's instance, so `self` is not seen as a reque
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from typing import Any
 
@@ -55,6 +56,10 @@ def dumps(obj: Any) -> bytes:
 
 
 def app_recipe(app: Any) -> dict:
+    if app is None:
+        return {"kind": "method"}  # the class's __serve_build_asgi_app__ builds it in the replica
+    if inspect.isfunction(app):
+        return {"kind": "factory", "factory": app}
     try:
         from fastapi import FastAPI
         from fastapi.routing import APIRoute, APIRouter
@@ -82,13 +87,29 @@ def app_recipe(app: Any) -> dict:
     settings = {k: getattr(app, k) for k in _APP_KEYS if hasattr(app, k) and _picklable(getattr(app, k))}
     middleware = [m for m in app.user_middleware if _picklable(m)]
     handlers = {k: v for k, v in app.exception_handlers.items() if _picklable((k, v))}
+    router = app.router
+    lifespan = getattr(router, "lifespan_context", None)
+    default_lifespan = lifespan is None or getattr(lifespan, "__name__", "") == "_DefaultLifespan" or \
+        type(lifespan).__name__ == "_DefaultLifespan"
     return {"kind": "fastapi", "settings": settings, "routes": routes, "middleware": middleware,
-            "handlers": handlers}
+            "handlers": handlers, "on_startup": [f for f in getattr(router, "on_startup", []) if _picklable(f)],
+            "on_shutdown": [f for f in getattr(router, "on_shutdown", []) if _picklable(f)],
+            "lifespan": None if default_lifespan or not _picklable(lifespan) else lifespan}
 
 
-def build_app_from_recipe(recipe: dict, cls: type, instance: Any) -> Any:
-    if recipe["kind"] == "asgi":
+async def build_app_from_recipe(recipe: dict, cls: type, instance: Any) -> Any:
+    """The replica's ASGI app; a factory or `__serve_build_asgi_app__` may be sync or async."""
+    kind = recipe["kind"]
+    if kind == "asgi":
         return recipe["app"]
+    if kind in ("factory", "method"):
+        out = recipe["factory"]() if kind == "factory" else instance.__serve_build_asgi_app__()
+        if inspect.isawaitable(out):
+            out = await out
+        if out is None or not callable(out):
+            what = "the ingress factory" if kind == "factory" else "__serve_build_asgi_app__"
+            raise TypeError(f"{what} must return an ASGI app (such as a FastAPI app), not {out!r}")
+        return out
     from fastapi import FastAPI
 
     methods: dict[Any, str] = {}
@@ -109,4 +130,59 @@ def build_app_from_recipe(recipe: dict, cls: type, instance: Any) -> Any:
         app.user_middleware.append(m)
     for k, v in recipe["handlers"].items():
         app.exception_handlers[k] = v
+    for hook in ("on_startup", "on_shutdown"):
+        getattr(app.router, hook).extend(recipe.get(hook, ()))
+    if recipe.get("lifespan") is not None:
+        app.router.lifespan_context = recipe["lifespan"]
     return app
+
+
+class Lifespan:
+    """Runs an ASGI app's lifespan protocol in the replica: startup before the first request (a
+    failure fails the replica's start, as in Ray), shutdown when the replica stops. `state` is the
+    lifespan state that requests see as `request.state`. Apps without lifespan support are fine."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.state: dict = {}
+        self._inbox: asyncio.Queue = asyncio.Queue()
+        self._outbox: asyncio.Queue = asyncio.Queue()
+        self._task: asyncio.Task | None = None
+        self.supported = False
+
+    async def _receive(self) -> dict:
+        return await self._inbox.get()
+
+    async def _send(self, message: dict) -> None:
+        await self._outbox.put(message)
+
+    async def _exchange(self, kind: str) -> None:
+        await self._inbox.put({"type": f"lifespan.{kind}"})
+        got = asyncio.ensure_future(self._outbox.get())
+        await asyncio.wait([got, self._task], return_when=asyncio.FIRST_COMPLETED)
+        if not got.done():  # the app returned (or raised) instead of answering: no lifespan support
+            got.cancel()
+            return
+        message = got.result()
+        if message["type"] == f"lifespan.{kind}.failed":
+            raise RuntimeError(f"the ASGI app's lifespan {kind} failed: {message.get('message', '')}")
+        self.supported = True
+
+    async def startup(self) -> None:
+        scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}, "state": self.state}
+        self._task = asyncio.ensure_future(self._run(scope))
+        await self._exchange("startup")
+
+    async def _run(self, scope: dict) -> None:
+        try:
+            await self.app(scope, self._receive, self._send)
+        except Exception:  # noqa: BLE001 - per the ASGI spec: the app does not do lifespan
+            pass
+
+    async def shutdown(self, timeout_s: float = 10.0) -> None:
+        if not self.supported or self._task is None or self._task.done():
+            return
+        try:
+            await asyncio.wait_for(self._exchange("shutdown"), timeout_s)
+        except (asyncio.TimeoutError, RuntimeError):
+            pass

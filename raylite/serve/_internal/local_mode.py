@@ -12,6 +12,7 @@ import asyncio
 import uuid
 from typing import Any
 
+from raylite.serve import context as serve_context
 from raylite.serve._internal import client as _client
 
 _replicas: list[Any] = []
@@ -61,4 +62,6 @@ def shutdown_local() -> bool:
     _replicas.clear()
     _client.reset()
     _client.set_local_mode(False)
+    # the replicas ran in this process: it is not "inside a replica" any more
+    serve_context._set_internal_replica_context(None)
     return True

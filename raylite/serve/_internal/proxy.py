@@ -46,6 +46,12 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def backpressure_reply(error: BackPressureError) -> tuple[int, list, bytes]:
+    """(status, headers, body) for a request shed by max_queued_requests: 503, or what the
+    deployment's BackpressureConfig says (429 and/or a Retry-After header, whole seconds)."""
+    return error.status_code, [*_TEXT, *error.http_headers()], str(error).encode()
+
+
 class ProxyImpl:
     """Routing and forwarding; runs on the proxy's own loop."""
 
@@ -126,7 +132,7 @@ class ProxyImpl:
         try:
             entry = router.queue_send(KIND_HTTP, meta, payload, on_reply, req.model_id, on_sent)
         except BackPressureError as e:
-            return req.respond(503, _TEXT, str(e).encode())
+            return req.respond(*backpressure_reply(e))
         if entry is not None:
             req.cancel_cb = lambda: entry.__setitem__(6, True)
             return
@@ -136,7 +142,9 @@ class ProxyImpl:
     async def _send_slow(self, req: Any, router: Any, meta: tuple, payload: tuple, on_reply: Any) -> None:
         try:
             conn, rid = await router.send(KIND_HTTP, meta, payload, on_reply, req.model_id)
-        except (BackPressureError, DeploymentUnavailableError, ReplicaDiedError) as e:
+        except BackPressureError as e:
+            return req.respond(*backpressure_reply(e))
+        except (DeploymentUnavailableError, ReplicaDiedError) as e:
             return req.respond(503, _TEXT, str(e).encode())
         if req.done:
             cancel(conn, rid)

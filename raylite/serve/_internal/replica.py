@@ -103,8 +103,10 @@ class ReplicaImpl:
         self.instance: Any = None
         self.callable: Any = None
         self.asgi_app: Any = None
+        self.lifespan: Any = None  # ingress.Lifespan of the ASGI app
         self.is_function = False
         self.inline_http = False  # a sync __call__ / function: HTTP requests run without a task
+        self.http_takes_request = True  # False for `def __call__(self)`: called with no arguments
         self.unix_path = ""
         self.tcp_addr: tuple[str, int] | None = None
         self._servers: list[asyncio.AbstractServer] = []
@@ -121,9 +123,15 @@ class ReplicaImpl:
         """Construct the user's object, apply user_config, open the request channel."""
         target = cloudpickle.loads(self._definition)
         args, kwargs = cloudpickle.loads(self._init_args)
+        from raylite.serve._internal.common import ReplicaID
+
+        me = self.config.get("_replica") or {}
+        gang = me.get("gang")
         serve_context._set_internal_replica_context(serve_context.ReplicaContext(
             app_name=self.app_name, deployment=self.deployment_name, replica_tag=self.replica_id,
-            replica_id=self.replica_id))
+            replica_id=ReplicaID.from_replica_tag(self.replica_id), rank=_rank(me),
+            world_size=int(me.get("world_size", 1)), _version=me.get("version", ""),
+            gang_context=serve_context.GangContext(**gang) if gang else None))
         recipe = None
         if isinstance(target, tuple) and target and target[0] == "__serve_ingress__":
             _, target, recipe = target
@@ -138,18 +146,40 @@ class ReplicaImpl:
             self.instance = instance
             self.callable = instance
             if recipe is not None:
-                from raylite.serve._internal.ingress import build_app_from_recipe
-
-                self.asgi_app = build_app_from_recipe(recipe, cls_or_fn, instance)
+                await self._start_asgi_app(recipe, cls_or_fn, instance)
         else:
             self.is_function = True
             self.callable = cls_or_fn
         serve_context._get_internal_replica_context().servable_object = self.instance
         self.inline_http = self.asgi_app is None and _is_sync_callable(self.callable)
+        self.http_takes_request = self.asgi_app is not None or http_util.takes_request(self.callable)
         if self.config.get("user_config") is not None:
             await self.reconfigure(self.config["user_config"])
         await self._open_servers()
         return self.info()
+
+    async def _start_asgi_app(self, recipe: dict, cls: type, instance: Any) -> None:
+        """Build the ingress app (a factory runs here), let it answer handle errors as Ray does,
+        and run its lifespan startup (on_startup hooks, lifespan context) before any request."""
+        from raylite.serve._internal.ingress import Lifespan, build_app_from_recipe
+
+        app = await build_app_from_recipe(recipe, cls, instance)
+        if hasattr(app, "add_exception_handler"):
+            from starlette.responses import Response
+
+            from raylite.serve.exceptions import BackPressureError, DeploymentUnavailableError
+
+            def unavailable(_request: Any, exc: Exception) -> Any:
+                if isinstance(exc, BackPressureError):  # as Ray: the shedding deployment's status and Retry-After
+                    return Response(str(exc), status_code=exc.status_code,
+                                    headers={k.decode(): v.decode() for k, v in exc.http_headers()})
+                return Response(str(exc), status_code=503)
+
+            for exc_type in (BackPressureError, DeploymentUnavailableError):
+                app.add_exception_handler(exc_type, unavailable)
+        self.lifespan = Lifespan(app)
+        await self.lifespan.startup()
+        self.asgi_app = app
 
     def info(self) -> dict:
         from raylite.runtime_context import get_runtime_context
@@ -200,9 +230,36 @@ class ReplicaImpl:
                 raise TypeError(f"deployment {self.deployment_name!r} has a user_config but its class "
                                 "defines no reconfigure(self, config) method; add one or drop user_config")
             return
-        out = fn(user_config)
+        out = fn(*self._reconfigure_args(fn, user_config))
         if inspect.isawaitable(out):
             await out
+
+    @staticmethod
+    def _reconfigure_args(fn: Any, user_config: Any) -> tuple:
+        """`reconfigure(self, user_config)` or, as Ray 2.50+, `reconfigure(self, user_config, rank)`."""
+        try:
+            params = [p for p in inspect.signature(fn).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        except (TypeError, ValueError):
+            params = []
+        if len(params) >= 2:
+            return user_config, serve_context._get_internal_replica_context().rank
+        return (user_config,)
+
+    async def update_rank(self, info: dict) -> None:
+        """The controller's new view of this replica's rank, node rank and world size; a changed
+        rank reaches a `reconfigure(self, user_config, rank)` as in Ray."""
+        ctx = serve_context._get_internal_replica_context()
+        if ctx is None:
+            return
+        old = ctx.rank
+        ctx.rank = _rank(info)
+        ctx.world_size = int(info.get("world_size", ctx.world_size))
+        fn = getattr(self.instance, "reconfigure", None)
+        if ctx.rank.rank != old.rank and fn is not None and len(self._reconfigure_args(fn, None)) == 2:
+            out = fn(self.config.get("user_config"), ctx.rank)
+            if inspect.isawaitable(out):
+                await out
 
     async def check_health(self) -> None:
         fn = getattr(self.instance, "check_health", None)
@@ -211,12 +268,32 @@ class ReplicaImpl:
             if inspect.isawaitable(out):
                 await out
 
-    def metrics(self) -> dict:
+    async def metrics(self) -> dict:
         self.logger.flush()  # access lines reach the file within a metrics period
         out = self.stats.drain()
         out["ongoing"] = self.ongoing
         out["model_ids"] = self._model_ids()
+        stats = await self._autoscaling_stats()
+        if stats is not None:
+            out["autoscaling_stats"] = stats
         return out
+
+    async def _autoscaling_stats(self) -> dict | None:
+        """The user's `record_autoscaling_stats()` ({metric: number}) for custom autoscaling
+        policies; an error or a slow answer is logged and skipped (the policy sees no sample)."""
+        fn = getattr(self.instance, "record_autoscaling_stats", None)
+        if fn is None or not (self.config.get("_replica") or {}).get("custom_autoscaling"):
+            return None
+        try:
+            out = fn()
+            if inspect.isawaitable(out):
+                out = await asyncio.wait_for(out, 5.0)  # well inside the controller poll's 10 s
+            if not isinstance(out, dict):
+                raise TypeError(f"record_autoscaling_stats() must return a dict of numbers, not {type(out).__name__}")
+            return {str(k): float(v) for k, v in out.items()}
+        except Exception:  # noqa: BLE001 - a bad metric must not break metrics or health
+            self.logger.exception("record_autoscaling_stats() of deployment %s failed", self.deployment_name)
+            return None
 
     def _model_ids(self) -> list[str]:
         if self.instance is None:
@@ -240,6 +317,8 @@ class ReplicaImpl:
             server.close()
         if self.unix_path and os.path.exists(self.unix_path):
             os.unlink(self.unix_path)
+        if self.lifespan is not None:
+            await self.lifespan.shutdown()
         if self.instance is not None and hasattr(type(self.instance), "__del__"):
             try:
                 out = self.instance.__del__()
@@ -369,6 +448,8 @@ class ReplicaImpl:
 
     async def _run_http(self, proto: wire.FrameProtocol, rid: int, payload: tuple, route: str) -> int:
         scope, body = http_util.build_scope(payload, route)
+        if self.lifespan is not None and self.lifespan.state:
+            scope["state"] = dict(self.lifespan.state)
         sender = http_util.WireSender(proto, rid, self)
         receive = http_util.make_receive(body)
         try:
@@ -383,11 +464,10 @@ class ReplicaImpl:
             self.logger.error("request %s failed:\n%s", scope.get("path"), traceback.format_exc())
             if sender.started:
                 sender.abort()
-            else:
-                body_text = f"{type(e).__name__}: {e}".encode()
-                proto.send((rid, R_OK, (500, [(b"content-type", b"text/plain; charset=utf-8")], body_text),
-                            self.ongoing - 1))
-            return 500
+                return 500
+            status, headers, body_text = http_util.error_reply(e)
+            proto.send((rid, R_OK, (status, headers, body_text), self.ongoing - 1))
+            return status
         return sender.status
 
     def _run_http_inline(self, proto: wire.FrameProtocol, rid: int, meta: tuple, payload: tuple) -> bool:
@@ -402,10 +482,13 @@ class ReplicaImpl:
         try:
             scope, body = http_util.build_scope(payload, route)
             try:
-                result = self.callable(Request(scope, http_util.make_receive(body)))
+                if self.http_takes_request:
+                    result = self.callable(Request(scope, http_util.make_receive(body)))
+                else:
+                    result = self.callable()
             except Exception as e:  # noqa: BLE001
                 self.logger.error("request %s failed:\n%s", scope.get("path"), traceback.format_exc())
-                reply = (500, [(b"content-type", b"text/plain; charset=utf-8")], f"{type(e).__name__}: {e}".encode())
+                reply = http_util.error_reply(e)
             else:
                 if not http_util.is_plain(result):
                     self._start_http_result(proto, rid, meta, payload, result, scope, start)
@@ -461,11 +544,15 @@ class ReplicaImpl:
     async def _call_http_callable(self, scope: dict, receive: Any) -> Any:
         from starlette.requests import Request
 
-        request = Request(scope, receive)
-        result = self.callable(request)
+        result = self.callable(Request(scope, receive)) if self.http_takes_request else self.callable()
         if inspect.isawaitable(result):
             result = await result
         return result
+
+
+def _rank(info: dict) -> serve_context.ReplicaRank:
+    return serve_context.ReplicaRank(rank=int(info.get("rank", 0)), node_rank=int(info.get("node_rank", 0)),
+                                     local_rank=int(info.get("local_rank", 0)))
 
 
 def _is_sync_callable(target: Any) -> bool:
@@ -501,10 +588,10 @@ class ServeReplica:
         return await self._on_loop(self._impl.check_health())
 
     async def get_metrics(self) -> dict:
-        async def _m() -> dict:
-            return self._impl.metrics()
+        return await self._on_loop(self._impl.metrics())
 
-        return await self._on_loop(_m())
+    async def update_rank(self, info: dict) -> None:
+        return await self._on_loop(self._impl.update_rank(info))
 
     async def get_info(self) -> dict:
         return self._impl.info()

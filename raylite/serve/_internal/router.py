@@ -153,6 +153,7 @@ class Router:
         self.qlen: dict[str, int] = {}
         self.max_ongoing = 5
         self.max_queued = -1
+        self.backpressure: dict | None = None  # BackpressureConfig: how HTTP answers a shed request
         self.waiters: deque[asyncio.Future] = deque()
         # requests queued by callback (the proxy's path): [kind, meta, payload, on_reply, model_id, on_sent, dead]
         self.queued_sends: deque[list] = deque()
@@ -177,6 +178,7 @@ class Router:
         self._published = True
         self.max_ongoing = value.get("max_ongoing_requests", 5)
         self.max_queued = value.get("max_queued_requests", -1)
+        self.backpressure = value.get("backpressure") or None
         self.failed_message = value.get("message", "") if value.get("failed") else ""
         self.replicas = list(value["replicas"])
         self.by_id = {r["replica_id"]: r for r in self.replicas}
@@ -203,6 +205,12 @@ class Router:
 
     def queued(self) -> int:
         return len(self.waiters) + len(self.queued_sends)
+
+    def _backpressure_error(self, deployment: str) -> BackPressureError:
+        cfg = self.backpressure or {}
+        return BackPressureError(num_queued_requests=self.queued(), max_queued_requests=self.max_queued,
+                                 deployment=deployment, status_code=int(cfg.get("status_code") or 503),
+                                 retry_after_s=cfg.get("retry_after_s"))
 
     # ------------------------------------------------------------ choice
     def _load(self, rid: str) -> int:
@@ -260,8 +268,7 @@ class Router:
             if not self.replicas and self.failed_message:
                 raise DeploymentUnavailableError(self.failed_message)
             if 0 <= self.max_queued <= self.queued():
-                raise BackPressureError(num_queued_requests=self.queued(), max_queued_requests=self.max_queued,
-                                        deployment=self.deployment_name)
+                raise self._backpressure_error(self.deployment_name)
             fut = asyncio.get_running_loop().create_future()
             self.waiters.append(fut)
             try:
@@ -320,8 +327,7 @@ class Router:
         if self._pick(model_id) is not None:
             return None  # a replica has room but no connection yet: connect on the async path
         if 0 <= self.max_queued <= self.queued():
-            raise BackPressureError(num_queued_requests=self.queued(), max_queued_requests=self.max_queued,
-                                    deployment=self.deployment_name)
+            raise self._backpressure_error(self.deployment_name)
         entry = [kind, meta, payload, on_reply, model_id, on_sent, False]
         self.queued_sends.append(entry)
         return entry

@@ -7,6 +7,7 @@ from raylite.serve._internal import options, wire
 from raylite.serve._internal.deployment_state import (
     RUNNING,
     STARTING,
+    STOPPING,
     DeploymentRecord,
     ReplicaRecord,
     percentile,
@@ -91,24 +92,49 @@ def test_overrides_by_deployment_name():
         Root.bind(Leaf.bind())._with_overrides({"Nope": {"num_replicas": 1}})
 
 
-def _dep(target: int, versions: list[tuple[str, str]]) -> DeploymentRecord:
-    dep = DeploymentRecord("a", "d", {"version": "v2", "config": {}})
+def _dep(target: int, versions: list[tuple[str, str]], config: dict | None = None) -> DeploymentRecord:
+    dep = DeploymentRecord("a", "d", {"version": "v2", "config": config or {}})
     dep.target_replicas = target
     for i, (version, state) in enumerate(versions):
         dep.replicas[f"r{i}"] = ReplicaRecord(f"r{i}", f"n{i}", version, state, started_at=float(i))
     return dep
 
 
-def test_rolling_update_keeps_capacity():
-    # two old running: start two new, stop none yet
+def test_rolling_update_never_exceeds_the_target_by_default():
+    # as Ray (max_surge_percent 0): a batch of old replicas stops before new ones start, so an
+    # update fits a cluster that has room for exactly the target
     to_start, to_stop = plan(_dep(2, [("v1", RUNNING), ("v1", RUNNING)]))
-    assert to_start == 2 and to_stop == []
-    # one new running, one starting: one old may go
-    to_start, to_stop = plan(_dep(2, [("v1", RUNNING), ("v1", RUNNING), ("v2", RUNNING), ("v2", STARTING)]))
-    assert to_start == 0 and len(to_stop) == 1 and to_stop[0].version == "v1"
+    assert to_start == 1 and [r.replica_id for r in to_stop] == ["r0"]
+    # while the replacement starts, nothing more changes
+    to_start, to_stop = plan(_dep(2, [("v1", RUNNING), ("v1", STOPPING), ("v2", STARTING)]))
+    assert to_start == 0 and to_stop == []
+    # once it runs, the next old one goes
+    to_start, to_stop = plan(_dep(2, [("v1", RUNNING), ("v2", RUNNING)]))
+    assert to_start == 1 and [r.version for r in to_stop] == ["v1"]
+    # rolling_update_percentage sets the batch: half of 4 at a time
+    to_start, to_stop = plan(_dep(4, [("v1", RUNNING)] * 4, {"rolling_update_percentage": 0.5}))
+    assert to_start == 2 and len(to_stop) == 2
     # scale down: the newest extra goes
     to_start, to_stop = plan(_dep(1, [("v2", RUNNING), ("v2", RUNNING)]))
-    assert to_start == 0 and len(to_stop) == 1
+    assert to_start == 0 and [r.replica_id for r in to_stop] == ["r1"]
+
+
+def test_rolling_update_with_surge_keeps_capacity():
+    surge = {"max_surge_percent": 100}
+    to_start, to_stop = plan(_dep(2, [("v1", RUNNING), ("v1", RUNNING)], surge))
+    assert to_start == 2 and to_stop == []
+    to_start, to_stop = plan(_dep(2, [("v1", RUNNING), ("v1", RUNNING), ("v2", RUNNING), ("v2", STARTING)], surge))
+    assert to_start == 0 and len(to_stop) == 1 and to_stop[0].version == "v1"
+
+
+def test_gang_deployments_start_and_stop_whole_gangs():
+    gang = {"gang_scheduling_config": {"gang_size": 2}}
+    assert plan(_dep(4, [], gang))[0] == 4
+    dep = _dep(2, [("v2", RUNNING)] * 4, gang)
+    for i, rec in enumerate(dep.replicas.values()):
+        rec.gang_id = f"g{i // 2}"
+    to_start, to_stop = plan(dep)
+    assert to_start == 0 and sorted(r.gang_id for r in to_stop) == ["g1", "g1"]
 
 
 def test_frames_split_and_join():

@@ -1,0 +1,1 @@
+"""Names from Ray's private modules that Ray's own documentation examples import."""
