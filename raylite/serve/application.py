@@ -23,7 +23,7 @@ _ACTOR_OPTION_KEYS = {"accelerator_type", "memory", "num_cpus", "num_gpus", "obj
                       "runtime_env", "label_selector"}
 _CONFIG_KEYS = {"num_replicas", "max_ongoing_requests", "max_queued_requests", "user_config",
                 "graceful_shutdown_wait_loop_s", "graceful_shutdown_timeout_s", "health_check_period_s",
-                "health_check_timeout_s", "autoscaling_config", "logging_config"}
+                "health_check_timeout_s", "autoscaling_config", "logging_config", "max_request_body_size_bytes"}
 _OTHER_KEYS = {"name", "version", "ray_actor_options", "placement_group_bundles", "placement_group_strategy",
                "max_replicas_per_node", "route_prefix", "max_concurrent_queries", "request_router_config"}
 

@@ -52,6 +52,13 @@ class HTTPOptionsSchema(_Strict):
     root_path: str = ""
     request_timeout_s: float | None = None
     keep_alive_timeout_s: float = 5.0
+    # raylite: limits on what a client may send to the proxy (see raylite.serve.config.HTTPOptions)
+    max_header_size_bytes: int = Field(16 * 1024, ge=1)
+    max_header_count: int = Field(100, ge=1)
+    max_request_body_size_bytes: int = Field(100 * 1024**2, ge=1)
+    header_read_timeout_s: float = Field(30.0, gt=0)
+    body_read_timeout_s: float = Field(30.0, gt=0)
+    max_connections: int = Field(10_000, ge=1)
 
 
 class RayActorOptionsSchema(_Strict):
@@ -85,6 +92,7 @@ class DeploymentSchema(_Strict):
     max_replicas_per_node: int | None = Field(None, gt=0)
     logging_config: LoggingConfigSchema | None = None
     request_router_config: dict[str, Any] | None = None
+    max_request_body_size_bytes: int | None = Field(None, ge=0)  # raylite: the proxy's limit for its routes
 
     @field_validator("num_replicas")
     @classmethod

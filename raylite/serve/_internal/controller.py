@@ -125,6 +125,7 @@ class ServeController:
             "replicas": [r.public() for r in dep.running()],
             "max_ongoing_requests": cfg.get("max_ongoing_requests", 5),
             "max_queued_requests": cfg.get("max_queued_requests", -1),
+            "max_request_body_size_bytes": cfg.get("max_request_body_size_bytes"),
             "failed": dep.status == D_DEPLOY_FAILED, "message": dep.message})
 
     def _publish_routes(self) -> None:

@@ -14,6 +14,7 @@ DEPLOYMENT_DEFAULTS: dict[str, Any] = {
     "num_replicas": 1, "max_ongoing_requests": 5, "max_queued_requests": -1, "user_config": None,
     "graceful_shutdown_wait_loop_s": 2.0, "graceful_shutdown_timeout_s": 20.0, "health_check_period_s": 10.0,
     "health_check_timeout_s": 30.0, "autoscaling_config": None, "logging_config": None,
+    "max_request_body_size_bytes": None,  # raylite: the HTTP proxy's limit for this deployment's routes
 }
 AUTOSCALING_DEFAULTS: dict[str, Any] = {
     "min_replicas": 1, "initial_replicas": None, "max_replicas": 1, "target_ongoing_requests": 2.0,
@@ -30,6 +31,9 @@ LOGGING_DEFAULTS: dict[str, Any] = {
 HTTP_DEFAULTS: dict[str, Any] = {
     "host": "127.0.0.1", "port": 8000, "root_path": "", "request_timeout_s": None, "keep_alive_timeout_s": 5.0,
     "num_cpus": 0, "middlewares": [], "location": "EveryNode",
+    # raylite's limits on what a client may send (http_limits.Limits has the same fields)
+    "max_header_size_bytes": 16 * 1024, "max_header_count": 100, "max_request_body_size_bytes": 100 * 1024**2,
+    "header_read_timeout_s": 30.0, "body_read_timeout_s": 30.0, "max_connections": 10_000,
 }
 PROXY_LOCATIONS = ("Disabled", "HeadOnly", "EveryNode")
 
@@ -130,6 +134,7 @@ def deployment_config(options: dict) -> dict:
         _number(d, "num_replicas", w, minimum=0, integer=True)
     _number(d, "max_ongoing_requests", w, positive=True, integer=True)
     _number(d, "max_queued_requests", w, minimum=-1, integer=True)
+    _number(d, "max_request_body_size_bytes", w, minimum=0, integer=True, optional=True)
     for key in ("graceful_shutdown_wait_loop_s", "graceful_shutdown_timeout_s"):
         _number(d, key, w, minimum=0)
     for key in ("health_check_period_s", "health_check_timeout_s"):
@@ -151,6 +156,10 @@ def http_options(value: Any) -> dict:
         raise ValueError(f"http_options.port must be <= 65535, not {d['port']}")
     _number(d, "request_timeout_s", "http_options", positive=True, optional=True)
     _number(d, "keep_alive_timeout_s", "http_options", positive=True)
+    for key in ("max_header_size_bytes", "max_header_count", "max_request_body_size_bytes", "max_connections"):
+        _number(d, key, "http_options", minimum=1, integer=True)
+    for key in ("header_read_timeout_s", "body_read_timeout_s"):
+        _number(d, key, "http_options", positive=True)
     d["location"] = proxy_location(d["location"]) if d["location"] is not None else "EveryNode"
     return d
 

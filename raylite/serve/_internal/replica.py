@@ -23,15 +23,19 @@ from typing import Any
 import cloudpickle
 
 from raylite.serve import context as serve_context
-from raylite.serve._internal import http_util, logs, wire
+from raylite.serve._internal import http_util, logs, wire, ws_session
 from raylite.serve._internal.wire import (
     CANCEL,
     KIND_CALL,
+    KIND_HTTP,
+    KIND_WS,
+    MSG,
     R_CHUNK,
     R_END,
     R_ERR,
     R_OK,
     R_REJECT,
+    R_STARTED,
     REQ,
 )
 
@@ -103,6 +107,7 @@ class ReplicaImpl:
         self.draining = False
         self.stats = _Stats()
         self.tasks: dict[tuple[int, int], asyncio.Task] = {}
+        self.websockets: dict[tuple[int, int], ws_session.WebSocketSession] = {}
         # requests past max_ongoing_requests (several routers can together exceed it) wait here
         self.max_ongoing = int(config.get("max_ongoing_requests") or 5)
         self.backlog: deque[tuple] = deque()
@@ -111,6 +116,7 @@ class ReplicaImpl:
         self.asgi_app: Any = None
         self.is_function = False
         self.inline_http = False  # a sync __call__ / function: HTTP requests run without a task
+        self.inline_cost_s = 0.0  # moving average of an inline request's time (see _run_inline_batch)
         self.unix_path = ""
         self.tcp_addr: tuple[str, int] | None = None
         self._servers: list[asyncio.AbstractServer] = []
@@ -181,7 +187,7 @@ class ReplicaImpl:
         self.tcp_addr = (host, server.sockets[0].getsockname()[1])
 
     def _protocol(self) -> wire.FrameProtocol:
-        return wire.FrameProtocol(self._on_frame, self._on_lost)
+        return _RequestProtocol(self)
 
     async def reconfigure(self, user_config: Any) -> None:
         self.config["user_config"] = user_config
@@ -258,7 +264,11 @@ class ReplicaImpl:
             if self.ongoing > self.max_ongoing:
                 self.backlog.append((proto, rid, kind, meta, payload))
                 return
-            self._start(proto, rid, kind, meta, payload)
+            self._start(proto, rid, kind, meta, payload, in_batch=True)
+        elif msg[0] == MSG:
+            session = self.websockets.get((id(proto), msg[1]))
+            if session is not None:
+                session.feed(msg[2])
         elif msg[0] == CANCEL:
             task = self.tasks.get((id(proto), msg[1]))
             if task is not None:
@@ -271,9 +281,52 @@ class ReplicaImpl:
                     proto.send((msg[1], R_ERR, cloudpickle.dumps(_cancelled(self.deployment_name)), self.ongoing))
                     break
 
-    def _start(self, proto: wire.FrameProtocol, rid: int, kind: int, meta: tuple, payload: Any) -> None:
-        if kind != KIND_CALL and self.inline_http and self._run_http_inline(proto, rid, meta, payload):
-            return
+    def _start(self, proto: wire.FrameProtocol, rid: int, kind: int, meta: tuple, payload: Any,
+               in_batch: bool = False) -> None:
+        # R_STARTED reaches the client before the user code runs: a task's first step comes after
+        # the flush already scheduled; inline calls of a read batch are acknowledged by
+        # _run_inline_batch once the whole batch is read
+        if kind == KIND_HTTP and self.inline_http:
+            if in_batch:
+                proto.inline.append((rid, meta, payload))
+                return
+            proto.send((rid, R_STARTED, None, self.ongoing))
+            proto._flush()
+            if self._run_http_inline(proto, rid, meta, payload):
+                return
+        else:
+            proto.send((rid, R_STARTED, None, self.ongoing))
+        self._spawn(proto, rid, kind, meta, payload)
+
+    def _run_inline_batch(self, proto: _RequestProtocol) -> None:
+        """Run the sync requests of one read, each acknowledged on the wire before it runs.
+
+        A write per request would halve the throughput of fast handlers, so while the handler
+        is fast (a moving average under _SLOW_INLINE_S) the whole rest of the batch is
+        acknowledged with one write: a kill can then fail requests queued behind the running
+        one, but only within the few hundred microseconds the batch takes. Slow handlers, where
+        a kill lands during user code, are acknowledged one by one (the write also carries the
+        previous reply, and costs nothing next to the handler).
+        """
+        batch, proto.inline = proto.inline, []
+        acked = 0
+        clock = time.perf_counter
+        for i, (rid, meta, payload) in enumerate(batch):
+            if i >= acked:
+                if self.inline_cost_s < _SLOW_INLINE_S:
+                    for item in batch[i:]:
+                        proto.send((item[0], R_STARTED, None, self.ongoing))
+                    acked = len(batch)
+                else:
+                    proto.send((rid, R_STARTED, None, self.ongoing))
+                    acked = i + 1
+                proto._flush()
+            t0 = clock()
+            if not self._run_http_inline(proto, rid, meta, payload):
+                self._spawn(proto, rid, KIND_HTTP, meta, payload)
+            self.inline_cost_s += (clock() - t0 - self.inline_cost_s) * 0.25
+
+    def _spawn(self, proto: wire.FrameProtocol, rid: int, kind: int, meta: tuple, payload: Any) -> None:
         key = (id(proto), rid)
         task = self.loop.create_task(self._run(proto, rid, kind, meta, payload))
         self.tasks[key] = task
@@ -288,6 +341,8 @@ class ReplicaImpl:
         try:
             if kind == KIND_CALL:
                 status = await self._run_call(proto, rid, method_name, payload, stream)
+            elif kind == KIND_WS:
+                status = await self._run_ws(proto, rid, payload, route)
             else:
                 status = await self._run_http(proto, rid, payload, route)
         except asyncio.CancelledError:
@@ -381,6 +436,15 @@ class ReplicaImpl:
             return 500
         return sender.status
 
+    async def _run_ws(self, proto: wire.FrameProtocol, rid: int, payload: tuple, route: str) -> int:
+        session = ws_session.WebSocketSession(proto, rid, self)
+        key = (id(proto), rid)
+        self.websockets[key] = session
+        try:
+            return await session.run(self.asgi_app, payload, route, self.deployment_name, self.logger)
+        finally:
+            del self.websockets[key]
+
     def _run_http_inline(self, proto: wire.FrameProtocol, rid: int, meta: tuple, payload: tuple) -> bool:
         """A sync callable returning plain data: run it right here, no task, one reply frame.
         Returns False (nothing done) when the request needs the async path."""
@@ -457,6 +521,24 @@ class ReplicaImpl:
         if inspect.isawaitable(result):
             result = await result
         return result
+
+
+_SLOW_INLINE_S = 0.0005
+
+
+class _RequestProtocol(wire.FrameProtocol):
+    """The replica's end of a channel connection: sync HTTP requests read in one batch are
+    acknowledged (R_STARTED) with one write, then run inline."""
+
+    def __init__(self, impl: ReplicaImpl) -> None:
+        super().__init__(impl._on_frame, impl._on_lost)
+        self.impl = impl
+        self.inline: list[tuple] = []
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.inline:
+            self.impl._run_inline_batch(self)
 
 
 def _is_sync_callable(target: Any) -> bool:

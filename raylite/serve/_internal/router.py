@@ -23,14 +23,18 @@ from raylite.serve._internal.wire import (
     CANCEL,
     KIND_CALL,
     R_CHUNK,
+    R_CREDIT,
     R_END,
     R_ERR,
     R_OK,
     R_REJECT,
     R_START,
+    R_STARTED,
     REQ,
 )
 from raylite.serve.exceptions import BackPressureError, DeploymentUnavailableError
+
+_NOT_LAST = frozenset((R_CHUNK, R_START, R_CREDIT))  # reply codes after which more frames of the request follow
 
 
 class ReplicaDiedError(DeploymentUnavailableError):
@@ -38,30 +42,42 @@ class ReplicaDiedError(DeploymentUnavailableError):
 
 
 class Connection(wire.FrameProtocol):
-    """A client connection to one replica; replies are matched to callbacks by request id."""
+    """A client connection to one replica; replies are matched to callbacks by request id.
+
+    When the connection breaks (the replica died), a request the replica had acknowledged
+    (R_STARTED: it entered user code) fails with code -1; one it never acknowledged never ran,
+    and its callback gets R_REJECT, which callers answer by sending it to another replica.
+    """
 
     def __init__(self, replica_id: str, router_set: ConnectionPool) -> None:
         super().__init__(self._frame, self._lost)
         self.replica_id = replica_id
         self.pool = router_set
         self.pending: dict[int, Any] = {}
+        self.started: set[int] = set()
 
     def _frame(self, _proto: wire.FrameProtocol, msg: tuple) -> None:
         rid, code, payload, qlen = msg
+        if code == R_STARTED:
+            if rid in self.pending:
+                self.started.add(rid)
+            return
         cb = self.pending.get(rid)
         if cb is None:
             return
-        if code in (R_CHUNK, R_START):
+        if code in _NOT_LAST:
             cb(code, payload, qlen, False)
         else:
             del self.pending[rid]
+            self.started.discard(rid)
             cb(code, payload, qlen, True)
 
     def _lost(self, _proto: wire.FrameProtocol, exc: BaseException | None) -> None:
         self.pool.forget(self.replica_id, self)
         pending, self.pending = self.pending, {}
-        for cb in pending.values():
-            cb(-1, None, 0, True)
+        started, self.started = self.started, set()
+        for rid, cb in pending.items():
+            cb(-1 if rid in started else R_REJECT, None, 0, True)
 
 
 class ConnectionPool:
@@ -128,6 +144,7 @@ class Router:
         self.qlen: dict[str, int] = {}
         self.max_ongoing = 5
         self.max_queued = -1
+        self.max_body_bytes: int | None = None  # the deployment's max_request_body_size_bytes
         self.waiters: deque[asyncio.Future] = deque()
         # requests queued by callback (the proxy's path): [kind, meta, payload, on_reply, model_id, on_sent, dead]
         self.queued_sends: deque[list] = deque()
@@ -148,6 +165,7 @@ class Router:
         self.deleted = False
         self.max_ongoing = value.get("max_ongoing_requests", 5)
         self.max_queued = value.get("max_queued_requests", -1)
+        self.max_body_bytes = value.get("max_request_body_size_bytes")
         self.failed_message = value.get("message", "") if value.get("failed") else ""
         self.replicas = list(value["replicas"])
         self.by_id = {r["replica_id"]: r for r in self.replicas}

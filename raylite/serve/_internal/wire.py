@@ -6,9 +6,10 @@ nodes) and advertises both to the controller; routers keep one persistent connec
 replica and pipeline requests over it, matching replies by request id.
 
 Frames (tuples, pickled):
-  client -> replica   (REQ, rid, kind, meta, payload)   kind: KIND_HTTP | KIND_CALL
+  client -> replica   (REQ, rid, kind, meta, payload)   kind: KIND_HTTP | KIND_CALL | KIND_WS
                       (CANCEL, rid)
-  replica -> client   (rid, code, payload, queue_len)    code: R_* below
+                      (MSG, rid, item)   a later message of a running request (KIND_WS: see ws_session.py)
+  replica -> client   (rid, code, payload, queue_len)    code: R_* below (R_STARTED: payload None)
 `queue_len` piggybacks the replica's ongoing-request count on every reply, so routers keep a
 fresh cached queue length without probing.
 """
@@ -23,9 +24,11 @@ from typing import Any
 
 REQ = 0
 CANCEL = 1
+MSG = 2
 
 KIND_HTTP = 0
 KIND_CALL = 1
+KIND_WS = 2       # a WebSocket: ASGI websocket messages both ways until one side closes
 
 R_OK = 0          # payload: cloudpickled result (call) or (status, headers, body) (http)
 R_ERR = 1         # payload: cloudpickled exception
@@ -33,6 +36,9 @@ R_START = 2       # http: (status, headers); a body stream follows
 R_CHUNK = 3       # http body chunk (bytes) / pickled generator item
 R_END = 4         # end of a stream
 R_REJECT = 5      # replica is shutting down: retry elsewhere
+R_STARTED = 6     # the request is about to enter user code (on the wire before it does): if the
+                  # replica dies, requests without this frame never ran and are retried elsewhere
+R_CREDIT = 7      # ws: the app consumed this many of the client's messages (flow control)
 
 _LEN = struct.Struct("!I")
 _DUMPS = pickle.dumps
