@@ -100,9 +100,8 @@ class ProxyManager:
         except BaseException:  # noqa: BLE001 - restarting (Core brings it back), or its node is going away
             self.holders.pop(node_id, None)
             return ""
-        if not held["ok"]:
-            self.holders.pop(node_id, None)
-            self._kill(holder)
+        if not held["ok"]:  # the port is taken: the holder tries again when asked next round
+            self.holders[node_id] = (holder, token)
             return held["error"]
         token = token or held["path"].rsplit("listen-", 1)[-1][:-2]
         self.holders[node_id] = (holder, token)

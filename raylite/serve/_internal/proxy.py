@@ -32,6 +32,7 @@ class ProxyImpl:
     def __init__(self, options: dict) -> None:
         self.options = options
         self.routes: list[tuple[str, str, str]] = []  # (prefix, app, ingress deployment), longest first
+        self.body_limits: dict[str, int] = {}  # prefix -> the ingress deployment's max_request_body_size_bytes
         self.timeout_s = options.get("request_timeout_s")
         self.default_body_limit = Limits.from_options(options).max_request_body_size_bytes
         self.routes_known = asyncio.Event()
@@ -39,7 +40,8 @@ class ProxyImpl:
         self.state.subscribe("routes", self._set_routes)
 
     def _set_routes(self, value: dict | None) -> None:
-        items = [(p, a, d) for p, (a, d) in (value or {}).items()]
+        items = [(p, v[0], v[1]) for p, v in (value or {}).items()]
+        self.body_limits = {p: v[2] for p, v in (value or {}).items() if len(v) > 2 and v[2] is not None}
         items.sort(key=lambda t: len(t[0]), reverse=True)
         self.routes = items
         self.routes_known.set()
@@ -56,9 +58,7 @@ class ProxyImpl:
         (the ingress deployment's max_request_body_size_bytes, else the proxy's)."""
         found = req.route = self.match(req.path)
         if found is not None:
-            limit = self.state.router(found[1], found[2]).max_body_bytes
-            if limit is not None:
-                return limit
+            return self.body_limits.get(found[0], self.default_body_limit)
         return self.default_body_limit
 
     def dispatch(self, req: Any) -> None:
@@ -121,8 +121,9 @@ class ProxyImpl:
             elif code == R_ERR:
                 req.respond(500, _TEXT, b"Internal Server Error")
             else:
-                req.respond(500, _TEXT, (f"The replica of deployment {router.deployment_name!r} handling this "
-                                         "request died; retry (Serve is starting a replacement)").encode())
+                req.respond(500, _TEXT, (f"The replica of deployment {router.deployment_name!r} died while running "
+                                         "this request (it had reached the deployment's code, so it was not sent "
+                                         "to another replica); retry (Serve is starting a replacement)").encode())
 
         sent = router.send_nowait(KIND_HTTP, meta, payload, on_reply, req.model_id)
         if sent is not None:

@@ -192,6 +192,7 @@ class HttpConnection(asyncio.Protocol):
         self.phase = IDLE
         self.since = server.now       # when the current phase began (or the body last progressed)
         self.head_bytes = 0           # bytes received since the current request began, while in its head
+        self.completed = 0            # requests parsed on this connection
         self.rejected = False         # answered an error: the rest of the input is discarded
         self.upgraded: Any = None     # the WebSocket bridge, after an upgrade
         self.linger: Any = None
@@ -241,10 +242,11 @@ class HttpConnection(asyncio.Protocol):
         limit = self.limits.max_header_size_bytes
         room = limit - (self.head_bytes - len(data))
         if room > 0:
+            completed = self.completed
             self._feed(data[:room])
             if self.rejected or self.upgraded is not None or self.closing:
                 return
-            if self.phase != HEAD and self.head_bytes <= limit:
+            if self.phase == BODY or self.completed != completed:
                 # a request's head completed inside the room: the rest is its body or the next request
                 self.data_received(data[room:])
                 return
@@ -348,6 +350,7 @@ class HttpConnection(asyncio.Protocol):
         self.cur = None
         self.phase = IDLE
         self.head_bytes = 0
+        self.completed += 1
         self.since = self.server.now
         parser = self.parser
         req.head = req.method == "HEAD"

@@ -121,19 +121,28 @@ class ProxySocketHolder:
 
         self.error = ""
         self.share: SocketShare | None = None
-        holder_path, proxy_path = share_paths(socket_dir(), token)
+        self.sock: socket.socket | None = None
+        self.host, self.port = host, port
+        self.paths = share_paths(socket_dir(), token)
+        self._acquire()
+
+    def _acquire(self) -> None:
+        holder_path, proxy_path = self.paths
         # restarted while a proxy lives: take its copy (binding again would find the port in use)
         self.sock = fetch_socket(proxy_path)
         if self.sock is None:
             try:
-                self.sock = bind_socket(host, port)
+                self.sock = bind_socket(self.host, self.port)
             except OSError as e:
                 self.error = str(e.strerror or e)
                 return
         self.share = SocketShare(self.sock, holder_path)
 
     def ready(self) -> dict:
-        """{"ok", "error", "path", "port", "pid"}: whether the socket is held, and where it is offered."""
+        """{"ok", "error", "path", "port", "pid"}: whether the socket is held, and where it is
+        offered. A holder that could not bind tries again on each call (the port may be free now)."""
+        if self.share is None:
+            self._acquire()
         if self.share is None:
             return {"ok": False, "error": self.error}
         return {"ok": True, "error": "", "path": self.share.path, "port": self.sock.getsockname()[1],

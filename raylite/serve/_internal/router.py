@@ -144,7 +144,6 @@ class Router:
         self.qlen: dict[str, int] = {}
         self.max_ongoing = 5
         self.max_queued = -1
-        self.max_body_bytes: int | None = None  # the deployment's max_request_body_size_bytes
         self.waiters: deque[asyncio.Future] = deque()
         # requests queued by callback (the proxy's path): [kind, meta, payload, on_reply, model_id, on_sent, dead]
         self.queued_sends: deque[list] = deque()
@@ -165,7 +164,6 @@ class Router:
         self.deleted = False
         self.max_ongoing = value.get("max_ongoing_requests", 5)
         self.max_queued = value.get("max_queued_requests", -1)
-        self.max_body_bytes = value.get("max_request_body_size_bytes")
         self.failed_message = value.get("message", "") if value.get("failed") else ""
         self.replicas = list(value["replicas"])
         self.by_id = {r["replica_id"]: r for r in self.replicas}
@@ -379,7 +377,8 @@ async def call(router: Router, meta: tuple, method_args: tuple, model_id: str) -
             fut.set_exception(cloudpickle.loads(data) if data else ReplicaDiedError("replica failed"))
         else:
             fut.set_exception(ReplicaDiedError(
-                f"the replica of deployment {router.deployment_name!r} handling this request died"))
+                f"the replica of deployment {router.deployment_name!r} died while running this request (it had "
+                "reached the deployment's code, so it was not sent to another replica)"))
 
     payload = cloudpickle.dumps(method_args)
     for _ in range(5):

@@ -1,0 +1,45 @@
+"""When a replica's connection breaks, a request it acknowledged (R_STARTED: it entered user
+code) fails, and one it never acknowledged is handed back for another replica (R_REJECT)."""
+
+import asyncio
+import os
+import tempfile
+
+from raylite.serve._internal import wire
+from raylite.serve._internal.router import Connection, ConnectionPool
+from raylite.serve._internal.wire import KIND_HTTP, R_OK, R_REJECT, R_STARTED, REQ
+
+
+def test_unacknowledged_requests_come_back_for_a_retry():
+    async def main() -> dict:
+        path = os.path.join(tempfile.mkdtemp(), "replica.sock")
+        got: list = []
+
+        def on_frame(proto, msg):  # a replica that acknowledges the first request, answers it,
+            got.append(msg)        # acknowledges the second, and dies holding the third
+            if len(got) == 3:
+                proto.send((got[0][1], R_STARTED, None, 0))
+                proto.send((got[0][1], R_OK, "done", 0))
+                proto.send((got[1][1], R_STARTED, None, 0))
+                asyncio.get_running_loop().call_later(0.05, proto.close)
+
+        server = await asyncio.get_running_loop().create_unix_server(
+            lambda: wire.FrameProtocol(on_frame), path)
+        pool = ConnectionPool("node")
+        conn = await pool.get({"replica_id": "r1", "node_id": "node", "unix_path": path})
+        outcomes: dict = {}
+        lost = asyncio.Event()
+        for rid in (1, 2, 3):
+            def cb(code, data, qlen, last, rid=rid):
+                outcomes[rid] = code
+                if len(outcomes) == 3:
+                    lost.set()
+            conn.pending[rid] = cb
+            conn.send((REQ, rid, KIND_HTTP, (), ()))
+        await asyncio.wait_for(lost.wait(), 10)
+        server.close()
+        assert isinstance(conn, Connection) and conn.started == set()
+        return outcomes
+
+    outcomes = asyncio.run(main())
+    assert outcomes == {1: R_OK, 2: -1, 3: R_REJECT}
