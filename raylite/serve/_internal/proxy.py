@@ -17,6 +17,7 @@ from typing import Any
 from raylite.serve._internal import client as _client
 from raylite.serve._internal.http_limits import Limits
 from raylite.serve._internal.proxy_socket import SocketShare, bind_socket, fetch_socket, share_paths
+from raylite.serve._internal.proxy_ws import WebSocketBridge
 from raylite.serve._internal.replica import start_loop_thread
 from raylite.serve._internal.router import ReplicaDiedError, cancel
 from raylite.serve._internal.wire import KIND_HTTP, R_CHUNK, R_END, R_ERR, R_OK, R_REJECT, R_START
@@ -85,8 +86,6 @@ class ProxyImpl:
 
     def upgrade(self, req: Any) -> Any:
         """A WebSocket upgrade request: bridge it to a replica of its route (or answer it here)."""
-        from raylite.serve._internal.proxy_ws import WebSocketBridge
-
         if not req.request_id:
             req.request_id = os.urandom(16).hex()
         req.keep_alive = False

@@ -39,6 +39,8 @@ from raylite.serve._internal.wire import (
     REQ,
 )
 
+_ACK_AFTER_S = 0.0002  # requests taking longer than this on average are acknowledged (see _start)
+
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
     try:
@@ -116,7 +118,7 @@ class ReplicaImpl:
         self.asgi_app: Any = None
         self.is_function = False
         self.inline_http = False  # a sync __call__ / function: HTTP requests run without a task
-        self.inline_cost_s = 0.0  # moving average of an inline request's time (see _run_inline_batch)
+        self.cost_s = 0.0  # moving average of a request's time here (see _run_inline_batch)
         self.unix_path = ""
         self.tcp_addr: tuple[str, int] | None = None
         self._servers: list[asyncio.AbstractServer] = []
@@ -187,7 +189,7 @@ class ReplicaImpl:
         self.tcp_addr = (host, server.sockets[0].getsockname()[1])
 
     def _protocol(self) -> wire.FrameProtocol:
-        return _RequestProtocol(self)
+        return wire.FrameProtocol(self._on_frame, self._on_lost)
 
     async def reconfigure(self, user_config: Any) -> None:
         self.config["user_config"] = user_config
@@ -264,7 +266,7 @@ class ReplicaImpl:
             if self.ongoing > self.max_ongoing:
                 self.backlog.append((proto, rid, kind, meta, payload))
                 return
-            self._start(proto, rid, kind, meta, payload, in_batch=True)
+            self._start(proto, rid, kind, meta, payload)
         elif msg[0] == MSG:
             session = self.websockets.get((id(proto), msg[1]))
             if session is not None:
@@ -281,50 +283,30 @@ class ReplicaImpl:
                     proto.send((msg[1], R_ERR, cloudpickle.dumps(_cancelled(self.deployment_name)), self.ongoing))
                     break
 
-    def _start(self, proto: wire.FrameProtocol, rid: int, kind: int, meta: tuple, payload: Any,
-               in_batch: bool = False) -> None:
-        # R_STARTED reaches the client before the user code runs: a task's first step comes after
-        # the flush already scheduled; inline calls of a read batch are acknowledged by
-        # _run_inline_batch once the whole batch is read
+    def _start(self, proto: wire.FrameProtocol, rid: int, kind: int, meta: tuple, payload: Any) -> None:
+        """Run a request; while requests here take long, acknowledge it first (R_STARTED).
+
+        Why acks only for slow handlers: an acknowledgement must be on the wire before the user
+        code runs, which costs a write (and a wake-up of the proxy) per request -- measured 30%
+        more CPU per request for a trivial handler. So a replica whose requests take under
+        _ACK_AFTER_S on average (a moving average) sends none: if it is killed, every request
+        it had not answered is retried elsewhere -- exact for the unread ones, and only a
+        request killed within its few microseconds of user code could run twice. Slower
+        handlers, where a kill lands during user code, are acknowledged one by one (the write
+        also carries earlier replies, and costs a few percent of the handler at most), so the
+        request running at the kill fails with a clear error and the others are retried. A
+        task's ack leaves with the flush already scheduled, before the task's first step.
+        """
+        slow = self.cost_s >= _ACK_AFTER_S
         if kind == KIND_HTTP and self.inline_http:
-            if in_batch:
-                proto.inline.append((rid, meta, payload))
-                return
-            proto.send((rid, R_STARTED, None, self.ongoing))
-            proto._flush()
+            if slow:
+                proto.send((rid, R_STARTED, None, self.ongoing))
+                proto._flush()
             if self._run_http_inline(proto, rid, meta, payload):
                 return
-        else:
+        elif slow:
             proto.send((rid, R_STARTED, None, self.ongoing))
         self._spawn(proto, rid, kind, meta, payload)
-
-    def _run_inline_batch(self, proto: _RequestProtocol) -> None:
-        """Run the sync requests of one read, each acknowledged on the wire before it runs.
-
-        A write per request would halve the throughput of fast handlers, so while the handler
-        is fast (a moving average under _SLOW_INLINE_S) the whole rest of the batch is
-        acknowledged with one write: a kill can then fail requests queued behind the running
-        one, but only within the few hundred microseconds the batch takes. Slow handlers, where
-        a kill lands during user code, are acknowledged one by one (the write also carries the
-        previous reply, and costs nothing next to the handler).
-        """
-        batch, proto.inline = proto.inline, []
-        acked = 0
-        clock = time.perf_counter
-        for i, (rid, meta, payload) in enumerate(batch):
-            if i >= acked:
-                if self.inline_cost_s < _SLOW_INLINE_S:
-                    for item in batch[i:]:
-                        proto.send((item[0], R_STARTED, None, self.ongoing))
-                    acked = len(batch)
-                else:
-                    proto.send((rid, R_STARTED, None, self.ongoing))
-                    acked = i + 1
-                proto._flush()
-            t0 = clock()
-            if not self._run_http_inline(proto, rid, meta, payload):
-                self._spawn(proto, rid, KIND_HTTP, meta, payload)
-            self.inline_cost_s += (clock() - t0 - self.inline_cost_s) * 0.25
 
     def _spawn(self, proto: wire.FrameProtocol, rid: int, kind: int, meta: tuple, payload: Any) -> None:
         key = (id(proto), rid)
@@ -509,6 +491,7 @@ class ReplicaImpl:
                 break
             self.ongoing -= 1
         elapsed = time.perf_counter() - start
+        self.cost_s += (elapsed - self.cost_s) * 0.25
         self.stats.record(elapsed, status >= 500)
         if self.logger.access_enabled:
             self.logger.access(request_id, payload, method_name, route, status, elapsed)
@@ -521,24 +504,6 @@ class ReplicaImpl:
         if inspect.isawaitable(result):
             result = await result
         return result
-
-
-_SLOW_INLINE_S = 0.0005
-
-
-class _RequestProtocol(wire.FrameProtocol):
-    """The replica's end of a channel connection: sync HTTP requests read in one batch are
-    acknowledged (R_STARTED) with one write, then run inline."""
-
-    def __init__(self, impl: ReplicaImpl) -> None:
-        super().__init__(impl._on_frame, impl._on_lost)
-        self.impl = impl
-        self.inline: list[tuple] = []
-
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        if self.inline:
-            self.impl._run_inline_batch(self)
 
 
 def _is_sync_callable(target: Any) -> bool:
