@@ -112,7 +112,9 @@ class ProxyImpl:
                 req.end_stream()
             elif code == R_REJECT:
                 if attempt >= 4:
-                    req.respond(503, _TEXT, b"every replica is shutting down; retry")
+                    req.respond(503, _TEXT, (f"no replica of deployment {router.deployment_name!r} could take this "
+                                             "request (they were shutting down or died before starting it); "
+                                             "retry").encode())
                 elif not req.done:
                     self._send(req, router, meta, payload, attempt + 1)
             elif req.streaming:

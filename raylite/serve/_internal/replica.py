@@ -118,7 +118,7 @@ class ReplicaImpl:
         self.asgi_app: Any = None
         self.is_function = False
         self.inline_http = False  # a sync __call__ / function: HTTP requests run without a task
-        self.cost_s = 0.0  # moving average of a request's time here (see _run_inline_batch)
+        self.cost_s = 0.0  # moving average of a request's time here (see _start)
         self.unix_path = ""
         self.tcp_addr: tuple[str, int] | None = None
         self._servers: list[asyncio.AbstractServer] = []

@@ -45,8 +45,9 @@ class Connection(wire.FrameProtocol):
     """A client connection to one replica; replies are matched to callbacks by request id.
 
     When the connection breaks (the replica died), a request the replica had acknowledged
-    (R_STARTED: it entered user code) fails with code -1; one it never acknowledged never ran,
-    and its callback gets R_REJECT, which callers answer by sending it to another replica.
+    (R_STARTED: it entered user code) fails with code -1; any other gets R_REJECT, which callers
+    answer by sending it to another replica (replicas acknowledge requests only while their
+    handlers are slow: see ReplicaImpl._start).
     """
 
     def __init__(self, replica_id: str, router_set: ConnectionPool) -> None:
@@ -66,6 +67,7 @@ class Connection(wire.FrameProtocol):
         if cb is None:
             return
         if code in _NOT_LAST:
+            self.started.add(rid)  # it answers: it certainly started
             cb(code, payload, qlen, False)
         else:
             del self.pending[rid]

@@ -37,7 +37,7 @@ R_CHUNK = 3       # http body chunk (bytes) / pickled generator item
 R_END = 4         # end of a stream
 R_REJECT = 5      # replica is shutting down: retry elsewhere
 R_STARTED = 6     # the request is about to enter user code (on the wire before it does): if the
-                  # replica dies, requests without this frame never ran and are retried elsewhere
+                  # replica dies, requests without it are retried elsewhere (see replica._start)
 R_CREDIT = 7      # ws: the app consumed this many of the client's messages (flow control)
 
 _LEN = struct.Struct("!I")
