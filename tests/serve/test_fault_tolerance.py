@@ -111,6 +111,32 @@ def test_killed_proxy_port_keeps_accepting_and_a_new_proxy_serves_it(serve_insta
     serve.delete("ok")
 
 
+def test_killed_socket_holder_takes_the_socket_back_from_the_proxy(serve_instance):
+    serve, url = serve_instance
+    port = int(url.rsplit(":", 1)[1])
+    node = raylite.get_runtime_context().get_node_id()
+    holder = raylite.get_actor(f"SERVE_PROXY_SOCKET::{node}", namespace="serve")
+    old = raylite.get(holder.ready.remote())["pid"]
+    os.kill(old, signal.SIGKILL)
+
+    def new_holder() -> bool:
+        try:
+            info = raylite.get(holder.ready.remote(), timeout=5)
+        except Exception:  # noqa: BLE001 - restarting
+            return False
+        return info["ok"] and info["pid"] != old
+
+    wait_for(new_holder, timeout_s=30, what="the socket holder to restart and hold the port again")
+    # now the proxy dies too: the restarted holder's copy keeps the port accepting
+    actor, before = _proxy()
+    os.kill(before["pid"], signal.SIGKILL)
+    wait_for(lambda: _gone(before["pid"]), timeout_s=30, what="the proxy process to exit")
+    for _ in range(20):
+        socket.create_connection(("127.0.0.1", port), timeout=10).close()  # never refused
+    wait_for(lambda: httpx.get(f"{url}/-/healthz", timeout=10).status_code == 200, timeout_s=30,
+             what="the restarted proxy to serve")
+
+
 def test_killed_replica_fails_only_the_request_running_in_it(serve_instance):
     serve, url = serve_instance
 

@@ -221,3 +221,29 @@ def test_plain_deployment_refuses_websockets(serve_instance):
     assert info.value.response.status_code == 404
     assert b"@serve.ingress" in info.value.response.body
     serve.delete("nows")
+
+
+def test_class_endpoint_at_the_root_route(serve_instance):
+    """The shape of Ray's documentation example: a class-based echo at "/" on route "/"."""
+    serve, url = serve_instance
+    root = FastAPI()
+
+    @serve.deployment
+    @serve.ingress(root)
+    class EchoServer:
+        @root.websocket("/")
+        async def echo(self, ws: WebSocket) -> None:
+            await ws.accept()
+            try:
+                while True:
+                    await ws.send_text(await ws.receive_text())
+            except WebSocketDisconnect:
+                pass
+
+    serve.run(EchoServer.bind(), name="root", route_prefix="/")
+    with connect(f"ws{url[4:]}") as ws:
+        ws.send("Eureka!")
+        assert ws.recv() == "Eureka!"
+        ws.send("I've found it!")
+        assert ws.recv() == "I've found it!"
+    serve.delete("root")
