@@ -2,6 +2,7 @@
 
     python bench/serve.py [--duration 5] [--repeats 3] [--ray-python /opt/rayvenv/bin/python]
                           [--only raylite,ray,plain] [--json out.json]
+    python bench/serve.py --faults [--clients 16] [--after 12] [--repeats 3] [--only raylite,ray]
 
 Load comes from `wrk` (apt-get install wrk) on loopback, with keep-alive connections. Each
 framework runs in its own process tree; each figure is the median over --repeats runs.
@@ -9,6 +10,10 @@ Scenarios (issue 10): (1) trivial deployment, 2 replicas, 32 connections; (2) tw
 composed through a handle; (3) a @serve.batch deployment; (4) FastAPI ingress vs the same plain
 FastAPI app; (5) latency at 1, 64 and 512 connections; (6) serve.run() to the first 200 in a
 fresh process; (7) PSS of the whole process tree with 2 replicas.
+
+`--faults` (issue 17) measures instead what SIGKILL of the HTTP proxy, of a replica and of the
+controller costs under steady load (bench/serve_faults.py: requests, non-2xx, connection errors,
+time to recover, for raylite and Ray Serve side by side).
 """
 
 from __future__ import annotations
@@ -363,11 +368,20 @@ def main() -> None:
     ap.add_argument("--first200", default="")
     ap.add_argument("--scenario", default="")
     ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--faults", action="store_true", help="kill proxy / replica / controller under load")
+    ap.add_argument("--clients", type=int, default=16, help="--faults: concurrent keep-alive clients")
+    ap.add_argument("--steady", type=float, default=3.0, help="--faults: seconds of load before each kill")
+    ap.add_argument("--after", type=float, default=12.0, help="--faults: seconds observed after each kill")
     args = ap.parse_args()
     if args.worker:
         return serve_worker(args.worker, args.port, args.scenario)
     if args.first200:
         return first_200_worker(args.first200, args.port)
+    if args.faults:
+        import serve_faults
+
+        return serve_faults.main(set(args.only.split(",")), args.ray_python, args.clients, args.steady, args.after,
+                                 args.repeats, args.json)
     if subprocess.run(["which", "wrk"], capture_output=True).returncode != 0:
         raise SystemExit("bench/serve.py needs `wrk` on PATH (apt-get install wrk)")
     only = set(args.only.split(","))

@@ -25,7 +25,7 @@ _CONFIG_KEYS = {"num_replicas", "max_ongoing_requests", "max_queued_requests", "
                 "graceful_shutdown_wait_loop_s", "graceful_shutdown_timeout_s", "health_check_period_s",
                 "health_check_timeout_s", "autoscaling_config", "logging_config", "backpressure_config",
                 "gang_scheduling_config", "max_constructor_retry_count", "rolling_update_percentage",
-                "max_surge_percent"}
+                "max_surge_percent", "max_request_body_size_bytes"}
 _OTHER_KEYS = {"name", "version", "ray_actor_options", "placement_group_bundles", "placement_group_strategy",
                "placement_group_bundle_label_selector", "max_replicas_per_node", "route_prefix",
                "max_concurrent_queries", "request_router_config", "deployment_actors"}

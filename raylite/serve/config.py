@@ -189,6 +189,13 @@ class HTTPOptions(BaseModel):
     root_path: str = ""
     request_timeout_s: float | None = None
     keep_alive_timeout_s: float = 5.0
+    # raylite: limits on what a client may send to the proxy (431 / 413 / 408 beyond them)
+    max_header_size_bytes: int = Field(16 * 1024, ge=1)
+    max_header_count: int = Field(100, ge=1)
+    max_request_body_size_bytes: int = Field(100 * 1024**2, ge=1)
+    header_read_timeout_s: float = Field(30.0, gt=0)
+    body_read_timeout_s: float = Field(30.0, gt=0)
+    max_connections: int = Field(10_000, ge=1)
 
 
 class gRPCOptions(BaseModel):  # noqa: N801 - Ray's name
@@ -292,6 +299,7 @@ class DeploymentConfig(BaseModel):
     max_constructor_retry_count: int = Field(20, gt=0)
     rolling_update_percentage: float = Field(0.2, gt=0, le=1)
     max_surge_percent: int = Field(0, ge=0, le=100)
+    max_request_body_size_bytes: int | None = Field(None, ge=0)  # raylite: the proxy's limit for its routes
 
 
 __all__ = ["AggregationFunction", "AutoscalingConfig", "AutoscalingContext", "AutoscalingPolicy",

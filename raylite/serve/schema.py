@@ -75,6 +75,13 @@ class HTTPOptionsSchema(_Strict):
     root_path: str = ""
     request_timeout_s: float | None = None
     keep_alive_timeout_s: float = 5.0
+    # raylite: limits on what a client may send to the proxy (see raylite.serve.config.HTTPOptions)
+    max_header_size_bytes: int = Field(16 * 1024, ge=1)
+    max_header_count: int = Field(100, ge=1)
+    max_request_body_size_bytes: int = Field(100 * 1024**2, ge=1)
+    header_read_timeout_s: float = Field(30.0, gt=0)
+    body_read_timeout_s: float = Field(30.0, gt=0)
+    max_connections: int = Field(10_000, ge=1)
 
 
 class RayActorOptionsSchema(_Strict):
@@ -114,6 +121,7 @@ class DeploymentSchema(_Strict):
     max_constructor_retry_count: int | None = Field(None, gt=0)
     rolling_update_percentage: float | None = Field(None, gt=0, le=1)
     max_surge_percent: int | None = Field(None, ge=0, le=100)
+    max_request_body_size_bytes: int | None = Field(None, ge=0)  # raylite: the proxy's limit for its routes
 
     @field_validator("num_replicas")
     @classmethod

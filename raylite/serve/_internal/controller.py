@@ -137,8 +137,9 @@ class ServeController:
             "failed": dep.status == D_DEPLOY_FAILED, "message": dep.message})
 
     def _publish_routes(self) -> None:
-        routes = {app["route_prefix"]: (name, app["ingress"]) for name, app in self.apps.items()
-                  if app.get("route_prefix")}
+        # (app, ingress deployment, its max_request_body_size_bytes: the proxy checks bodies as they arrive)
+        routes = {app["route_prefix"]: (name, app["ingress"], app["deployments"][app["ingress"]]["config"].get(
+                  "max_request_body_size_bytes")) for name, app in self.apps.items() if app.get("route_prefix")}
         self._publish("routes", routes)
 
     async def listen_for_change(self, versions: dict[str, int], timeout_s: float = 5.0) -> dict:

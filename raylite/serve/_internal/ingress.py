@@ -62,7 +62,7 @@ def app_recipe(app: Any) -> dict:
         return {"kind": "factory", "factory": app}
     try:
         from fastapi import FastAPI
-        from fastapi.routing import APIRoute, APIRouter
+        from fastapi.routing import APIRoute, APIRouter, APIWebSocketRoute
     except ImportError:  # pragma: no cover
         FastAPI = None  # noqa: N806
     if FastAPI is None or not isinstance(app, FastAPI):
@@ -80,6 +80,9 @@ def app_recipe(app: Any) -> dict:
                     if _picklable(value):
                         kwargs[p] = value
             routes.append(("api", route.path, route.endpoint, kwargs))
+        elif isinstance(route, APIWebSocketRoute):  # @app.websocket(...): its endpoint may be a method too
+            routes.append(("ws", route.path, route.endpoint, {"name": route.name,
+                                                              "dependencies": list(route.dependencies)}))
         elif getattr(route, "path", None) in default_paths:
             continue
         elif _picklable(route):
@@ -124,6 +127,11 @@ async def build_app_from_recipe(recipe: dict, cls: type, instance: Any) -> Any:
             if endpoint in methods:
                 endpoint = getattr(instance, methods[endpoint])
             app.router.add_api_route(path, endpoint, **kwargs)
+        elif entry[0] == "ws":
+            _, path, endpoint, kwargs = entry
+            if endpoint in methods:
+                endpoint = getattr(instance, methods[endpoint])
+            app.router.add_api_websocket_route(path, endpoint, **kwargs)
         else:
             app.router.routes.append(entry[1])
     for m in recipe["middleware"]:

@@ -17,6 +17,7 @@ DEPLOYMENT_DEFAULTS: dict[str, Any] = {
     "health_check_timeout_s": 30.0, "autoscaling_config": None, "logging_config": None,
     "backpressure_config": None, "gang_scheduling_config": None, "max_constructor_retry_count": 20,
     "rolling_update_percentage": 0.2, "max_surge_percent": 0,
+    "max_request_body_size_bytes": None,  # raylite: the HTTP proxy's limit for this deployment's routes
 }
 MAX_REPLICAS_PER_NODE_LIMIT = 100
 AUTOSCALING_DEFAULTS: dict[str, Any] = {
@@ -36,6 +37,9 @@ LOGGING_DEFAULTS: dict[str, Any] = {
 HTTP_DEFAULTS: dict[str, Any] = {
     "host": "127.0.0.1", "port": 8000, "root_path": "", "request_timeout_s": None, "keep_alive_timeout_s": 5.0,
     "num_cpus": 0, "middlewares": [], "location": "EveryNode",
+    # raylite's limits on what a client may send (http_limits.Limits has the same fields)
+    "max_header_size_bytes": 16 * 1024, "max_header_count": 100, "max_request_body_size_bytes": 100 * 1024**2,
+    "header_read_timeout_s": 30.0, "body_read_timeout_s": 30.0, "max_connections": 10_000,
 }
 PROXY_LOCATIONS = ("Disabled", "HeadOnly", "EveryNode")
 
@@ -236,6 +240,7 @@ def deployment_config(options: dict) -> dict:
         _number(d, "num_replicas", w, minimum=0, integer=True)
     _number(d, "max_ongoing_requests", w, positive=True, integer=True)
     _number(d, "max_queued_requests", w, minimum=-1, integer=True)
+    _number(d, "max_request_body_size_bytes", w, minimum=0, integer=True, optional=True)
     for key in ("graceful_shutdown_wait_loop_s", "graceful_shutdown_timeout_s"):
         _number(d, key, w, minimum=0)
     for key in ("health_check_period_s", "health_check_timeout_s"):
@@ -354,6 +359,10 @@ def http_options(value: Any) -> dict:
         raise ValueError(f"http_options.port must be <= 65535, not {d['port']}")
     _number(d, "request_timeout_s", "http_options", positive=True, optional=True)
     _number(d, "keep_alive_timeout_s", "http_options", positive=True)
+    for key in ("max_header_size_bytes", "max_header_count", "max_request_body_size_bytes", "max_connections"):
+        _number(d, key, "http_options", minimum=1, integer=True)
+    for key in ("header_read_timeout_s", "body_read_timeout_s"):
+        _number(d, key, "http_options", positive=True)
     d["location"] = proxy_location(d["location"]) if d["location"] is not None else "EveryNode"
     return d
 

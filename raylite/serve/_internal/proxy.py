@@ -10,13 +10,14 @@ controller; queue lengths come back on every reply.
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import os
-import socket
 from typing import Any
 
 from raylite.serve._internal import client as _client
+from raylite.serve._internal.http_limits import Limits
+from raylite.serve._internal.proxy_socket import SocketShare, bind_socket, fetch_socket, share_paths
+from raylite.serve._internal.proxy_ws import WebSocketBridge
 from raylite.serve._internal.replica import start_loop_thread
 from raylite.serve._internal.router import ReplicaDiedError, cancel
 from raylite.serve._internal.wire import KIND_HTTP, R_CHUNK, R_END, R_ERR, R_OK, R_REJECT, R_START
@@ -24,26 +25,6 @@ from raylite.serve.exceptions import BackPressureError, DeploymentUnavailableErr
 
 _TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
 _JSON = [(b"content-type", b"application/json")]
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """Bind the proxy's listening socket, or raise an error naming the port and the fix."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        if e.errno == errno.EADDRINUSE:
-            raise OSError(errno.EADDRINUSE, (
-                f"Serve's HTTP proxy cannot listen on {host}:{port}: the port is already in use by another "
-                f"process. Stop that process, or pick another port: serve.start(http_options={{'port': "
-                f"{port + 1}}}) or serve.run(app, port={port + 1}) (or `serve run --port`)")) from None
-        raise OSError(e.errno, f"Serve's HTTP proxy cannot listen on {host}:{port}: {e.strerror}") from None
-    sock.listen(2048)
-    sock.setblocking(False)
-    return sock
 
 
 def backpressure_reply(error: BackPressureError) -> tuple[int, list, bytes]:
@@ -58,14 +39,19 @@ class ProxyImpl:
     def __init__(self, options: dict) -> None:
         self.options = options
         self.routes: list[tuple[str, str, str]] = []  # (prefix, app, ingress deployment), longest first
+        self.body_limits: dict[str, int] = {}  # prefix -> the ingress deployment's max_request_body_size_bytes
         self.timeout_s = options.get("request_timeout_s")
+        self.default_body_limit = Limits.from_options(options).max_request_body_size_bytes
+        self.routes_known = asyncio.Event()
         self.state = _client.state()
         self.state.subscribe("routes", self._set_routes)
 
     def _set_routes(self, value: dict | None) -> None:
-        items = [(p, a, d) for p, (a, d) in (value or {}).items()]
+        items = [(p, v[0], v[1]) for p, v in (value or {}).items()]
+        self.body_limits = {p: v[2] for p, v in (value or {}).items() if len(v) > 2 and v[2] is not None}
         items.sort(key=lambda t: len(t[0]), reverse=True)
         self.routes = items
+        self.routes_known.set()
 
     def match(self, path: str) -> tuple[str, str, str] | None:
         for prefix, app, dep in self.routes:
@@ -74,12 +60,20 @@ class ProxyImpl:
                 return prefix, app, dep
         return None
 
+    def route(self, req: Any) -> int:
+        """Called when a request's headers are in: remember its route, return its body limit
+        (the ingress deployment's max_request_body_size_bytes, else the proxy's)."""
+        found = req.route = self.match(req.path)
+        if found is not None:
+            return self.body_limits.get(found[0], self.default_body_limit)
+        return self.default_body_limit
+
     def dispatch(self, req: Any) -> None:
         """Route one parsed request (called by the HTTP server, in order per connection)."""
         if not req.request_id:
             req.request_id = os.urandom(16).hex()
         path = req.path
-        found = self.match(path)
+        found = req.route
         if found is None:
             if path == "/-/healthz":
                 return req.respond(200, _TEXT, b"success")
@@ -96,6 +90,22 @@ class ProxyImpl:
             req.timer = self.loop.call_later(self.timeout_s, self._expire, req)
         self._send(req, self.state.router(app_name, dep), meta, payload, 0)
 
+    def upgrade(self, req: Any) -> Any:
+        """A WebSocket upgrade request: bridge it to a replica of its route (or answer it here)."""
+        if not req.request_id:
+            req.request_id = os.urandom(16).hex()
+        req.keep_alive = False
+        found = req.route
+        if found is None:
+            req.respond(404, _TEXT, f"Path '{req.path}' not found.".encode())
+            return None
+        prefix, app_name, dep = found
+        payload = (req.method, "http", req.path, req.query, req.headers, req.conn.client, self.server_addr,
+                   req.http_version, b"")
+        meta = (req.request_id, prefix, app_name, req.model_id, False, "__call__")
+        bridge = WebSocketBridge(self, req, self.state.router(app_name, dep), meta, payload, req.conn.body_limit)
+        return bridge if bridge.start() else None
+
     def _send(self, req: Any, router: Any, meta: tuple, payload: tuple, attempt: int) -> None:
         def on_reply(code: int, data: Any, last: bool) -> None:
             if code == R_OK:
@@ -108,7 +118,9 @@ class ProxyImpl:
                 req.end_stream()
             elif code == R_REJECT:
                 if attempt >= 4:
-                    req.respond(503, _TEXT, b"every replica is shutting down; retry")
+                    req.respond(503, _TEXT, (f"no replica of deployment {router.deployment_name!r} could take this "
+                                             "request (they were shutting down or died before starting it); "
+                                             "retry").encode())
                 elif not req.done:
                     self._send(req, router, meta, payload, attempt + 1)
             elif req.streaming:
@@ -116,8 +128,9 @@ class ProxyImpl:
             elif code == R_ERR:
                 req.respond(500, _TEXT, b"Internal Server Error")
             else:
-                req.respond(500, _TEXT, (f"The replica of deployment {router.deployment_name!r} handling this "
-                                         "request died; retry (Serve is starting a replacement)").encode())
+                req.respond(500, _TEXT, (f"The replica of deployment {router.deployment_name!r} died while running "
+                                         "this request (it had reached the deployment's code, so it was not sent "
+                                         "to another replica); retry (Serve is starting a replacement)").encode())
 
         sent = router.send_nowait(KIND_HTTP, meta, payload, on_reply, req.model_id)
         if sent is not None:
@@ -164,20 +177,33 @@ class ProxyImpl:
 
 
 class ServeProxy:
-    """The Core actor hosting one node's HTTP proxy."""
+    """The Core actor hosting one node's HTTP proxy.
 
-    def __init__(self, options: dict) -> None:
+    The listening socket comes from the node's `ProxySocketHolder` (`proxy_socket.py`), so a
+    proxy that is killed and restarted (by Core, in place) takes over a port that never stopped
+    accepting; without a holder (it is down too) the proxy binds the port itself.
+    """
+
+    def __init__(self, options: dict, token: str = "") -> None:
+        from raylite.experimental import get_channel_security
+
         self.options = options
         self.loop = start_loop_thread("serve-proxy")
         _client.set_process_loop(self.loop)
         self.error = ""
         self.server: Any = None
-        try:
-            self.sock = bind_socket(options.get("host", "127.0.0.1"), int(options.get("port", 8000)))
-        except OSError as e:
-            self.sock = None
-            self.error = str(e.strerror or e)
-            return
+        self.share: SocketShare | None = None
+        holder_path, proxy_path = share_paths(get_channel_security().socket_dir, token) if token else ("", "")
+        self.sock = fetch_socket(holder_path)
+        if self.sock is None:
+            try:
+                self.sock = bind_socket(options.get("host", "127.0.0.1"), int(options.get("port", 8000)))
+            except OSError as e:
+                self.sock = None
+                self.error = str(e.strerror or e)
+                return
+        if token:
+            self.share = SocketShare(self.sock, proxy_path)
         asyncio.run_coroutine_threadsafe(self._start(), self.loop).result()
 
     async def _start(self) -> None:
@@ -186,18 +212,25 @@ class ServeProxy:
         impl = ProxyImpl(self.options)
         impl.loop = asyncio.get_running_loop()
         impl.server_addr = tuple(self.sock.getsockname()[:2])
-        self.server = HttpServer(impl.loop, impl.dispatch, float(self.options.get("keep_alive_timeout_s", 5)))
+        # accept only once the routes are known: a restarted proxy must not answer 404 meanwhile
+        try:
+            await asyncio.wait_for(impl.routes_known.wait(), 10.0)
+        except asyncio.TimeoutError:
+            pass
+        self.server = HttpServer(impl.loop, impl, Limits.from_options(self.options))
         await self.server.start(self.sock)
 
     async def ready(self) -> dict:
-        """{"ok": bool, "error": str, "port": int}: whether the proxy listens."""
+        """{"ok": bool, "error": str, "port": int, "pid": int}: whether the proxy listens."""
         if self.error:
             return {"ok": False, "error": self.error}
-        return {"ok": True, "error": "", "port": self.sock.getsockname()[1]}
+        return {"ok": True, "error": "", "port": self.sock.getsockname()[1], "pid": os.getpid()}
 
     async def shutdown(self) -> None:
         if self.server is not None:
             self.loop.call_soon_threadsafe(self.server.close)
+        if self.share is not None:
+            self.share.close()
         if self.sock is not None:
             try:
                 self.sock.close()

@@ -23,17 +23,23 @@ from typing import Any
 import cloudpickle
 
 from raylite.serve import context as serve_context
-from raylite.serve._internal import http_util, logs, wire
+from raylite.serve._internal import http_util, logs, wire, ws_session
 from raylite.serve._internal.wire import (
     CANCEL,
     KIND_CALL,
+    KIND_HTTP,
+    KIND_WS,
+    MSG,
     R_CHUNK,
     R_END,
     R_ERR,
     R_OK,
     R_REJECT,
+    R_STARTED,
     REQ,
 )
+
+_ACK_AFTER_S = 0.0002  # requests taking longer than this on average are acknowledged (see _start)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -97,6 +103,7 @@ class ReplicaImpl:
         self.draining = False
         self.stats = _Stats()
         self.tasks: dict[tuple[int, int], asyncio.Task] = {}
+        self.websockets: dict[tuple[int, int], ws_session.WebSocketSession] = {}
         # requests past max_ongoing_requests (several routers can together exceed it) wait here
         self.max_ongoing = int(config.get("max_ongoing_requests") or 5)
         self.backlog: deque[tuple] = deque()
@@ -107,6 +114,7 @@ class ReplicaImpl:
         self.is_function = False
         self.inline_http = False  # a sync __call__ / function: HTTP requests run without a task
         self.http_takes_request = True  # False for `def __call__(self)`: called with no arguments
+        self.cost_s = 0.0  # moving average of a request's time here (see _start)
         self.unix_path = ""
         self.tcp_addr: tuple[str, int] | None = None
         self._servers: list[asyncio.AbstractServer] = []
@@ -347,6 +355,10 @@ class ReplicaImpl:
                 self.backlog.append((proto, rid, kind, meta, payload))
                 return
             self._start(proto, rid, kind, meta, payload)
+        elif msg[0] == MSG:
+            session = self.websockets.get((id(proto), msg[1]))
+            if session is not None:
+                session.feed(msg[2])
         elif msg[0] == CANCEL:
             task = self.tasks.get((id(proto), msg[1]))
             if task is not None:
@@ -360,8 +372,31 @@ class ReplicaImpl:
                     break
 
     def _start(self, proto: wire.FrameProtocol, rid: int, kind: int, meta: tuple, payload: Any) -> None:
-        if kind != KIND_CALL and self.inline_http and self._run_http_inline(proto, rid, meta, payload):
-            return
+        """Run a request; while requests here take long, acknowledge it first (R_STARTED).
+
+        Why acks only for slow handlers: an acknowledgement must be on the wire before the user
+        code runs, which costs a write (and a wake-up of the proxy) per request -- measured 30%
+        more CPU per request for a trivial handler. So a replica whose requests take under
+        _ACK_AFTER_S on average (a moving average) sends none: if it is killed, every request
+        it had not answered is retried elsewhere -- exact for the unread ones, and only a
+        request killed within its few microseconds of user code could run twice. Slower
+        handlers, where a kill lands during user code, are acknowledged one by one (the write
+        also carries earlier replies, and costs a few percent of the handler at most), so the
+        request running at the kill fails with a clear error and the others are retried. A
+        task's ack leaves with the flush already scheduled, before the task's first step.
+        """
+        slow = self.cost_s >= _ACK_AFTER_S
+        if kind == KIND_HTTP and self.inline_http:
+            if slow:
+                proto.send((rid, R_STARTED, None, self.ongoing))
+                proto._flush()
+            if self._run_http_inline(proto, rid, meta, payload):
+                return
+        elif slow:
+            proto.send((rid, R_STARTED, None, self.ongoing))
+        self._spawn(proto, rid, kind, meta, payload)
+
+    def _spawn(self, proto: wire.FrameProtocol, rid: int, kind: int, meta: tuple, payload: Any) -> None:
         key = (id(proto), rid)
         task = self.loop.create_task(self._run(proto, rid, kind, meta, payload))
         self.tasks[key] = task
@@ -376,6 +411,8 @@ class ReplicaImpl:
         try:
             if kind == KIND_CALL:
                 status = await self._run_call(proto, rid, method_name, payload, stream)
+            elif kind == KIND_WS:
+                status = await self._run_ws(proto, rid, payload, route)
             else:
                 status = await self._run_http(proto, rid, payload, route)
         except asyncio.CancelledError:
@@ -470,6 +507,15 @@ class ReplicaImpl:
             return status
         return sender.status
 
+    async def _run_ws(self, proto: wire.FrameProtocol, rid: int, payload: tuple, route: str) -> int:
+        session = ws_session.WebSocketSession(proto, rid, self)
+        key = (id(proto), rid)
+        self.websockets[key] = session
+        try:
+            return await session.run(self.asgi_app, payload, route, self.deployment_name, self.logger)
+        finally:
+            del self.websockets[key]
+
     def _run_http_inline(self, proto: wire.FrameProtocol, rid: int, meta: tuple, payload: tuple) -> bool:
         """A sync callable returning plain data: run it right here, no task, one reply frame.
         Returns False (nothing done) when the request needs the async path."""
@@ -537,6 +583,7 @@ class ReplicaImpl:
                 break
             self.ongoing -= 1
         elapsed = time.perf_counter() - start
+        self.cost_s += (elapsed - self.cost_s) * 0.25
         self.stats.record(elapsed, status >= 500)
         if self.logger.access_enabled:
             self.logger.access(request_id, payload, method_name, route, status, elapsed)

@@ -23,14 +23,18 @@ from raylite.serve._internal.wire import (
     CANCEL,
     KIND_CALL,
     R_CHUNK,
+    R_CREDIT,
     R_END,
     R_ERR,
     R_OK,
     R_REJECT,
     R_START,
+    R_STARTED,
     REQ,
 )
 from raylite.serve.exceptions import BackPressureError, DeploymentUnavailableError
+
+_NOT_LAST = frozenset((R_CHUNK, R_START, R_CREDIT))  # reply codes after which more frames of the request follow
 
 
 class ReplicaDiedError(DeploymentUnavailableError):
@@ -38,7 +42,13 @@ class ReplicaDiedError(DeploymentUnavailableError):
 
 
 class Connection(wire.ClientProtocol):
-    """A client connection to one replica; replies are matched to callbacks by request id."""
+    """A client connection to one replica; replies are matched to callbacks by request id.
+
+    When the connection breaks (the replica died), a request the replica had acknowledged
+    (R_STARTED: it entered user code) fails with code -1; any other gets R_REJECT, which callers
+    answer by sending it to another replica (replicas acknowledge requests only while their
+    handlers are slow: see ReplicaImpl._start).
+    """
 
     def __init__(self, replica_id: str, router_set: ConnectionPool) -> None:
         sec = router_set.security
@@ -46,23 +56,31 @@ class Connection(wire.ClientProtocol):
         self.replica_id = replica_id
         self.pool = router_set
         self.pending: dict[int, Any] = {}
+        self.started: set[int] = set()
 
     def _frame(self, _proto: wire.FrameProtocol, msg: tuple) -> None:
         rid, code, payload, qlen = msg
+        if code == R_STARTED:
+            if rid in self.pending:
+                self.started.add(rid)
+            return
         cb = self.pending.get(rid)
         if cb is None:
             return
-        if code in (R_CHUNK, R_START):
+        if code in _NOT_LAST:
+            self.started.add(rid)  # it answers: it certainly started
             cb(code, payload, qlen, False)
         else:
             del self.pending[rid]
+            self.started.discard(rid)
             cb(code, payload, qlen, True)
 
     def _lost(self, _proto: wire.FrameProtocol, exc: BaseException | None) -> None:
         self.pool.forget(self.replica_id, self)
         pending, self.pending = self.pending, {}
-        for cb in pending.values():
-            cb(-1, None, 0, True)
+        started, self.started = self.started, set()
+        for rid, cb in pending.items():
+            cb(-1 if rid in started else R_REJECT, None, 0, True)
 
 
 class ConnectionPool:
@@ -407,7 +425,8 @@ async def call(router: Router, meta: tuple, method_args: tuple, model_id: str) -
             fut.set_exception(cloudpickle.loads(data) if data else ReplicaDiedError("replica failed"))
         else:
             fut.set_exception(ReplicaDiedError(
-                f"the replica of deployment {router.deployment_name!r} handling this request died"))
+                f"the replica of deployment {router.deployment_name!r} died while running this request (it had "
+                "reached the deployment's code, so it was not sent to another replica)"))
 
     payload = cloudpickle.dumps(method_args)
     for _ in range(5):

@@ -25,9 +25,10 @@ The settings come from `raylite.experimental.get_channel_security()` (the cluste
 contexts, socket directory and limits).
 
 Frames after the handshake (msgpack arrays, decoded as tuples):
-  client -> replica   (REQ, rid, kind, meta, payload)   kind: KIND_HTTP | KIND_CALL
+  client -> replica   (REQ, rid, kind, meta, payload)   kind: KIND_HTTP | KIND_CALL | KIND_WS
                       (CANCEL, rid)
-  replica -> client   (rid, code, payload, queue_len)    code: R_* below
+                      (MSG, rid, item)   a later message of a running request (KIND_WS: see ws_session.py)
+  replica -> client   (rid, code, payload, queue_len)    code: R_* below (R_STARTED: payload None)
 `queue_len` piggybacks the replica's ongoing-request count on every reply, so routers keep a
 fresh cached queue length without probing.
 """
@@ -51,9 +52,11 @@ log = logging.getLogger("raylite.serve")
 
 REQ = 0
 CANCEL = 1
+MSG = 2
 
 KIND_HTTP = 0
 KIND_CALL = 1
+KIND_WS = 2       # a WebSocket: ASGI websocket messages both ways until one side closes
 
 R_OK = 0          # payload: cloudpickled result (call) or (status, headers, body) (http)
 R_ERR = 1         # payload: cloudpickled exception
@@ -61,6 +64,9 @@ R_START = 2       # http: (status, headers); a body stream follows
 R_CHUNK = 3       # http body chunk (bytes) / pickled generator item
 R_END = 4         # end of a stream
 R_REJECT = 5      # replica is shutting down: retry elsewhere
+R_STARTED = 6     # the request is about to enter user code (on the wire before it does): if the
+                  # replica dies, requests without it are retried elsewhere (see replica._start)
+R_CREDIT = 7      # ws: the app consumed this many of the client's messages (flow control)
 
 # a flood of connections fills the kernel's accept queue before the loop drains it; a full queue
 # refuses a Unix-socket connect outright (EAGAIN), so real clients need room behind a flood
