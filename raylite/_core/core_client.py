@@ -14,8 +14,10 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import errno
 import logging
 import os
+import random
 import socket
 import threading
 from typing import Any
@@ -39,6 +41,7 @@ from raylite._core.ids import TaskID
 from raylite._core.reference_counter import ReferenceCounter
 from raylite._core.task_events import TaskEventBuffer, describe_task
 from raylite._core.transport import rpc
+from raylite._core.transport.base import ConnectionBrokenError
 
 log = logging.getLogger("raylite.core")
 
@@ -150,7 +153,8 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
         os.makedirs(os.path.join(self.session_dir, "sockets"), exist_ok=True)
         self._server = await rpc.listen(self.address, self.handlers, token=self.token,
                                         on_connect=self._on_incoming, sock=self._listen_sock)
-        self.node = await rpc.connect(self.node_address, self.handlers, token=self.token, role=self.kind)
+        self.node = await connect_patiently(self.node_address, self.handlers, token=self.token, role=self.kind,
+                                            within_s=self.config.worker_start_timeout_s)
         self.node.on_close.append(self._on_node_lost)
         reply: P.RegisterClientReply = await self.node.request(P.RegisterClient(
             self.worker_id, self.kind, os.getpid(), self.job_id, self.address, self.namespace))
@@ -159,7 +163,8 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
         self.store_dir = reply.store_dir
         self.head_address = reply.head_address
         self.node_public_address = reply.node_tcp_address or self.node_address
-        self.head = await rpc.connect(reply.head_address, self.handlers, token=self.token, role=self.kind)
+        self.head = await connect_patiently(reply.head_address, self.handlers, token=self.token, role=self.kind,
+                                            within_s=self.config.worker_start_timeout_s)
         self.head.on_close.append(self._on_head_lost)
         self.loop.call_later(2.0, self._trim_writer_maps)
         if self.task_events is not None:
@@ -456,3 +461,26 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
 
     def new_task_id(self) -> bytes:
         return TaskID.from_random()
+
+
+async def connect_patiently(address: str, handlers: dict, *, token: str, role: str,
+                            within_s: float) -> rpc.Connection:
+    """rpc.connect, retried with backoff while the listener is only busy.
+
+    A node whose listen queue is full (hundreds of workers forked at once) refuses a
+    Unix-socket connect with EAGAIN, and a loaded one may answer the handshake late; both
+    pass. Anything else (no such socket, refused, wrong token) fails at once."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    delay = 0.005
+    while True:
+        try:
+            return await rpc.connect(address, handlers, token=token, role=role)
+        except ConnectionBrokenError as e:
+            cause = e.__cause__
+            busy = isinstance(cause, (asyncio.TimeoutError, TimeoutError)) or \
+                isinstance(cause, OSError) and cause.errno in (errno.EAGAIN, errno.EWOULDBLOCK)
+            if not busy or loop.time() + delay > deadline:
+                raise
+        await asyncio.sleep(delay * (0.5 + random.random()))
+        delay = min(delay * 2, 0.5)

@@ -77,6 +77,9 @@ class NodeDaemon:
         self._spilling: dict[bytes, asyncio.Future] = {}  # object id -> copy to disk in flight
         self._restoring: dict[bytes, asyncio.Future] = {}
         self.pool = WorkerPool(address, token, session_dir, self._on_worker_exit)
+        # forked workers register over the node's socket: starting thousands at once (a burst
+        # of actors) only queues them behind each other and the registrations they wait for
+        self._start_limit = config.worker_start_concurrency or max(8, 4 * (os.cpu_count() or 1))
         self._stats = NodeStats()
         self.pending: list[PendingLease] = []
         self.leases: dict[bytes, WorkerRecord] = {}
@@ -115,7 +118,8 @@ class NodeDaemon:
     async def start(self) -> None:
         self.stopped = asyncio.Event()
         self.pool.attach(asyncio.get_running_loop())
-        self._servers.append(await rpc.listen(self.address, self.handlers, token=self.token))
+        self._servers.append(await rpc.listen(self.address, self.handlers, token=self.token,
+                                              backlog=self.config.listen_backlog))
         if self.tcp_address:
             self._servers.append(await rpc.listen(self.tcp_address, self.handlers, token=self.token))
             from raylite._core.transport.bulk import BulkServer
@@ -294,7 +298,7 @@ class NodeDaemon:
                     rec.pid = msg.pid
                     self.pool.by_pid[msg.pid] = rec
                 if rec.state == "STARTING":
-                    rec.state = "IDLE"
+                    self.pool.set_state(rec, "IDLE")
                     asyncio.get_running_loop().call_soon(self._try_grant)
         conn.on_close.append(self._on_client_closed)
         return P.RegisterClientReply(self.node_id, self.ip, self.session_dir, self.store.directory,
@@ -315,10 +319,12 @@ class NodeDaemon:
             if obj is not None and obj.state == "creating":
                 self._on_free_objects(None, P.FreeObjects([oid]), 0)
         # leases held by this client: its tasks' owner is gone, stop those workers
-        for rec in list(self.pool.workers.values()):
-            if rec.lessee is conn and rec.state == "LEASED":
-                self.pool.kill(rec, "the task's owner exited")
-        self.pending = [p for p in self.pending if p.conn is not conn]
+        if conn.context.get("lessee"):
+            for rec in list(self.pool.workers.values()):
+                if rec.lessee is conn and rec.state == "LEASED":
+                    self.pool.kill(rec, "the task's owner exited")
+        if conn.context.get("requested"):
+            self.pending = [p for p in self.pending if p.conn is not conn]
         rec = self.pool.workers.get(worker_id)
         if rec is not None:
             self._worker_gone(rec, rec.exit_info or "its connection to the node closed")
@@ -362,8 +368,7 @@ class NodeDaemon:
         if rec.state == "DEAD":
             return
         prev = rec.state
-        rec.state = "DEAD"
-        self.pool.workers.pop(rec.worker_id, None)
+        self.pool.set_state(rec, "DEAD")
         if prev in ("LEASED", "ACTOR"):
             self._release_held(rec)
         if rec.lease_id:
@@ -408,6 +413,7 @@ class NodeDaemon:
                 return P.RequestLeaseReply(msg.lease_id, error_type="TaskUnschedulableError",
                                            error=f"{msg.description} is pinned to node {target[:8]} "
                                                  "(soft=False), which is not in this cluster.")
+        conn.context["requested"] = True
         self.pending.append(PendingLease(msg, conn, rid, env_key(msg.runtime_env)))
         self._try_grant()
         return None
@@ -455,13 +461,26 @@ class NodeDaemon:
         self._try_grant()
 
     def _try_grant(self) -> None:
+        """Grant pending leases (in order) to idle workers; start workers for those that fit
+        but have none, at most `worker_start_concurrency` starting at once.
+
+        Called on every event that may free a worker or resources, so it stops early: once
+        no worker is idle and no more may start, nothing further down can be granted (a
+        burst of thousands of actors costs O(1) per registration, not a scan of them all)."""
         if not self.pending or self.stopped.is_set():
             return
+        pool = self.pool
+        limit = self._start_limit
+        pending = self.pending
         still: list[PendingLease] = []
-        starting: dict[str, int] = {}
+        starting: dict[str, int] = {}  # leases of this pass waiting for a starting worker
         waiting_for_resources = False
         tentative = dict(self.available)  # leases waiting for a starting worker reserve room here
-        for p in self.pending:
+        cut = len(pending)
+        for i, p in enumerate(pending):
+            if pool.starting_total >= limit and not pool.has_idle():
+                cut = i
+                break
             if p.conn.is_closed():
                 continue
             req = p.msg.resources
@@ -469,11 +488,11 @@ class NodeDaemon:
                 still.append(p)
                 waiting_for_resources = True
                 continue
-            rec = self.pool.idle(p.key)
+            rec = pool.idle(p.key)
             if rec is None:
                 R.subtract(tentative, req)
                 starting[p.key] = starting.get(p.key, 0) + 1
-                if self.pool.count(p.key, ("STARTING",)) < starting[p.key]:
+                if pool.starting(p.key) < starting[p.key] and pool.starting_total < limit:
                     self._start_worker(p.key, p.msg.runtime_env)
                 still.append(p)
                 continue
@@ -481,16 +500,18 @@ class NodeDaemon:
             R.subtract(tentative, req)
             rec.held = dict(req)
             rec.gpu_ids = self.gpus.acquire(gpu_amount(req))
+            rec.busy_since = self.clock.monotonic()
             if p.actor is not None:
                 self._launch_actor(rec, p)
             else:
-                rec.state = "LEASED"
+                pool.set_state(rec, "LEASED")
                 rec.lease_id = p.msg.lease_id
                 rec.lessee = p.conn
+                p.conn.context["lessee"] = True
                 self.leases[p.msg.lease_id] = rec
                 p.conn.send(P.RequestLeaseReply(p.msg.lease_id, rec.worker_id, rec.address, self.node_id,
                                                 gpu_ids=rec.gpu_ids), -p.rid)
-        self.pending = still
+        self.pending = still + pending[cut:] if cut < len(pending) else still
         if waiting_for_resources:
             self._ask_lessees_to_release()
 
@@ -507,17 +528,15 @@ class NodeDaemon:
                     rec.lessee.send(P.ReleaseIdleLeases())
 
     def _start_worker(self, key: str, runtime_env: dict) -> None:
-        self.pool.start_worker(key, runtime_env, now=self.clock.monotonic())
-        self._spawn(self._check_started(self.clock.monotonic()))
+        rec = self.pool.start_worker(key, runtime_env, now=self.clock.monotonic())
+        asyncio.get_running_loop().call_later(self.config.worker_start_timeout_s, self._start_timed_out, rec)
 
-    async def _check_started(self, since: float) -> None:
-        await asyncio.sleep(self.config.worker_start_timeout_s)
-        for rec in list(self.pool.workers.values()):
-            if rec.state == "STARTING" and rec.started_at <= since:
-                log.error("worker %s did not start within %.0fs", rec.worker_id.hex()[:8],
-                          self.config.worker_start_timeout_s)
-                self.pool.kill(rec, "start timeout")
-                self._worker_gone(rec, "did not start in time")
+    def _start_timed_out(self, rec: WorkerRecord) -> None:
+        if rec.state == "STARTING":
+            log.error("worker %s did not start within %.0fs", rec.worker_id.hex()[:8],
+                      self.config.worker_start_timeout_s)
+            self.pool.kill(rec, "start timeout")
+            self._worker_gone(rec, "did not start in time")
 
     def _on_return_lease(self, conn, msg: P.ReturnLease, rid):
         rec = self.leases.pop(msg.lease_id, None)
@@ -530,7 +549,7 @@ class NodeDaemon:
         if msg.disconnect_worker:
             self.pool.kill(rec, "returned with disconnect")
         else:
-            rec.state = "IDLE"
+            self.pool.set_state(rec, "IDLE")
         self._try_grant()
         return None
 
@@ -568,7 +587,7 @@ class NodeDaemon:
 
     def _launch_actor(self, rec: WorkerRecord, p: PendingLease) -> None:
         actor_id, spec, fut = p.actor
-        rec.state = "ACTOR"
+        self.pool.set_state(rec, "ACTOR")
         rec.actor_id = actor_id
 
         async def create() -> None:
@@ -753,16 +772,9 @@ class NodeDaemon:
         interval = self.config.memory_monitor_interval_s
         if interval <= 0 or self.config.memory_usage_threshold >= 1.0:
             return
-        seen: dict[tuple[bytes, bytes], float] = {}  # (worker, lease or actor) -> first seen busy
         killed: WorkerRecord | None = None
         while True:
             await asyncio.sleep(interval)
-            busy = [r for r in self.pool.workers.values() if r.state in ("LEASED", "ACTOR")]
-            now = self.clock.monotonic()
-            keys = {(r.worker_id, r.lease_id or r.actor_id) for r in busy}
-            seen = {k: t for k, t in seen.items() if k in keys}
-            for k in keys:
-                seen.setdefault(k, now)
             if killed is not None and killed.state != "DEAD":
                 continue  # one kill at a time: wait for its memory to come back
             killed = None
@@ -772,9 +784,9 @@ class NodeDaemon:
             if self.store.pool:  # recycled segments are the cheapest memory to give back
                 shm_files.drop_pool_files(self.store.trim_pool(0.0))
                 continue
-            busy = [r for r in busy if r.pid]
+            busy = [r for r in self.pool.workers.values() if r.state in ("LEASED", "ACTOR") and r.pid]
             running = await asyncio.gather(*(self._running_task(r) for r in busy))
-            candidates = [MM.Candidate(r.worker_id, r.pid, name, seen[(r.worker_id, r.lease_id or r.actor_id)],
+            candidates = [MM.Candidate(r.worker_id, r.pid, name, r.busy_since,
                                        is_actor=r.state == "ACTOR", retriable=retriable)
                           for r, (name, retriable) in zip(busy, running)]
             victim = MM.choose_victim(candidates)

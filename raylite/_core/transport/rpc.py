@@ -314,9 +314,14 @@ async def connect(address: str, handlers: dict[type, Handler] | None = None, *, 
     return conn
 
 
+# connections the kernel queues before accept() (clamped to net.core.somaxconn): a node whose
+# loop is busy while hundreds of forked workers connect at once must not refuse them (EAGAIN)
+LISTEN_BACKLOG = 4096
+
+
 async def listen(address: str, handlers: dict[type, Handler], *, token: str,
                  on_connect: Callable[[Connection], None] | None = None,
-                 sock: socket.socket | None = None) -> asyncio.AbstractServer:
+                 sock: socket.socket | None = None, backlog: int = LISTEN_BACKLOG) -> asyncio.AbstractServer:
     """Serve `handlers` at `address` ('unix:///path' or 'tcp://host:port'), or on an
     already bound TCP `sock` (its port is known before the loop runs)."""
     loop = asyncio.get_running_loop()
@@ -334,11 +339,12 @@ async def listen(address: str, handlers: dict[type, Handler], *, token: str,
         path = str(target)
         if os.path.exists(path):
             os.unlink(path)
-        server = await loop.create_unix_server(factory, path)
+        server = await loop.create_unix_server(factory, path, backlog=backlog)
         os.chmod(path, 0o600)
     else:
         host, port = target  # type: ignore[misc]
-        server = await loop.create_server(factory, host, port, reuse_address=True, ssl=tls_contexts()[0])
+        server = await loop.create_server(factory, host, port, reuse_address=True, ssl=tls_contexts()[0],
+                                          backlog=backlog)
     return server
 
 
