@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import os
 import threading
 import time
+import weakref
 from typing import Any
 
 from raylite import exceptions as E
@@ -57,7 +59,7 @@ class ObjectPlane:
         if threading.current_thread() is self._thread:
             self.node.send(msg)
         else:
-            self.loop.call_soon_threadsafe(self._send_node, msg)
+            self.call_soon(self._send_node, msg)  # batched: a burst of puts wakes the loop once
         return "s", [self.node_id, self.node_public_address or self.node_address, size]
 
     def _write_to_store(self, object_id: bytes, so: ser.SerializedObject, path: str, owner: str) -> int:
@@ -144,7 +146,14 @@ class ObjectPlane:
         pending = [e for e in entries if e.kind is None]
         if pending:
             self._wait_entries(pending, len(pending), timeout, refs)
-        return [self._materialize(r, e) for r, e in zip(refs, entries)]
+        if len(refs) == 1:
+            return [self._materialize(refs[0], entries[0])]
+        ahead = _RestoreAhead(self, refs, entries)
+        out = []
+        for i, (r, e) in enumerate(zip(refs, entries)):
+            ahead.advance(i)
+            out.append(self._materialize(r, e, ahead))
+        return out
 
     def _wait_entries(self, entries: list[ObjectEntry], need: int, timeout: float | None, refs) -> None:
         latch = _Latch(need)
@@ -183,13 +192,13 @@ class ObjectPlane:
                 if latch in e.waiters:
                     e.waiters.remove(latch)
 
-    def _materialize(self, ref: ObjectRef, entry: ObjectEntry) -> Any:
+    def _materialize(self, ref: ObjectRef, entry: ObjectEntry, ahead: _RestoreAhead | None = None) -> Any:
         kind, payload = entry.kind, entry.payload
         if kind == "v":
             return ser.from_inline(payload)
         if kind == "s":
             try:
-                value_kind, value = self._read_stored(ref._id, payload)
+                value_kind, value = self._read_stored(ref._id, payload, ahead)
             except E.ObjectLostError as lost:  # its node died: re-run the task that made it
                 return self._materialize(ref, self._rebuild(ref._id, payload, lost))
             if value_kind == ser.KIND_ERROR:
@@ -200,26 +209,65 @@ class ObjectPlane:
             raise err
         raise E.RaySystemError(f"object {ref.hex()} has no value (kind={kind})")
 
-    def _read_stored(self, oid: bytes, location: list) -> tuple[int, Any]:
+    def _read_stored(self, oid: bytes, location: list, ahead: _RestoreAhead | None = None) -> tuple[int, Any]:
         node_id = location[0]
         path = os.path.join(self.store_dir, oid.hex())
         if node_id != self.node_id and not os.path.exists(path):
             self.run_sync(self._pull_object(oid, location))
-        try:
-            return ser.read_file(path)
-        except FileNotFoundError:
-            pass
-        # spilled to disk? the node brings it back into shared memory
-        reply: P.RestoreObjectReply = self.run_sync(self.node.request(P.RestoreObject(oid)))
-        if reply.found:
+        follow = functools.partial(self._follow_mapping, oid)
+        restoring = ahead.take(oid) if ahead is not None else None
+        for _attempt in range(3):  # restored, then spilled again before we mapped it: once more
             try:
-                return ser.read_file(path)
+                return ser.read_file(path, follow)
             except FileNotFoundError:
                 pass
+            # spilled to disk? the node brings it back into shared memory
+            if restoring is not None:
+                reply: P.RestoreObjectReply = restoring.result()
+                restoring = None
+            else:
+                reply = self.run_sync(self.node.request(P.RestoreObject(oid)))
+            if not reply.found:
+                break
         if reply.error.startswith("Cannot restore"):
             raise E.ObjectStoreFullError(reply.error)
         raise E.ObjectLostError(oid.hex(), "its shared-memory file is gone (it was freed, or its "
                                 f"node's store was cleared){': ' + reply.error if reply.error else ''}")
+
+    # the node spills objects no one maps first: tell it which ones this process maps
+    def _follow_mapping(self, oid: bytes, mapping: Any) -> None:
+        """Any thread: `mapping` of a store object was made; count it until it is dropped."""
+        done = weakref.finalize(mapping, self._mapping_changed_soon, oid, -1)
+        done.atexit = False
+        self._mapping_changed_soon(oid, 1)
+
+    def _mapping_changed_soon(self, oid: bytes, delta: int) -> None:
+        """Any thread, even inside a garbage collection: no lock, one queued call."""
+        if not self._closed:
+            with contextlib.suppress(RuntimeError):  # the loop is gone (interpreter exit)
+                self.call_soon(self._mapping_changed, oid, delta)
+
+    def _mapping_changed(self, oid: bytes, delta: int) -> None:
+        """I/O loop: only the first mapping and the last unmapping are news to the node."""
+        count = self._mappings.get(oid, 0) + delta
+        if count > 0:
+            self._mappings[oid] = count
+            if count == 1 and delta > 0:
+                self._mapping_news[oid] = True
+        else:
+            self._mappings.pop(oid, None)
+            self._mapping_news[oid] = False
+        if not self._mapping_flush:
+            self._mapping_flush = True
+            self.loop.call_soon(self._send_mapping_news)
+
+    def _send_mapping_news(self) -> None:
+        self._mapping_flush = False
+        news, self._mapping_news = self._mapping_news, {}
+        mapped = [oid for oid, on in news.items() if on]
+        unmapped = [oid for oid, on in news.items() if not on]
+        if mapped or unmapped:
+            self._send_node(P.ObjectsMapped(mapped, unmapped))
 
     async def _pull_object(self, oid: bytes, location: list) -> None:
         """Copy an object from another node's store into ours (cached there for others)."""
@@ -411,6 +459,37 @@ class ObjectPlane:
             await fut
         kind = {"v": "inline", "e": "error", "s": "store"}.get(entry.kind, "lost")
         return P.GetObjectStatusReply(oid, kind, entry.payload)
+
+
+class _RestoreAhead:
+    """One get() of many stored objects: ask the node to restore spilled ones a few places
+    ahead of the one being read, so their copies back into memory overlap with the reading
+    instead of each costing a round trip in turn."""
+
+    WINDOW = 8
+
+    def __init__(self, client: ObjectPlane, refs: list[ObjectRef], entries: list[ObjectEntry]) -> None:
+        self._client = client
+        self._refs = refs
+        self._entries = entries
+        self._next = 0
+        self._pending: dict[bytes, concurrent.futures.Future] = {}
+
+    def advance(self, i: int) -> None:
+        client = self._client
+        while self._next < len(self._entries) and self._next <= i + self.WINDOW:
+            entry = self._entries[self._next]
+            oid = self._refs[self._next]._id
+            self._next += 1
+            if entry.kind != "s" or entry.payload[0] != client.node_id or oid in self._pending:
+                continue
+            if os.path.exists(os.path.join(client.store_dir, oid.hex())):
+                continue
+            self._pending[oid] = asyncio.run_coroutine_threadsafe(
+                client.node.request(P.RestoreObject(oid)), client.loop)
+
+    def take(self, oid: bytes) -> concurrent.futures.Future | None:
+        return self._pending.pop(oid, None)
 
 
 def _set_if_pending(fut: asyncio.Future) -> None:

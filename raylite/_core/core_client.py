@@ -82,6 +82,9 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
         self._calls_scheduled = False
         self._deleted: collections.deque = collections.deque()  # decrements queued by __del__
         self.entries: dict[bytes, ObjectEntry] = {}
+        self._mappings: dict[bytes, int] = {}  # store objects this process maps now (I/O loop only)
+        self._mapping_news: dict[bytes, bool] = {}  # not yet told to the node: mapped or not
+        self._mapping_flush = False
         self.refs = ReferenceCounter(self.address)
         self.node: rpc.Connection | None = None
         self.head: rpc.Connection | None = None

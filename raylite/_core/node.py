@@ -75,6 +75,8 @@ class NodeDaemon:
         for table in (self.total, self.available, self.base_total):
             table.update(store_fixed)
         self._spilling: dict[bytes, asyncio.Future] = {}  # object id -> copy to disk in flight
+        self._spill_inflight_bytes = 0
+        self._spill_ahead_bytes = min(self.store.capacity_bytes // 16, 64 << 20)
         self._restoring: dict[bytes, asyncio.Future] = {}
         self.pool = WorkerPool(address, token, session_dir, self._on_worker_exit)
         # forked workers register over the node's socket: starting thousands at once (a burst
@@ -108,6 +110,7 @@ class NodeDaemon:
             P.PullObject: self._on_pull_object,
             P.CreateObject: self._on_create_object,
             P.RestoreObject: self._on_restore_object,
+            P.ObjectsMapped: self._on_objects_mapped,
             P.HeartbeatReply: self._on_heartbeat_reply,
             P.ListLogs: lambda conn, msg, rid: P.ListLogsReply(log_files.list_files(self.session_dir)),
             P.ReadLog: lambda conn, msg, rid: P.ReadLogReply(*log_files.read(
@@ -313,6 +316,8 @@ class NodeDaemon:
         client = conn.context.get("client")
         if client and client[2]:
             self._free_owned_by(client[2])
+        for oid in conn.context.get("mapped", ()):  # its mappings went with it
+            self.store.unmapped(oid)
         # objects it was writing and never sealed (it crashed mid-write): their room comes back
         for oid in conn.context.get("writing", ()):
             obj = self.store.objects.get(oid)
@@ -682,20 +687,21 @@ class NodeDaemon:
         Answered at once (no task) unless objects must be spilled first."""
         try:
             res = self.store.reserve(msg.object_id, msg.size, msg.owner_address,
-                                     spill_free_bytes=self._spill_free(msg.size),
-                                     is_mapped=self._is_mapped)
+                                     spill_free_bytes=self._spill_free(msg.size))
         except Exception as e:  # noqa: BLE001  ObjectStoreFullError
             return P.CreateObjectReply(False, str(e))
         conn.context.setdefault("writing", set()).add(msg.object_id)
         self._drop_evicted(res.evict)
         shm_files.drop_pool_files(res.drop_pool)
         if res.spill:
-            return self._spill_then_create(res)
+            spills = self._start_spills(res.spill)
+            if self._spill_inflight_bytes > self._spill_ahead_bytes:
+                return self._spill_then_create(spills, res)
         shm_files.take_segment(self.store, res.reuse, msg.object_id)
         return P.CreateObjectReply(True)
 
-    async def _spill_then_create(self, res) -> P.CreateObjectReply:
-        await self._spill_all(res.spill)
+    async def _spill_then_create(self, spills: list, res) -> P.CreateObjectReply:
+        await asyncio.gather(*spills)
         shm_files.take_segment(self.store, res.reuse, res.object_id)
         return P.CreateObjectReply(True)
 
@@ -712,7 +718,7 @@ class NodeDaemon:
             self.store.accessed(oid)
             return P.RestoreObjectReply(True)
         try:
-            res = self.store.restore(oid, spill_free_bytes=self._spill_free(obj.size), is_mapped=self._is_mapped)
+            res = self.store.restore(oid, spill_free_bytes=self._spill_free(obj.size))
         except Exception as e:  # noqa: BLE001  ObjectStoreFullError
             return P.RestoreObjectReply(False, str(e))
         fut = self._restoring[oid] = asyncio.get_running_loop().create_future()
@@ -720,7 +726,9 @@ class NodeDaemon:
         try:
             self._drop_evicted(res.evict)
             shm_files.drop_pool_files(res.drop_pool)
-            await self._spill_all(res.spill)
+            spills = self._start_spills(res.spill)
+            if self._spill_inflight_bytes > self._spill_ahead_bytes:
+                await asyncio.gather(*spills)
             ok = await asyncio.to_thread(shm_files.restore, self.store, oid, res.reuse)
             self.store.restore_done(oid, ok)
         finally:
@@ -737,25 +745,38 @@ class NodeDaemon:
 
     def _spill_free(self, size: int) -> int | None:
         s = self.store
-        if s.used_bytes + s.pool_bytes + size <= s.capacity_bytes:
+        if s.fits(size):
             return None  # no spilling needed: skip the statvfs
         return shm_files.spill_free_bytes(s)
 
-    def _is_mapped(self, oid: bytes) -> bool:
-        return shm_files.is_mapped(self.store.path(oid))
+    def _on_objects_mapped(self, conn, msg: P.ObjectsMapped, rid):
+        """A client's mappings: kept per connection, so a client that exits lets go of them all."""
+        held = conn.context.setdefault("mapped", set())
+        for oid in msg.mapped:
+            if oid not in held:
+                held.add(oid)
+                self.store.mapped(oid)
+        for oid in msg.unmapped:
+            if oid in held:
+                held.discard(oid)
+                self.store.unmapped(oid)
+        return None
 
-    async def _spill_all(self, victims: list[bytes]) -> None:
-        if not victims:
-            return
+    def _start_spills(self, victims: list[bytes]) -> list[asyncio.Future]:
+        """Copy the victims to disk in the background. Whoever needed their room may go on
+        while the bytes in flight stay under `_spill_ahead_bytes` (memory runs over the
+        capacity by at most that much, briefly); past it, they wait for these copies."""
         loop = asyncio.get_running_loop()
         futs = []
         for oid in victims:
             fut = self._spilling[oid] = loop.create_future()
             futs.append(fut)
-            self._spawn(self._spill_one(oid, fut))
-        await asyncio.gather(*futs)
+            size = self.store.objects[oid].size
+            self._spill_inflight_bytes += size
+            self._spawn(self._spill_one(oid, fut, size))
+        return futs
 
-    async def _spill_one(self, oid: bytes, fut: asyncio.Future) -> None:
+    async def _spill_one(self, oid: bytes, fut: asyncio.Future, size: int) -> None:
         try:
             ok = await asyncio.to_thread(shm_files.spill, self.store, oid)
             if not self.store.spill_done(oid, ok):  # freed while it was copied
@@ -763,6 +784,7 @@ class NodeDaemon:
             elif not ok:
                 log.warning("spilling object %s failed; it stays in shared memory", oid.hex())
         finally:
+            self._spill_inflight_bytes -= size
             self._spilling.pop(oid, None)
             fut.set_result(None)
 

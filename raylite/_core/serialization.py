@@ -27,6 +27,7 @@ import struct
 import sys
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -358,11 +359,12 @@ def _writev_all(fd: int, pieces: list) -> None:
                 n = 0
 
 
-def read_file(path: str) -> tuple[int, Any]:
+def read_file(path: str, on_map: Callable[[mmap.mmap], None] | None = None) -> tuple[int, Any]:
     """Map the object read-only and unpickle it; buffers are views into the mapping.
 
     The shared lock taken here lives as long as the mapping (mmap keeps a dup of the
     descriptor): it tells the node the file is in use and must not be recycled.
+    `on_map(mapping)` lets the caller follow the mapping's life (weakref.finalize).
     """
     with open(path, "rb") as f:
         fcntl.flock(f.fileno(), fcntl.LOCK_SH)
@@ -379,6 +381,8 @@ def read_file(path: str) -> tuple[int, Any]:
     start = _HEAD.size + _BUF.size * nbuf
     meta = view[start:start + meta_len]
     bufs = [view[o:o + n] for o, n in spans]
+    if on_map is not None:
+        on_map(mm)
     return kind, pickle.loads(meta, buffers=bufs)
 
 
