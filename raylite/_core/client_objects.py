@@ -95,7 +95,7 @@ class ObjectPlane:
                 return
             entry.kind = kind
             entry.payload = payload
-            waiters, entry.waiters = entry.waiters, []
+            waiters = entry.take_waiters()
         for w in waiters:
             if isinstance(w, _Latch):
                 w.count_down()
@@ -162,7 +162,7 @@ class ObjectPlane:
             ready = 0
             for e in entries:
                 if e.kind is None:
-                    e.waiters.append(latch)
+                    e.add_waiter(latch)
                     registered.append(e)
                 else:
                     ready += 1
@@ -189,8 +189,7 @@ class ObjectPlane:
     def _drop_waiter(self, entries: list[ObjectEntry], latch: _Latch) -> None:
         with self._lock:
             for e in entries:
-                if latch in e.waiters:
-                    e.waiters.remove(latch)
+                e.remove_waiter(latch)
 
     def _materialize(self, ref: ObjectRef, entry: ObjectEntry, ahead: _RestoreAhead | None = None) -> Any:
         kind, payload = entry.kind, entry.payload
@@ -434,7 +433,7 @@ class ObjectPlane:
 
         with self._lock:
             if entry.kind is None:
-                entry.waiters.append(resolve)
+                entry.add_waiter(resolve)
                 return fut
         resolve()
         return fut
@@ -453,7 +452,7 @@ class ObjectPlane:
             fut = self.loop.create_future()
             with self._lock:
                 if entry.kind is None:
-                    entry.waiters.append(lambda e: fut.done() or self.loop.call_soon_threadsafe(_set_if_pending, fut))
+                    entry.add_waiter(lambda e: fut.done() or self.loop.call_soon_threadsafe(_set_if_pending, fut))
                 else:
                     fut.set_result(None)
             await fut

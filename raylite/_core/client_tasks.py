@@ -57,7 +57,7 @@ class TaskSubmitter:
         Returns (args payload, arg_refs, pinned object ids).
         """
         if not args and not kwargs:
-            return _NO_ARGS, [], []
+            return _NO_ARGS, _NONE, _NONE
         if all(type(a) in _PLAIN for a in args) and all(type(v) in _PLAIN for v in kwargs.values()):
             # numbers and short strings: the standard pickler is enough and much cheaper
             meta = pickle.dumps((args, kwargs), protocol=5)
@@ -89,13 +89,12 @@ class TaskSubmitter:
         return payload, arg_refs, pinned
 
     def submit_task(self, spec: TaskSpec, pinned: list, retry_exceptions: Any) -> Any:
-        return_ids = spec.return_ids()
+        return_ids = [bytes(oid) for oid in spec.return_ids()]  # plain bytes: shared by every table
         with self._lock:
             for oid in return_ids:
                 self.refs.own(oid)
                 self.entries[oid] = ObjectEntry()
         rec = TaskRecord(spec, spec.max_retries, retry_exceptions, pinned)
-        self.record_lineage(spec, [ObjectRef(spec.args[1], self.address)] if spec.args[0] == "ref" else [])
         if spec.num_returns in (STREAMING, DYNAMIC):
             self._generators[spec.task_id] = GeneratorState(dynamic=spec.num_returns == DYNAMIC)
             gen = ObjectRefGenerator(spec.task_id, self) if spec.num_returns == STREAMING else None
@@ -137,7 +136,7 @@ class TaskSubmitter:
                 still = [e for e in pending if e.kind is None]
                 latch_left[0] = len(still)
                 for e in still:
-                    e.waiters.append(one_ready)
+                    e.add_waiter(one_ready)
             if still:
                 if events is not None:
                     events.record(spec.task_id, spec.attempt, spec.job_id, "PENDING_ARGS_AVAIL", time.time(), spec)
@@ -385,6 +384,9 @@ class TaskSubmitter:
                 if len(item) > 3:
                     self._adopt_contained(item[0], item[3])
                 self._set_entry(item[0], item[1], item[2])
+            stored = [item[0] for item in reply.returns if item[1] == "s"]
+            if stored:  # before its arguments are let go: their lineage is pinned with it
+                self.record_lineage(spec, stored)
         self._task_finished(rec, reply.borrowed)
 
     def _adopt_contained(self, outer: bytes, inner: list) -> None:
@@ -603,6 +605,7 @@ def _payload_size(kind: str, entry: ObjectEntry | None) -> int:
 
 
 _NO_ARGS = ["inline", pickle.dumps(((), {}), protocol=5), []]  # shared: never mutated
+_NONE: tuple = ()  # no argument refs, nothing pinned: shared by every task without arguments
 _PLAIN = frozenset({int, float, bool, str, bytes, type(None)})
 
 

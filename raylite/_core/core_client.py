@@ -463,7 +463,7 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
             self.log_handler(msg)
 
     def new_task_id(self) -> bytes:
-        return TaskID.from_random()
+        return bytes(TaskID.from_random())  # plain bytes: a queued task keeps it (49 bytes, not 80)
 
 
 async def connect_patiently(address: str, handlers: dict, *, token: str, role: str,
