@@ -13,6 +13,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from raylite import exceptions as E
@@ -41,6 +42,34 @@ class ObjectPlane:
         if so.contained_refs:
             with self._lock:
                 self.refs.add_contained(object_id, [(r._id, r._owner) for r in so.contained_refs])
+        return ref
+
+    def promise(self, produce: Callable[[Callable[[], bool]], Awaitable[Any]]) -> ObjectRef:
+        """An ObjectRef this process owns, whose value `produce(wanted)` gives later.
+
+        `produce` is a coroutine function run on the I/O loop: no worker waits for it (a
+        thousand `pg.ready()` refs cost a thousand coroutines, not a thousand processes).
+        It may poll `wanted()`, false once every ref to the value is gone, to stop early.
+        What it raises becomes the ref's error."""
+        object_id = ObjectID.for_put()
+        with self._lock:
+            self.refs.own(object_id)
+            self.entries[object_id] = ObjectEntry()
+        ref = ObjectRef(object_id, self.address)
+
+        def wanted() -> bool:
+            return object_id in self.entries
+
+        async def run() -> None:
+            try:
+                value = await produce(wanted)
+                so = ser.serialize(value, what="a promised value")
+            except BaseException as e:  # noqa: BLE001  the ref's error
+                so = ser.serialize(e, kind=ser.KIND_ERROR)
+            kind, payload = self._store_value(object_id, so)
+            self._set_entry(object_id, kind, payload)
+
+        asyncio.run_coroutine_threadsafe(run(), self.loop)
         return ref
 
     def _store_value(self, object_id: bytes, so: ser.SerializedObject,

@@ -92,6 +92,9 @@ class NodeDaemon:
         self._servers: list[asyncio.AbstractServer] = []
         self._bg: set[asyncio.Task] = set()
         self._release_asked = 0.0
+        self._bundles: dict[str, dict[int, dict]] = {}  # placement group hex -> bundle index -> offered
+        self._report_handle: asyncio.TimerHandle | None = None
+        self._report_sent: asyncio.Future | None = None
         self.handlers = {
             P.RegisterClient: self._on_register_client,
             P.RequestLease: self._on_request_lease,
@@ -217,6 +220,7 @@ class NodeDaemon:
                                                     error="the node was declared dead"), -p.rid)
         self.pending = []
         self.leases.clear()
+        self._bundles.clear()
         self._on_free_objects(None, P.FreeObjects(list(self.store.objects)), 0)
         self.total = dict(self.base_total)
         self.available = dict(self.base_total)
@@ -612,13 +616,14 @@ class NodeDaemon:
         self._spawn(create())
 
     # ------------------------------------------------------------ placement group bundles
-    def _on_reserve_bundles(self, conn, msg: P.ReserveBundles, rid):
+    async def _on_reserve_bundles(self, conn, msg: P.ReserveBundles, rid):
         need: dict = {}
         for _i, b in msg.bundles:
             R.add(need, b)
         if not R.fits(need, self.available):
             return P.ReserveBundlesReply(False)
         hexid = msg.pg_id.hex()
+        offered_by = self._bundles.setdefault(hexid, {})  # index -> {base resource: amount}
         for i, b in msg.bundles:
             R.subtract(self.available, b)
             offered = dict(b)
@@ -627,18 +632,20 @@ class NodeDaemon:
                 for name in (S.bundle_resource_names(hexid, i, k), S.bundle_resource_names(hexid, None, k)):
                     self.total[name] = self.total.get(name, 0) + v
                     self.available[name] = self.available.get(name, 0) + v
+            offered_by[i] = offered
         self._try_grant()
-        with contextlib.suppress(Exception):
-            self.head.send(P.Heartbeat(self.node_id, self.available, [], self.total))
+        # the head must see the bundles' resources before it hears they are reserved (it may
+        # place a task in the group at once): the reply waits for the report that carries them
+        await self._report_soon()
         return P.ReserveBundlesReply(True)
 
     def _on_release_bundles(self, conn, msg: P.ReleaseBundles, rid):
         hexid = msg.pg_id.hex()
+        offered_by = self._bundles.get(hexid, {})
         for i in msg.indexes:
-            prefix_i = f"_group_{i}_{hexid}"
-            for name in [k for k in self.total if k.endswith(prefix_i)]:
-                base = name[: -len(prefix_i)]
-                amount = self.total.pop(name)
+            for base, amount in (offered_by.pop(i, None) or {}).items():
+                name = S.bundle_resource_names(hexid, i, base)
+                self.total.pop(name, None)
                 self.available.pop(name, None)
                 wild = S.bundle_resource_names(hexid, None, base)
                 self.total[wild] = self.total.get(wild, 0) - amount
@@ -648,15 +655,35 @@ class NodeDaemon:
                     self.available.pop(wild, None)
                 if base != "bundle":
                     R.add(self.available, {base: amount})
+        if not offered_by:
+            self._bundles.pop(hexid, None)
         # workers still running inside the removed bundles are stopped
         for rec in list(self.pool.workers.values()):
-            if any(hexid in k for k in rec.held):
+            if rec.held and any(hexid in k for k in rec.held):
                 self._release_held(rec, give_back=False)
                 self.pool.kill(rec, "its placement group was removed")
         self._try_grant()
-        with contextlib.suppress(Exception):  # the head places the next groups on fresh numbers
-            self.head.send(P.Heartbeat(self.node_id, self.available, [], self.total))
+        self._report_soon()  # the head places the next groups on fresh numbers
         return None
+
+    def _report_soon(self) -> asyncio.Future:
+        """Tell the head our resources a moment after they changed; resolves once it is sent.
+        One report serves a burst of changes: each carries every bundle's names, so a report
+        per change made a thousand placement groups cost the head and this node quadratic time."""
+        if self._report_handle is None:
+            loop = asyncio.get_running_loop()
+            self._report_sent = loop.create_future()
+            # the more names a report carries, the more changes it should wait to batch
+            delay_s = min(0.05, 0.002 + 5e-6 * len(self.total))
+            self._report_handle = loop.call_later(delay_s, self._report_now)
+        return self._report_sent
+
+    def _report_now(self) -> None:
+        self._report_handle = None
+        with contextlib.suppress(Exception):
+            self.head.send(P.Heartbeat(self.node_id, self.available, [], self.total))
+        if not self._report_sent.done():
+            self._report_sent.set_result(None)
 
     # ------------------------------------------------------------ objects
     def _on_object_sealed(self, conn, msg: P.ObjectSealed, rid):
