@@ -88,7 +88,7 @@ class ObjectPlane:
         if threading.current_thread() is self._thread:
             self.node.send(msg)
         else:
-            self.call_soon(self._send_node, msg)  # batched: a burst of puts wakes the loop once
+            self.loop.call_soon_threadsafe(self._send_node, msg)
         return "s", [self.node_id, self.node_public_address or self.node_address, size]
 
     def _write_to_store(self, object_id: bytes, so: ser.SerializedObject, path: str, owner: str) -> int:
