@@ -455,6 +455,17 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
     def head_request(self, msg: P.Message, timeout: float | None = None) -> Any:
         return self.run_sync(self.head.request(msg), timeout)
 
+    def head_send(self, msg: P.Message) -> None:
+        """Send without waiting for an answer (for requests the head only acknowledges). It goes
+        out before any request this process makes later: both pass through the I/O loop in order."""
+        self.call_soon(self._send_head, msg)
+
+    def _send_head(self, msg: P.Message) -> None:
+        try:
+            self.head.send(msg)
+        except Exception:  # noqa: BLE001  no head: the requests that follow say so
+            pass
+
     def node_request(self, msg: P.Message, timeout: float | None = None) -> Any:
         return self.run_sync(self.node.request(msg), timeout)
 
