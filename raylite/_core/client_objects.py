@@ -100,7 +100,9 @@ class ObjectPlane:
         if not reply.ok:
             raise E.ObjectStoreFullError(reply.error)
         try:
-            return ser.write_into(so, path)
+            size = ser.write_into(so, path)
+            self.wrote_segment()
+            return size
         except BaseException:
             self.loop.call_soon_threadsafe(self._send_node, P.FreeObjects([object_id]))
             raise

@@ -37,6 +37,7 @@ from raylite._core.client_records import (
 )
 from raylite._core.client_tasks import TaskSubmitter
 from raylite._core.config import Config
+from raylite._core.head_link import HeadLink
 from raylite._core.ids import TaskID
 from raylite._core.reference_counter import ReferenceCounter
 from raylite._core.task_events import TaskEventBuffer, describe_task
@@ -80,6 +81,8 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
         self._lock = threading.Lock()
         self._calls: collections.deque = collections.deque()  # see call_soon
         self._calls_scheduled = False
+        self._flush_armed = False  # a task-event flush is scheduled
+        self._trim_armed = False  # a writer-map trim is scheduled
         self._deleted: collections.deque = collections.deque()  # decrements queued by __del__
         self.entries: dict[bytes, ObjectEntry] = {}
         self._mappings: dict[bytes, int] = {}  # store objects this process maps now (I/O loop only)
@@ -87,7 +90,7 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
         self._mapping_flush = False
         self.refs = ReferenceCounter(self.address)
         self.node: rpc.Connection | None = None
-        self.head: rpc.Connection | None = None
+        self.head: HeadLink | None = None
         self.node_id = b""
         self.node_ip = "127.0.0.1"
         self.store_dir = ""
@@ -166,18 +169,40 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
         self.store_dir = reply.store_dir
         self.head_address = reply.head_address
         self.node_public_address = reply.node_tcp_address or self.node_address
-        self.head = await connect_patiently(reply.head_address, self.handlers, token=self.token, role=self.kind,
-                                            within_s=self.config.worker_start_timeout_s)
-        self.head.on_close.append(self._on_head_lost)
-        self.loop.call_later(2.0, self._trim_writer_maps)
+        self.head = self._head_link(reply.head_address)
+        if self.kind != "worker":
+            await self.head.connected()  # a driver registers its job and hears broadcasts at once
         if self.task_events is not None:
-            self.loop.call_later(self.config.task_events_flush_interval_s, self._flush_task_events_timer)
+            self.task_events.on_first = self._events_arrived
+            if len(self.task_events):
+                self._events_arrived()
+
+    # periodic work runs only while there is work: a thousand idle actors must not wake up
+    def _events_arrived(self) -> None:
+        """Any thread: the task event buffer was empty and has an event now."""
+        if not self._flush_armed and not self._closed:
+            self._flush_armed = True
+            with contextlib.suppress(RuntimeError):  # the loop is gone
+                self.loop.call_soon_threadsafe(self.loop.call_later, self.config.task_events_flush_interval_s,
+                                               self._flush_task_events_timer)
 
     def _flush_task_events_timer(self) -> None:
         if self._closed:
             return
         self.flush_task_events()
-        self.loop.call_later(self.config.task_events_flush_interval_s, self._flush_task_events_timer)
+        if self.task_events is not None and len(self.task_events):
+            self.loop.call_later(self.config.task_events_flush_interval_s, self._flush_task_events_timer)
+            return
+        self._flush_armed = False
+        if self.task_events is not None and len(self.task_events):  # one slipped in meanwhile
+            self._events_arrived()
+
+    def wrote_segment(self) -> None:
+        """Any thread: a put() wrote a shared-memory segment whose mapping stays cached."""
+        if not self._trim_armed and not self._closed:
+            self._trim_armed = True
+            with contextlib.suppress(RuntimeError):
+                self.loop.call_soon_threadsafe(self.loop.call_later, 2.0, self._trim_writer_maps)
 
     def flush_task_events(self) -> None:
         """Send what the buffer holds to the head in one message (on the I/O loop)."""
@@ -190,11 +215,28 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
 
     def _trim_writer_maps(self) -> None:
         """Unmap cached writer segments the node has deleted, so their memory really goes back."""
-        ser.drop_stale_writer_maps()
-        if not self._closed:
+        if ser.drop_stale_writer_maps() and not self._closed:
             self.loop.call_later(2.0, self._trim_writer_maps)
+        else:
+            self._trim_armed = False
 
-    def _on_head_lost(self, conn: rpc.Connection) -> None:
+    def _head_link(self, address: str) -> HeadLink:
+        """Drivers keep their link to the head; workers open it when they need it and let it
+        go when idle (see head_link.py)."""
+        async def open_link() -> rpc.Connection:
+            return await connect_patiently(address, self.handlers, token=self.token, role=self.kind,
+                                           within_s=self.config.worker_start_timeout_s)
+
+        idle_s = self.config.worker_head_idle_s if self.kind == "worker" else None
+        link = HeadLink(address, open_link, idle_s=idle_s, may_close=self._head_may_close)
+        link.on_close.append(self._on_head_lost)
+        return link
+
+    def _head_may_close(self) -> bool:
+        """Idle, and holding no lease or actor whose node the head might report dead."""
+        return not self._leases and not self._actors and not self._closed
+
+    def _on_head_lost(self, link: HeadLink) -> None:
         if not self._closed and self.head_address.startswith("tcp://"):
             self.loop.create_task(self._reconnect_head())
 
@@ -203,12 +245,10 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
         deadline = self.loop.time() + self.config.head_reconnect_timeout_s
         while not self._closed and self.loop.time() < deadline:
             try:
-                head = await rpc.connect(self.head_address, self.handlers, token=self.token, role=self.kind)
+                await self.head.connected()
             except Exception:  # noqa: BLE001
                 await asyncio.sleep(0.2)
                 continue
-            self.head = head
-            head.on_close.append(self._on_head_lost)
             return
         log.error("could not reconnect to the head at %s", self.head_address)
 

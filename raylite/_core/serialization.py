@@ -326,9 +326,11 @@ class _WriterMaps:
 _WRITER_MAPS = _WriterMaps()
 
 
-def drop_stale_writer_maps() -> None:
-    """Unmap cached segments whose files were deleted (called periodically by the client)."""
+def drop_stale_writer_maps() -> int:
+    """Unmap cached segments whose files were deleted (called periodically by the client);
+    returns how many stay cached."""
     _WRITER_MAPS.drop_stale()
+    return len(_WRITER_MAPS._free)
 if hasattr(os, "register_at_fork"):  # a forked worker starts with no parent's mappings
     os.register_at_fork(after_in_child=lambda: _WRITER_MAPS._free.clear())
 

@@ -39,6 +39,9 @@ class TaskEventBuffer:
         self._capacity = capacity
         self._dropped = 0
         self._lock = threading.Lock()
+        # called (in the recording thread) when an event lands in an empty buffer: the owner
+        # flushes only while there is something to flush, so idle processes never wake up
+        self.on_first: Callable[[], None] | None = None
 
     def record(self, task_id: bytes, attempt: int, job_id: bytes, state: str, time_s: float,
                extra: Any = None) -> None:
@@ -50,7 +53,10 @@ class TaskEventBuffer:
                 if len(events) >= self._capacity:
                     events.popleft()
                     self._dropped += 1
+        was_empty = not events
         events.append((task_id, attempt, job_id, state, time_s, extra))
+        if was_empty and self.on_first is not None:
+            self.on_first()
 
     def drain(self, describe: Callable[[Any], dict[str, Any]] | None = None) -> tuple[list[list[Any]], list[dict[str, Any]], int]:
         """Take everything buffered as (events, descs, dropped) for one TaskEvents message.
