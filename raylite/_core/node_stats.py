@@ -19,7 +19,7 @@ from typing import Any
 class NodeStats:
     """Samples the machine; `sample()` returns a msgpack-able dict or None when not due."""
 
-    def __init__(self, interval_s: float = 2.0, gpu_interval_s: float = 5.0, max_sampled: int = 256) -> None:
+    def __init__(self, interval_s: float = 2.0, gpu_interval_s: float = 5.0, max_sampled: int = 64) -> None:
         self.interval_s = interval_s
         self.gpu_interval_s = gpu_interval_s
         # workers read per sample: a node with thousands of actors refreshes them in turn
