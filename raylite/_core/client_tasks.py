@@ -383,7 +383,7 @@ class TaskSubmitter:
             for item in reply.returns:
                 if len(item) > 3:
                     self._adopt_contained(item[0], item[3])
-                self._set_entry(item[0], item[1], item[2])
+                self._set_entry(item[0], item[1], _compact(item[1], item[2]))
             stored = [item[0] for item in reply.returns if item[1] == "s"]
             if stored:  # before its arguments are let go: their lineage is pinned with it
                 self.record_lineage(spec, stored)
@@ -589,6 +589,14 @@ def describe_worker_exit(reply: P.WorkerExitReply) -> str:
 
 # tasks whose push-to-reply time averages below this are pipelined (see _pipeline_depth)
 PIPELINE_BELOW_S = 0.002
+
+
+def _compact(kind: str, payload: Any) -> Any:
+    """An inline value without out-of-band buffers kept as (meta, ()) rather than the two
+    lists it arrives as: a million small results are a million of these."""
+    if kind != "s" and type(payload) is list and len(payload) == 2 and not payload[1]:
+        return (payload[0], _NONE)
+    return payload
 
 
 def _payload_size(kind: str, entry: ObjectEntry | None) -> int:

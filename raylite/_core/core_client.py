@@ -112,7 +112,11 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
         self.blocked_hook = None  # worker: callable(bool) around blocking waits
         self.current_task_id = b""
         # task events (task_events.py): appended on the task path, flushed to the head ~1/s
-        self.task_events: TaskEventBuffer | None = TaskEventBuffer() if config.task_events_enabled else None
+        # The head keeps the newest task_events_max_per_job rows of a job: a flush carrying many
+        # more (a burst of a million submissions) only costs both sides memory for events the
+        # head drops, so the buffer holds about that many (the oldest go first, counted)
+        self.task_events: TaskEventBuffer | None = (
+            TaskEventBuffer(capacity=3 * config.task_events_max_per_job) if config.task_events_enabled else None)
         self.handlers = {
             P.GetObjectStatus: self._on_get_object_status,
             P.AddBorrower: self._on_add_borrower,
@@ -174,6 +178,7 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
             await self.head.connected()  # a driver registers its job and hears broadcasts at once
         if self.task_events is not None:
             self.task_events.on_first = self._events_arrived
+            self.task_events.on_batch = self._events_piled_up
             if len(self.task_events):
                 self._events_arrived()
 
@@ -185,6 +190,11 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
             with contextlib.suppress(RuntimeError):  # the loop is gone
                 self.loop.call_soon_threadsafe(self.loop.call_later, self.config.task_events_flush_interval_s,
                                                self._flush_task_events_timer)
+
+    def _events_piled_up(self) -> None:
+        """Any thread: a batch of task events is waiting; send it now, not at the next tick."""
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self.flush_task_events)
 
     def _flush_task_events_timer(self) -> None:
         if self._closed:
