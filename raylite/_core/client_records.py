@@ -57,18 +57,27 @@ class ObjectEntry:
         self.waiters: list | tuple = ()  # _Latch or callables(entry)
 
     def add_waiter(self, waiter: Any) -> None:
-        if self.waiters:
-            self.waiters.append(waiter)  # type: ignore[union-attr]
+        # one waiter (a get() of many refs registers on each) in a 1-tuple, more in a list
+        waiters = self.waiters
+        if not waiters:
+            self.waiters = (waiter,)
+        elif type(waiters) is tuple:
+            self.waiters = [*waiters, waiter]
         else:
-            self.waiters = [waiter]
+            waiters.append(waiter)
 
     def take_waiters(self) -> list | tuple:
         waiters, self.waiters = self.waiters, ()
         return waiters
 
     def remove_waiter(self, waiter: Any) -> None:
-        if waiter in self.waiters:
-            self.waiters.remove(waiter)  # type: ignore[union-attr]
+        waiters = self.waiters
+        if waiter not in waiters:
+            return
+        if type(waiters) is tuple:
+            self.waiters = tuple(w for w in waiters if w is not waiter)
+        else:
+            waiters.remove(waiter)
 
 
 @dataclass(slots=True)

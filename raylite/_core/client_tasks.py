@@ -593,10 +593,22 @@ PIPELINE_BELOW_S = 0.002
 
 def _compact(kind: str, payload: Any) -> Any:
     """An inline value without out-of-band buffers kept as (meta, ()) rather than the two
-    lists it arrives as: a million small results are a million of these."""
-    if kind != "s" and type(payload) is list and len(payload) == 2 and not payload[1]:
-        return (payload[0], _NONE)
-    return payload
+    lists it arrives as, and tiny ones (None, True, small numbers...) shared: a million small
+    results are a million of these."""
+    if kind == "s" or type(payload) is not list or len(payload) != 2 or payload[1]:
+        return payload
+    meta = payload[0]
+    if len(meta) > 48:
+        return (meta, _NONE)
+    shared = _TINY.get(meta)
+    if shared is None:
+        if len(_TINY) >= 4096:
+            _TINY.clear()
+        shared = _TINY[meta] = (meta, _NONE)
+    return shared
+
+
+_TINY: dict[bytes, tuple] = {}  # pickled tiny values -> one shared (meta, ()) payload each
 
 
 def _payload_size(kind: str, entry: ObjectEntry | None) -> int:
