@@ -21,6 +21,7 @@ from raylite._core import protocol as P
 from raylite._core import serialization as ser
 from raylite._core.client_records import ObjectEntry, _Latch
 from raylite._core.ids import ObjectID
+from raylite._core.node_sync import BlockingNodeLink
 from raylite._core.refs import ObjectRef
 from raylite._core.transport import rpc
 
@@ -96,6 +97,8 @@ class ObjectPlane:
         recycled, already-faulted segment), then write the object once, in place."""
         if threading.current_thread() is self._thread:
             return ser.write_file(so, path)  # the loop cannot wait on the node; counted when sealed
+        # through the I/O loop, like the frees this process sent before: a put() right after a
+        # del then finds the freed segment recycled, instead of overtaking its free
         reply = self.run_sync(self.node.request(P.CreateObject(object_id, ser.stored_size(so), owner)))
         if not reply.ok:
             raise E.ObjectStoreFullError(reply.error)
@@ -106,6 +109,19 @@ class ObjectPlane:
         except BaseException:
             self.loop.call_soon_threadsafe(self._send_node, P.FreeObjects([object_id]))
             raise
+
+    def _node_round_trip(self, msg: P.Message) -> Any:
+        """A user thread's request to the local node: over the blocking link (node_sync.py)
+        when the node is on a Unix socket, else through the I/O loop."""
+        link = self._node_sync
+        if link is None and self.node_address.startswith("unix://"):
+            with self._lock:
+                if self._node_sync is None:
+                    self._node_sync = BlockingNodeLink(self.node_address[len("unix://"):], self.token, self.kind)
+                link = self._node_sync
+        if link is None:
+            return self.run_sync(self.node.request(msg))
+        return link.request(msg)
 
     def _send_node(self, msg: P.Message) -> None:
         try:
@@ -256,7 +272,7 @@ class ObjectPlane:
                 reply: P.RestoreObjectReply = restoring.result()
                 restoring = None
             else:
-                reply = self.run_sync(self.node.request(P.RestoreObject(oid)))
+                reply = self._node_round_trip(P.RestoreObject(oid))
             if not reply.found:
                 break
         if reply.error.startswith("Cannot restore"):

@@ -88,6 +88,7 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
         self._mappings: dict[bytes, int] = {}  # store objects this process maps now (I/O loop only)
         self._mapping_news: dict[bytes, bool] = {}  # not yet told to the node: mapped or not
         self._mapping_flush = False
+        self._node_sync = None  # blocking link to the node for user threads' round trips (node_sync.py)
         self.refs = ReferenceCounter(self.address)
         self.node: rpc.Connection | None = None
         self.head: HeadLink | None = None
@@ -330,6 +331,8 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
             asyncio.run_coroutine_threadsafe(close(), self.loop).result(2)
         except Exception:  # noqa: BLE001
             pass
+        if self._node_sync is not None:
+            self._node_sync.close()
         self.loop.call_soon_threadsafe(self.loop.stop)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(2)

@@ -75,6 +75,7 @@ class NodeDaemon:
         for table in (self.total, self.available, self.base_total):
             table.update(store_fixed)
         self._spilling: dict[bytes, asyncio.Future] = {}  # object id -> copy to disk in flight
+        self._writers: dict[bytes, rpc.Connection] = {}  # object reserved, not sealed -> its writer
         self._spill_inflight_bytes = 0
         self._spill_ahead_bytes = min(self.store.capacity_bytes // 16, 64 << 20)
         self._restoring: dict[bytes, asyncio.Future] = {}
@@ -322,11 +323,6 @@ class NodeDaemon:
             self._free_owned_by(client[2])
         for oid in conn.context.get("mapped", ()):  # its mappings went with it
             self.store.unmapped(oid)
-        # objects it was writing and never sealed (it crashed mid-write): their room comes back
-        for oid in conn.context.get("writing", ()):
-            obj = self.store.objects.get(oid)
-            if obj is not None and obj.state == "creating":
-                self._on_free_objects(None, P.FreeObjects([oid]), 0)
         # leases held by this client: its tasks' owner is gone, stop those workers
         if conn.context.get("lessee"):
             for rec in list(self.pool.workers.values()):
@@ -688,12 +684,37 @@ class NodeDaemon:
     # ------------------------------------------------------------ objects
     def _on_object_sealed(self, conn, msg: P.ObjectSealed, rid):
         self.store.sealed(msg.object_id, msg.size, msg.owner_address, copy=msg.copy)
-        if conn is not None:
-            conn.context.get("writing", set()).discard(msg.object_id)
+        self._written(msg.object_id)
         return P.Ack() if rid else None
+
+    def _writing(self, conn: rpc.Connection, oid: bytes) -> None:
+        """`conn` reserved room for `oid` and writes it now (possibly over a client's second,
+        blocking link: node_sync.py); if the link closes before the object is sealed, its
+        room comes back."""
+        writing = conn.context.get("writing")
+        if writing is None:
+            writing = conn.context["writing"] = set()
+            conn.on_close.append(self._writer_gone)
+        writing.add(oid)
+        self._writers[oid] = conn
+
+    def _written(self, oid: bytes) -> None:
+        conn = self._writers.pop(oid, None)
+        if conn is not None:
+            conn.context["writing"].discard(oid)
+
+    def _writer_gone(self, conn: rpc.Connection) -> None:
+        """Objects it was writing and never sealed (it crashed mid-write): their room comes back."""
+        for oid in list(conn.context.get("writing", ())):
+            self._writers.pop(oid, None)
+            obj = self.store.objects.get(oid)
+            if obj is not None and obj.state == "creating":
+                self._on_free_objects(None, P.FreeObjects([oid]), 0)
 
     def _on_free_objects(self, conn, msg: P.FreeObjects, rid):
         for oid in msg.object_ids:
+            if oid in self._writers:
+                self._written(oid)
             freed = self.store.free(oid)
             if freed is None:
                 shm_files.release(self.store, _untracked(oid))  # pulled copies, old writers
@@ -717,7 +738,7 @@ class NodeDaemon:
                                      spill_free_bytes=self._spill_free(msg.size))
         except Exception as e:  # noqa: BLE001  ObjectStoreFullError
             return P.CreateObjectReply(False, str(e))
-        conn.context.setdefault("writing", set()).add(msg.object_id)
+        self._writing(conn, msg.object_id)
         self._drop_evicted(res.evict)
         shm_files.drop_pool_files(res.drop_pool)
         if res.spill:
