@@ -97,9 +97,13 @@ class ObjectPlane:
         recycled, already-faulted segment), then write the object once, in place."""
         if threading.current_thread() is self._thread:
             return ser.write_file(so, path)  # the loop cannot wait on the node; counted when sealed
-        # through the I/O loop, like the frees this process sent before: a put() right after a
-        # del then finds the freed segment recycled, instead of overtaking its free
-        reply = self.run_sync(self.node.request(P.CreateObject(object_id, ser.stored_size(so), owner)))
+        request = P.CreateObject(object_id, ser.stored_size(so), owner)
+        if self.frees_queued:
+            # through the I/O loop, behind the frees it has yet to send: a put() right after a
+            # del then finds the freed segment recycled, instead of overtaking its free
+            reply = self.run_sync(self.node.request(request))
+        else:
+            reply = self._node_round_trip(request)
         if not reply.ok:
             raise E.ObjectStoreFullError(reply.error)
         try:
@@ -131,23 +135,35 @@ class ObjectPlane:
 
     def _set_entry(self, object_id: bytes, kind: str, payload: Any) -> None:
         """Loop or user thread: an owned object became ready; wake its waiters."""
+        self._set_entries(((object_id, kind, payload),))
+
+    def _set_entries(self, items: Any) -> None:
+        """Several owned objects became ready (a task's returns): one pass under the lock,
+        then their waiters are woken."""
+        woken = []
+        unowned = []
         with self._lock:
-            entry = self.entries.get(object_id)
-            if entry is None:
-                # nobody holds a ref any more: free a stored copy at once
-                if kind == "s":
-                    self.loop.call_soon(self._send_release, [(object_id, payload)], [])
-                return
-            if entry.kind is not None:
-                return
-            entry.kind = kind
-            entry.payload = payload
-            waiters = entry.take_waiters()
-        for w in waiters:
-            if isinstance(w, _Latch):
-                w.count_down()
-            else:
-                w(entry)
+            for object_id, kind, payload in items:
+                entry = self.entries.get(object_id)
+                if entry is None:
+                    # nobody holds a ref any more: free a stored copy at once
+                    if kind == "s":
+                        unowned.append((object_id, payload))
+                    continue
+                if entry.kind is not None:
+                    continue
+                entry.kind = kind
+                entry.payload = payload
+                if entry.waiters:
+                    woken.append((entry, entry.take_waiters()))
+        if unowned:
+            self.loop.call_soon(self._send_release, unowned, [])
+        for entry, waiters in woken:
+            for w in waiters:
+                if isinstance(w, _Latch):
+                    w.count_down()
+                else:
+                    w(entry)
 
     # ================================================================ get / wait
     def _entry_for(self, ref: ObjectRef) -> ObjectEntry:

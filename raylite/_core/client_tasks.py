@@ -90,19 +90,20 @@ class TaskSubmitter:
 
     def submit_task(self, spec: TaskSpec, pinned: list, retry_exceptions: Any) -> Any:
         return_ids = [bytes(oid) for oid in spec.return_ids()]  # plain bytes: shared by every table
-        with self._lock:
+        with self._lock:  # owned and referenced in one go (a task may have 10,000 returns)
             for oid in return_ids:
                 self.refs.own(oid)
+                self.refs.add_local(oid, self.address)
                 self.entries[oid] = ObjectEntry()
         rec = TaskRecord(spec, spec.max_retries, retry_exceptions, pinned)
         if spec.num_returns in (STREAMING, DYNAMIC):
             self._generators[spec.task_id] = GeneratorState(dynamic=spec.num_returns == DYNAMIC)
             gen = ObjectRefGenerator(spec.task_id, self) if spec.num_returns == STREAMING else None
-            refs = [ObjectRef(oid, self.address) for oid in return_ids]
+            refs = [ObjectRef.counted(oid, self.address, self) for oid in return_ids]
             self._tasks[spec.task_id] = rec
             self.call_soon(self._enqueue_task, rec)
             return gen if gen is not None else refs[0]
-        refs = [ObjectRef(oid, self.address) for oid in return_ids]
+        refs = [ObjectRef.counted(oid, self.address, self) for oid in return_ids]
         self._tasks[spec.task_id] = rec
         self.call_soon(self._enqueue_task, rec)
         if spec.num_returns == 1:
@@ -383,7 +384,7 @@ class TaskSubmitter:
             for item in reply.returns:
                 if len(item) > 3:
                     self._adopt_contained(item[0], item[3])
-                self._set_entry(item[0], item[1], _compact(item[1], item[2]))
+            self._set_entries([(item[0], item[1], _compact(item[1], item[2])) for item in reply.returns])
             stored = [item[0] for item in reply.returns if item[1] == "s"]
             if stored:  # before its arguments are let go: their lineage is pinned with it
                 self.record_lineage(spec, stored)

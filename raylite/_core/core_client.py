@@ -89,6 +89,7 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
         self._mapping_news: dict[bytes, bool] = {}  # not yet told to the node: mapped or not
         self._mapping_flush = False
         self._node_sync = None  # blocking link to the node for user threads' round trips (node_sync.py)
+        self.frees_queued: collections.deque = collections.deque()  # frees handed to the loop, not yet sent
         self.refs = ReferenceCounter(self.address)
         self.node: rpc.Connection | None = None
         self.head: HeadLink | None = None
@@ -458,18 +459,22 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
                 if entry is not None and entry.kind == "s":
                     stored.append((oid, entry.payload))
         if stored or unborrow:
+            if stored:
+                self.frees_queued.append(None)  # popped once sent (see _write_to_store)
             try:
-                self.loop.call_soon_threadsafe(self._send_release, stored, unborrow)
+                self.loop.call_soon_threadsafe(self._send_release, stored, unborrow, bool(stored))
             except RuntimeError:  # loop closed
                 pass
 
-    def _send_release(self, stored: list, unborrow: list) -> None:
+    def _send_release(self, stored: list, unborrow: list, counted: bool = False) -> None:
         local = [oid for oid, loc in stored if loc[0] == self.node_id or self._cached_here(oid)]
         if local:
             try:
                 self.node.send(P.FreeObjects(local))
             except Exception:  # noqa: BLE001
                 pass
+        if counted:  # after the connection's pending frames are written (its flush runs first)
+            self.loop.call_soon(self.frees_queued.popleft)
         for oid, loc in stored:
             if loc[0] != self.node_id:
                 self.loop.create_task(self._send_to(loc[1], P.FreeObjects([oid])))

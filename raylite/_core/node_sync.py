@@ -1,15 +1,18 @@
 """A blocking link from a client's own threads to its node, for the object plane's round trips.
 
-`get()` asks the node to restore each spilled object it reads. Through the client's I/O loop
-such a request wakes the loop thread, which sends it, wakes again for the reply and wakes the
-caller: two thread handoffs and two GIL hand-overs per object (~0.4 ms here, against ~0.05 ms
-over this link, where the calling thread sends the frame and reads the reply itself).
+`put()` asks the node for room before writing each object, and `get()` asks it to restore a
+spilled one. Through the client's I/O loop such a request wakes the loop thread, which sends
+it, wakes again for the reply and wakes the caller: two thread handoffs and two GIL hand-overs
+per object (~0.4 ms here, against ~0.05 ms over this link, where the calling thread sends the
+frame and reads the reply itself).
 
 Only requests whose order against the loop's messages does not matter travel here:
-RestoreObject is a question about an object already sealed. (CreateObject does not: a put()
-right after a del must reach the node after that del's FreeObjects, or it misses the freed
-segment it would have reused.) Frames are the rpc layer's (length-prefixed msgpack) and the
-link starts with the same token handshake as any other connection to the node.
+RestoreObject is a question about an object already sealed; CreateObject precedes every other
+message about its object (the writer seals it over the loop's connection after the reply), and
+takes this link only while no free this process queued is still unsent (a put() right after a
+del must reach the node after that del's FreeObjects, or it misses the freed segment it would
+have reused). Frames are the rpc layer's (length-prefixed msgpack) and the link starts with the
+same token handshake as any other connection to the node.
 """
 
 from __future__ import annotations
