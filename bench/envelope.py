@@ -235,8 +235,11 @@ def run_case(framework: str, name: str) -> None:
     start = time.perf_counter()
     fw.init(**kwargs)
     emit({"case": name, "framework": framework, "phase": "init_s", "value": time.perf_counter() - start})
-    # one task first, on both sides: the case measures itself, not a worker's first start
-    fw.get(fw.remote(_warm_up).remote())
+    # a few tasks first, and a second to settle, on both sides: the case measures itself,
+    # not the workers' first start or the daemons' start-up work still running
+    warm = fw.remote(_warm_up)
+    fw.get([warm.remote() for _ in range(4)])
+    time.sleep(1.0)
     last = [time.perf_counter()]
     t0 = last[0]
 
