@@ -20,9 +20,9 @@ and records:
   killer);
 - the load average when the case started.
 
-Cases are functions `case_<name>(fw, emit_phase)` below, registered in CASES with a time limit.
-The multi-node case (`spread_100k`: 100,000 SPREAD tasks over N nodes) is a hook for the
-head-at-scale benchmark: it reports `skipped` here unless a runner is given with --spread-runner.
+Cases are functions `case_<name>(fw, phase)` below, registered in CASES with a time limit.
+The multi-node case (`spread_100k`: 100,000 SPREAD tasks over N nodes) is a hook kept for the
+head-at-scale benchmark, which fills it in; until then it reports `skipped`.
 
 Results: JSON lines on stdout (one per phase and one per finished run), and a Markdown table on
 stderr at the end (also written to --table FILE): the table in docs/scale.md comes from it.
@@ -178,7 +178,7 @@ def case_pgs_1k(fw, phase: Callable[..., None]) -> None:
 
 def case_spread_100k(fw, phase: Callable[..., None]) -> None:
     """100,000 SPREAD tasks over N nodes: multi-node, run by the head-at-scale benchmark."""
-    raise Skip("a multi-node case: pass --spread-runner (the head-at-scale benchmark provides it)")
+    raise Skip("a multi-node case: the head-at-scale benchmark fills it in (it needs N nodes)")
 
 
 def _warm_up() -> int:
