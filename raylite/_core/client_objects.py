@@ -528,30 +528,41 @@ class _RestoreAhead:
     ahead of the one being read, so their copies back into memory overlap with the reading
     instead of each costing a round trip in turn."""
 
-    WINDOW = 8
+    WINDOW = 8  # objects
+    BUDGET_BYTES = 64 << 20  # restored ahead and not read yet: big objects must not evict each other
 
     def __init__(self, client: ObjectPlane, refs: list[ObjectRef], entries: list[ObjectEntry]) -> None:
         self._client = client
         self._refs = refs
         self._entries = entries
         self._next = 0
-        self._pending: dict[bytes, concurrent.futures.Future] = {}
+        self._pending: dict[bytes, tuple[concurrent.futures.Future, int]] = {}
+        self._ahead_bytes = 0
 
     def advance(self, i: int) -> None:
         client = self._client
         while self._next < len(self._entries) and self._next <= i + self.WINDOW:
             entry = self._entries[self._next]
+            if entry.kind == "s" and entry.payload[0] == client.node_id and self._pending and \
+                    self._ahead_bytes + int(entry.payload[2]) > self.BUDGET_BYTES:
+                return  # enough on its way: go on once the reader takes some
             oid = self._refs[self._next]._id
             self._next += 1
             if entry.kind != "s" or entry.payload[0] != client.node_id or oid in self._pending:
                 continue
             if os.path.exists(os.path.join(client.store_dir, oid.hex())):
                 continue
-            self._pending[oid] = asyncio.run_coroutine_threadsafe(
-                client.node.request(P.RestoreObject(oid)), client.loop)
+            size = int(entry.payload[2])
+            self._ahead_bytes += size
+            self._pending[oid] = (asyncio.run_coroutine_threadsafe(
+                client.node.request(P.RestoreObject(oid)), client.loop), size)
 
     def take(self, oid: bytes) -> concurrent.futures.Future | None:
-        return self._pending.pop(oid, None)
+        pending = self._pending.pop(oid, None)
+        if pending is None:
+            return None
+        self._ahead_bytes -= pending[1]
+        return pending[0]
 
 
 def _set_if_pending(fut: asyncio.Future) -> None:
