@@ -39,28 +39,35 @@ class PlacementGroup:
             info = self._info(True, max(0.0, min(left, 5.0)))
             if info.state == "CREATED":
                 return True
-            if info.state == "INFEASIBLE":
-                raise E.PlacementGroupSchedulingError(
-                    f"Placement group {self.id.hex()} cannot be created: {info.error}. Ask for fewer "
-                    "resources per bundle, fewer bundles, or add nodes.")
-            if info.state == "REMOVED":
-                raise E.PlacementGroupSchedulingError(f"Placement group {self.id.hex()} was removed.")
+            self._raise_if_never(info)
             if left <= 0:
                 return False
 
     def ready(self) -> Any:
-        """An ObjectRef that resolves to this group once it is created."""
+        """An ObjectRef that resolves to this group once it is created (or raises if it never
+        can be). Resolved by this process's I/O loop from the head's answers: no worker
+        blocks on it, however many groups are waited for."""
         from raylite import api
 
-        pg = self
+        client = api.ensure_initialized()
+        return client.promise(lambda wanted: self._until_created(client, wanted))
 
-        @_remote_once
-        def _ready() -> Any:
-            pg.wait(10**9)
-            return pg
+    async def _until_created(self, client: Any, wanted: Any) -> PlacementGroup:
+        while True:
+            info = await client.head.request(P.GetPlacementGroup(bytes(self.id), True, 5.0))
+            self._raise_if_never(info)
+            if info.state == "CREATED":
+                return self
+            if not wanted():
+                return self  # nobody holds the ref any more: stop asking
 
-        api.ensure_initialized()
-        return _ready.options(num_cpus=0, max_retries=0).remote()
+    def _raise_if_never(self, info: P.PlacementGroupInfo) -> None:
+        if info.state == "INFEASIBLE":
+            raise E.PlacementGroupSchedulingError(
+                f"Placement group {self.id.hex()} cannot be created: {info.error}. Ask for fewer "
+                "resources per bundle, fewer bundles, or add nodes.")
+        if info.state == "REMOVED":
+            raise E.PlacementGroupSchedulingError(f"Placement group {self.id.hex()} was removed.")
 
     def __reduce__(self):
         return (PlacementGroup, (bytes(self.id), self.bundle_specs, self.strategy))
@@ -73,12 +80,6 @@ class PlacementGroup:
 
     def __repr__(self) -> str:
         return f"PlacementGroup({self.id.hex()}, {self.bundle_specs}, {self.strategy})"
-
-
-def _remote_once(fn):
-    from raylite.remote_function import RemoteFunction
-
-    return RemoteFunction(fn, {})
 
 
 def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", name: str = "",
@@ -100,15 +101,21 @@ def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", nam
         raise ValueError("lifetime must be None or 'detached'.")
     client = api.ensure_initialized()
     pg_id = PlacementGroupID.from_random()
-    client.head_request(P.CreatePlacementGroup(
-        pg_id, [R.to_fixed(b) for b in bundles], strategy, name, client.namespace, lifetime == "detached"))
+    msg = P.CreatePlacementGroup(pg_id, [R.to_fixed(b) for b in bundles], strategy, name, client.namespace,
+                                 lifetime == "detached")
+    if name:
+        client.head_request(msg)  # other processes may look it up by name at once
+    else:
+        # the head only acknowledges it, and it reaches the head before anything this process
+        # asks about the group: no round trip per group (a thousand take milliseconds)
+        client.head_send(msg)
     return PlacementGroup(pg_id, bundles, strategy)
 
 
 def remove_placement_group(placement_group: PlacementGroup) -> None:
     from raylite import api
 
-    api.ensure_initialized().head_request(P.RemovePlacementGroup(bytes(placement_group.id)))
+    api.ensure_initialized().head_send(P.RemovePlacementGroup(bytes(placement_group.id)))
 
 
 def get_placement_group(placement_group_name: str) -> PlacementGroup:

@@ -133,9 +133,15 @@ def _check_installed(key: str, spec: Any) -> None:
     pip_env.requirements(spec)
 
 
+# shared by every task that has none of these (a queued task should cost little): never mutated
+_NO_RUNTIME_ENV: dict = {}
+_NOTHING: dict = {}
+_NO_GPUS: tuple = ()
+
+
 def merge_runtime_env(job_env: dict | None, task_env: dict | None) -> dict:
     if not job_env and not task_env:
-        return {}
+        return _NO_RUNTIME_ENV
     merged = dict(job_env or {})
     for k, v in (task_env or {}).items():
         if k == "env_vars":
@@ -177,6 +183,8 @@ class ExportedCode:
         # bookkeeping names this process's client, which neither pickles nor applies there.
         state = dict(self.__dict__)
         state["_exported_by"] = None
+        if "_placement" in state:
+            state["_placement"] = None
         return state
 
     def _export(self, client: Any) -> FunctionDescriptor:
@@ -197,6 +205,7 @@ class RemoteFunction(ExportedCode):
     def __init__(self, function: Any, options: dict[str, Any]) -> None:
         self._function = function
         self._options = O.validate(dict(options), O.TASK_OPTIONS, f"remote function {function.__qualname__}")
+        self._placement: tuple | None = None  # (options, resources, strategy) of the last call
         ExportedCode.__init__(self, function)
         try:
             self._signature = inspect.signature(function)
@@ -242,8 +251,13 @@ class RemoteFunction(ExportedCode):
             wire_returns = DYNAMIC
         else:
             wire_returns = int(num_returns)
-        resources = O.resource_request(opts, default_cpus=1)
-        strategy, resources = strategy_to_wire(opts.get("scheduling_strategy"), resources)
+        placement = self._placement  # the same options give the same request: build it once
+        if placement is not None and placement[0] is opts:
+            resources, strategy = placement[1], placement[2]
+        else:
+            resources = O.resource_request(opts, default_cpus=1)
+            strategy, resources = strategy_to_wire(opts.get("scheduling_strategy"), resources)
+            self._placement = (opts, resources, strategy)
         runtime_env = merge_runtime_env(api.job_runtime_env(), opts.get("runtime_env"))
         payload, arg_refs, pinned = client.pack_args(args, kwargs, descriptor.qualname)
         retry_exc = opts.get("retry_exceptions", False) or False
@@ -254,7 +268,8 @@ class RemoteFunction(ExportedCode):
             owner_worker_id=client.worker_id, resources=resources, name=opts.get("name") or "",
             max_retries=3 if max_retries is None else max_retries,
             retry_exceptions=bool(retry_exc), runtime_env=runtime_env, strategy=strategy,
-            namespace=client.namespace, parent_task_id=api.current_task_id())
+            namespace=client.namespace, parent_task_id=api.current_task_id(),
+            method_meta=_NOTHING, concurrency_groups=_NOTHING, gpu_ids=_NO_GPUS)
         return client.submit_task(spec, pinned, retry_exc)
 
 

@@ -19,6 +19,7 @@ from raylite import exceptions as E
 from raylite._core import serialization as ser
 from raylite._core.client_records import ObjectEntry, TaskRecord
 from raylite._core.ids import ObjectID
+from raylite._core.refs import ObjectRef
 from raylite._core.task_spec import KIND_TASK, TaskSpec
 
 _PUT_INDEX = 0xFFFFFFFF
@@ -27,20 +28,25 @@ _PUT_INDEX = 0xFFFFFFFF
 class LineageRebuilder:
     """Keeps task lineage of returned objects and re-runs tasks to rebuild lost ones."""
 
-    def record_lineage(self, spec: TaskSpec, keep: list) -> None:
-        """At submission: remember how this task's returns are made (normal tasks only).
-
-        `keep`: ObjectRefs the re-run needs alive (the task's packed arguments, when they are
-        too big to travel inline), held as long as the lineage."""
-        if spec.kind != KIND_TASK or spec.num_returns < 1:
+    def record_lineage(self, spec: TaskSpec, stored_ids: list[bytes]) -> None:
+        """When a task finished: remember how its returns that live in a node's store are made
+        (normal tasks only), so they can be made again if that node dies. Values returned
+        inline live here and cannot be lost, and a task still queued has nothing to lose:
+        neither costs a record (a million queued tasks would be a million records)."""
+        if spec.kind != KIND_TASK or spec.num_returns < 1 or not stored_ids:
             return  # actor tasks and generators are not rebuilt
-        return_ids = spec.return_ids()
         with self._lock:
+            stored_ids = [oid for oid in stored_ids if self.refs.lineage_of(oid) is None]  # not a re-run's
+            if not stored_ids:
+                return
             if spec.max_retries == 0:  # a marker, so a loss can say why nothing is re-run
-                self.refs.record_lineage(return_ids, spec.display_name(), [])
+                self.refs.record_lineage(stored_ids, spec.display_name(), ())
                 return
             args = [r[1] for r in spec.arg_refs if self.refs.is_owned(r[1])]
-            self.refs.record_lineage(return_ids, (spec, keep), args)
+        # the task's packed arguments (when too big to travel inline) stay alive with it
+        keep = [ObjectRef(spec.args[1], self.address)] if spec.args[0] == "ref" else None
+        with self._lock:
+            self.refs.record_lineage(stored_ids, (spec, keep) if keep else spec, args)
 
     def _rebuild(self, object_id: bytes, location: Any, lost: E.ObjectLostError) -> ObjectEntry:
         """User thread, after reading `object_id` at `location` failed with `lost`: re-run its
@@ -102,7 +108,7 @@ class LineageRebuilder:
             raise E.ObjectLostError(hexid, f"{why}. Its task {lin.spec} ran with max_retries=0, so it is "
                                     "not re-run to rebuild it; give the task max_retries > 0 (the default "
                                     "is 3) to have lost results rebuilt.")
-        spec, _keep = lin.spec
+        spec = lin.spec[0] if isinstance(lin.spec, tuple) else lin.spec
         if 0 <= spec.max_retries <= lin.reruns:
             raise E.ObjectReconstructionFailedMaxAttemptsExceededError(
                 hexid, f"{why}. Its task {spec.display_name()} was already re-run {lin.reruns} time(s) to "

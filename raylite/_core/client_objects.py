@@ -8,9 +8,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import os
 import threading
 import time
+import weakref
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from raylite import exceptions as E
@@ -18,6 +21,7 @@ from raylite._core import protocol as P
 from raylite._core import serialization as ser
 from raylite._core.client_records import ObjectEntry, _Latch
 from raylite._core.ids import ObjectID
+from raylite._core.node_sync import BlockingNodeLink
 from raylite._core.refs import ObjectRef
 from raylite._core.transport import rpc
 
@@ -39,6 +43,34 @@ class ObjectPlane:
         if so.contained_refs:
             with self._lock:
                 self.refs.add_contained(object_id, [(r._id, r._owner) for r in so.contained_refs])
+        return ref
+
+    def promise(self, produce: Callable[[Callable[[], bool]], Awaitable[Any]]) -> ObjectRef:
+        """An ObjectRef this process owns, whose value `produce(wanted)` gives later.
+
+        `produce` is a coroutine function run on the I/O loop: no worker waits for it (a
+        thousand `pg.ready()` refs cost a thousand coroutines, not a thousand processes).
+        It may poll `wanted()`, false once every ref to the value is gone, to stop early.
+        What it raises becomes the ref's error."""
+        object_id = ObjectID.for_put()
+        with self._lock:
+            self.refs.own(object_id)
+            self.entries[object_id] = ObjectEntry()
+        ref = ObjectRef(object_id, self.address)
+
+        def wanted() -> bool:
+            return object_id in self.entries
+
+        async def run() -> None:
+            try:
+                value = await produce(wanted)
+                so = ser.serialize(value, what="a promised value")
+            except BaseException as e:  # noqa: BLE001  the ref's error
+                so = ser.serialize(e, kind=ser.KIND_ERROR)
+            kind, payload = self._store_value(object_id, so)
+            self._set_entry(object_id, kind, payload)
+
+        asyncio.run_coroutine_threadsafe(run(), self.loop)
         return ref
 
     def _store_value(self, object_id: bytes, so: ser.SerializedObject,
@@ -65,14 +97,35 @@ class ObjectPlane:
         recycled, already-faulted segment), then write the object once, in place."""
         if threading.current_thread() is self._thread:
             return ser.write_file(so, path)  # the loop cannot wait on the node; counted when sealed
-        reply = self.run_sync(self.node.request(P.CreateObject(object_id, ser.stored_size(so), owner)))
+        request = P.CreateObject(object_id, ser.stored_size(so), owner)
+        if self.frees_queued:
+            # through the I/O loop, behind the frees it has yet to send: a put() right after a
+            # del then finds the freed segment recycled, instead of overtaking its free
+            reply = self.run_sync(self.node.request(request))
+        else:
+            reply = self._node_round_trip(request)
         if not reply.ok:
             raise E.ObjectStoreFullError(reply.error)
         try:
-            return ser.write_into(so, path)
+            size = ser.write_into(so, path)
+            self.wrote_segment()
+            return size
         except BaseException:
             self.loop.call_soon_threadsafe(self._send_node, P.FreeObjects([object_id]))
             raise
+
+    def _node_round_trip(self, msg: P.Message) -> Any:
+        """A user thread's request to the local node: over the blocking link (node_sync.py)
+        when the node is on a Unix socket, else through the I/O loop."""
+        link = self._node_sync
+        if link is None and self.node_address.startswith("unix://"):
+            with self._lock:
+                if self._node_sync is None:
+                    self._node_sync = BlockingNodeLink(self.node_address[len("unix://"):], self.token, self.kind)
+                link = self._node_sync
+        if link is None:
+            return self.run_sync(self.node.request(msg))
+        return link.request(msg)
 
     def _send_node(self, msg: P.Message) -> None:
         try:
@@ -82,23 +135,35 @@ class ObjectPlane:
 
     def _set_entry(self, object_id: bytes, kind: str, payload: Any) -> None:
         """Loop or user thread: an owned object became ready; wake its waiters."""
+        self._set_entries(((object_id, kind, payload),))
+
+    def _set_entries(self, items: Any) -> None:
+        """Several owned objects became ready (a task's returns): one pass under the lock,
+        then their waiters are woken."""
+        woken = []
+        unowned = []
         with self._lock:
-            entry = self.entries.get(object_id)
-            if entry is None:
-                # nobody holds a ref any more: free a stored copy at once
-                if kind == "s":
-                    self.loop.call_soon(self._send_release, [(object_id, payload)], [])
-                return
-            if entry.kind is not None:
-                return
-            entry.kind = kind
-            entry.payload = payload
-            waiters, entry.waiters = entry.waiters, []
-        for w in waiters:
-            if isinstance(w, _Latch):
-                w.count_down()
-            else:
-                w(entry)
+            for object_id, kind, payload in items:
+                entry = self.entries.get(object_id)
+                if entry is None:
+                    # nobody holds a ref any more: free a stored copy at once
+                    if kind == "s":
+                        unowned.append((object_id, payload))
+                    continue
+                if entry.kind is not None:
+                    continue
+                entry.kind = kind
+                entry.payload = payload
+                if entry.waiters:
+                    woken.append((entry, entry.take_waiters()))
+        if unowned:
+            self.loop.call_soon(self._send_release, unowned, [])
+        for entry, waiters in woken:
+            for w in waiters:
+                if isinstance(w, _Latch):
+                    w.count_down()
+                else:
+                    w(entry)
 
     # ================================================================ get / wait
     def _entry_for(self, ref: ObjectRef) -> ObjectEntry:
@@ -144,7 +209,14 @@ class ObjectPlane:
         pending = [e for e in entries if e.kind is None]
         if pending:
             self._wait_entries(pending, len(pending), timeout, refs)
-        return [self._materialize(r, e) for r, e in zip(refs, entries)]
+        if len(refs) == 1:
+            return [self._materialize(refs[0], entries[0])]
+        ahead = _RestoreAhead(self, refs, entries)
+        out = []
+        for i, (r, e) in enumerate(zip(refs, entries)):
+            ahead.advance(i)
+            out.append(self._materialize(r, e, ahead))
+        return out
 
     def _wait_entries(self, entries: list[ObjectEntry], need: int, timeout: float | None, refs) -> None:
         latch = _Latch(need)
@@ -153,7 +225,7 @@ class ObjectPlane:
             ready = 0
             for e in entries:
                 if e.kind is None:
-                    e.waiters.append(latch)
+                    e.add_waiter(latch)
                     registered.append(e)
                 else:
                     ready += 1
@@ -180,16 +252,15 @@ class ObjectPlane:
     def _drop_waiter(self, entries: list[ObjectEntry], latch: _Latch) -> None:
         with self._lock:
             for e in entries:
-                if latch in e.waiters:
-                    e.waiters.remove(latch)
+                e.remove_waiter(latch)
 
-    def _materialize(self, ref: ObjectRef, entry: ObjectEntry) -> Any:
+    def _materialize(self, ref: ObjectRef, entry: ObjectEntry, ahead: _RestoreAhead | None = None) -> Any:
         kind, payload = entry.kind, entry.payload
         if kind == "v":
             return ser.from_inline(payload)
         if kind == "s":
             try:
-                value_kind, value = self._read_stored(ref._id, payload)
+                value_kind, value = self._read_stored(ref._id, payload, ahead)
             except E.ObjectLostError as lost:  # its node died: re-run the task that made it
                 return self._materialize(ref, self._rebuild(ref._id, payload, lost))
             if value_kind == ser.KIND_ERROR:
@@ -200,26 +271,65 @@ class ObjectPlane:
             raise err
         raise E.RaySystemError(f"object {ref.hex()} has no value (kind={kind})")
 
-    def _read_stored(self, oid: bytes, location: list) -> tuple[int, Any]:
+    def _read_stored(self, oid: bytes, location: list, ahead: _RestoreAhead | None = None) -> tuple[int, Any]:
         node_id = location[0]
         path = os.path.join(self.store_dir, oid.hex())
         if node_id != self.node_id and not os.path.exists(path):
             self.run_sync(self._pull_object(oid, location))
-        try:
-            return ser.read_file(path)
-        except FileNotFoundError:
-            pass
-        # spilled to disk? the node brings it back into shared memory
-        reply: P.RestoreObjectReply = self.run_sync(self.node.request(P.RestoreObject(oid)))
-        if reply.found:
+        follow = functools.partial(self._follow_mapping, oid)
+        restoring = ahead.take(oid) if ahead is not None else None
+        for _attempt in range(3):  # restored, then spilled again before we mapped it: once more
             try:
-                return ser.read_file(path)
+                return ser.read_file(path, follow)
             except FileNotFoundError:
                 pass
+            # spilled to disk? the node brings it back into shared memory
+            if restoring is not None:
+                reply: P.RestoreObjectReply = restoring.result()
+                restoring = None
+            else:
+                reply = self._node_round_trip(P.RestoreObject(oid))
+            if not reply.found:
+                break
         if reply.error.startswith("Cannot restore"):
             raise E.ObjectStoreFullError(reply.error)
         raise E.ObjectLostError(oid.hex(), "its shared-memory file is gone (it was freed, or its "
                                 f"node's store was cleared){': ' + reply.error if reply.error else ''}")
+
+    # the node spills objects no one maps first: tell it which ones this process maps
+    def _follow_mapping(self, oid: bytes, mapping: Any) -> None:
+        """Any thread: `mapping` of a store object was made; count it until it is dropped."""
+        done = weakref.finalize(mapping, self._mapping_changed_soon, oid, -1)
+        done.atexit = False
+        self._mapping_changed_soon(oid, 1)
+
+    def _mapping_changed_soon(self, oid: bytes, delta: int) -> None:
+        """Any thread, even inside a garbage collection: no lock, one queued call."""
+        if not self._closed:
+            with contextlib.suppress(RuntimeError):  # the loop is gone (interpreter exit)
+                self.call_soon(self._mapping_changed, oid, delta)
+
+    def _mapping_changed(self, oid: bytes, delta: int) -> None:
+        """I/O loop: only the first mapping and the last unmapping are news to the node."""
+        count = self._mappings.get(oid, 0) + delta
+        if count > 0:
+            self._mappings[oid] = count
+            if count == 1 and delta > 0:
+                self._mapping_news[oid] = True
+        else:
+            self._mappings.pop(oid, None)
+            self._mapping_news[oid] = False
+        if not self._mapping_flush:
+            self._mapping_flush = True
+            self.loop.call_soon(self._send_mapping_news)
+
+    def _send_mapping_news(self) -> None:
+        self._mapping_flush = False
+        news, self._mapping_news = self._mapping_news, {}
+        mapped = [oid for oid, on in news.items() if on]
+        unmapped = [oid for oid, on in news.items() if not on]
+        if mapped or unmapped:
+            self._send_node(P.ObjectsMapped(mapped, unmapped))
 
     async def _pull_object(self, oid: bytes, location: list) -> None:
         """Copy an object from another node's store into ours (cached there for others)."""
@@ -386,7 +496,7 @@ class ObjectPlane:
 
         with self._lock:
             if entry.kind is None:
-                entry.waiters.append(resolve)
+                entry.add_waiter(resolve)
                 return fut
         resolve()
         return fut
@@ -405,12 +515,54 @@ class ObjectPlane:
             fut = self.loop.create_future()
             with self._lock:
                 if entry.kind is None:
-                    entry.waiters.append(lambda e: fut.done() or self.loop.call_soon_threadsafe(_set_if_pending, fut))
+                    entry.add_waiter(lambda e: fut.done() or self.loop.call_soon_threadsafe(_set_if_pending, fut))
                 else:
                     fut.set_result(None)
             await fut
         kind = {"v": "inline", "e": "error", "s": "store"}.get(entry.kind, "lost")
         return P.GetObjectStatusReply(oid, kind, entry.payload)
+
+
+class _RestoreAhead:
+    """One get() of many stored objects: ask the node to restore spilled ones a few places
+    ahead of the one being read, so their copies back into memory overlap with the reading
+    instead of each costing a round trip in turn."""
+
+    WINDOW = 8  # objects
+    BUDGET_BYTES = 64 << 20  # restored ahead and not read yet: big objects must not evict each other
+
+    def __init__(self, client: ObjectPlane, refs: list[ObjectRef], entries: list[ObjectEntry]) -> None:
+        self._client = client
+        self._refs = refs
+        self._entries = entries
+        self._next = 0
+        self._pending: dict[bytes, tuple[concurrent.futures.Future, int]] = {}
+        self._ahead_bytes = 0
+
+    def advance(self, i: int) -> None:
+        client = self._client
+        while self._next < len(self._entries) and self._next <= i + self.WINDOW:
+            entry = self._entries[self._next]
+            if entry.kind == "s" and entry.payload[0] == client.node_id and self._pending and \
+                    self._ahead_bytes + int(entry.payload[2]) > self.BUDGET_BYTES:
+                return  # enough on its way: go on once the reader takes some
+            oid = self._refs[self._next]._id
+            self._next += 1
+            if entry.kind != "s" or entry.payload[0] != client.node_id or oid in self._pending:
+                continue
+            if os.path.exists(os.path.join(client.store_dir, oid.hex())):
+                continue
+            size = int(entry.payload[2])
+            self._ahead_bytes += size
+            self._pending[oid] = (asyncio.run_coroutine_threadsafe(
+                client.node.request(P.RestoreObject(oid)), client.loop), size)
+
+    def take(self, oid: bytes) -> concurrent.futures.Future | None:
+        pending = self._pending.pop(oid, None)
+        if pending is None:
+            return None
+        self._ahead_bytes -= pending[1]
+        return pending[0]
 
 
 def _set_if_pending(fut: asyncio.Future) -> None:

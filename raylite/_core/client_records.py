@@ -43,14 +43,44 @@ class _Latch:
                 return False
 
 
-@dataclass
 class ObjectEntry:
-    kind: str | None = None  # None (pending) | "v" | "e" | "s"
-    payload: Any = None
-    waiters: list = field(default_factory=list)  # _Latch or callables(entry)
+    """An object this process owns or has fetched: pending (kind None) or its value's form.
+
+    One exists per pending task return, so it is kept small: slots, and no waiter list
+    until someone waits (a million queued tasks are a million of these)."""
+
+    __slots__ = ("kind", "payload", "waiters")
+
+    def __init__(self, kind: str | None = None, payload: Any = None) -> None:
+        self.kind = kind  # None (pending) | "v" | "e" | "s"
+        self.payload = payload
+        self.waiters: list | tuple = ()  # _Latch or callables(entry)
+
+    def add_waiter(self, waiter: Any) -> None:
+        # one waiter (a get() of many refs registers on each) in a 1-tuple, more in a list
+        waiters = self.waiters
+        if not waiters:
+            self.waiters = (waiter,)
+        elif type(waiters) is tuple:
+            self.waiters = [*waiters, waiter]
+        else:
+            waiters.append(waiter)
+
+    def take_waiters(self) -> list | tuple:
+        waiters, self.waiters = self.waiters, ()
+        return waiters
+
+    def remove_waiter(self, waiter: Any) -> None:
+        waiters = self.waiters
+        if waiter not in waiters:
+            return
+        if type(waiters) is tuple:
+            self.waiters = tuple(w for w in waiters if w is not waiter)
+        else:
+            waiters.remove(waiter)
 
 
-@dataclass
+@dataclass(slots=True)
 class TaskRecord:
     spec: TaskSpec
     retries_left: int

@@ -57,7 +57,7 @@ class TaskSubmitter:
         Returns (args payload, arg_refs, pinned object ids).
         """
         if not args and not kwargs:
-            return _NO_ARGS, [], []
+            return _NO_ARGS, _NONE, _NONE
         if all(type(a) in _PLAIN for a in args) and all(type(v) in _PLAIN for v in kwargs.values()):
             # numbers and short strings: the standard pickler is enough and much cheaper
             meta = pickle.dumps((args, kwargs), protocol=5)
@@ -89,21 +89,21 @@ class TaskSubmitter:
         return payload, arg_refs, pinned
 
     def submit_task(self, spec: TaskSpec, pinned: list, retry_exceptions: Any) -> Any:
-        return_ids = spec.return_ids()
-        with self._lock:
+        return_ids = [bytes(oid) for oid in spec.return_ids()]  # plain bytes: shared by every table
+        with self._lock:  # owned and referenced in one go (a task may have 10,000 returns)
             for oid in return_ids:
                 self.refs.own(oid)
+                self.refs.add_local(oid, self.address)
                 self.entries[oid] = ObjectEntry()
         rec = TaskRecord(spec, spec.max_retries, retry_exceptions, pinned)
-        self.record_lineage(spec, [ObjectRef(spec.args[1], self.address)] if spec.args[0] == "ref" else [])
         if spec.num_returns in (STREAMING, DYNAMIC):
             self._generators[spec.task_id] = GeneratorState(dynamic=spec.num_returns == DYNAMIC)
             gen = ObjectRefGenerator(spec.task_id, self) if spec.num_returns == STREAMING else None
-            refs = [ObjectRef(oid, self.address) for oid in return_ids]
+            refs = [ObjectRef.counted(oid, self.address, self) for oid in return_ids]
             self._tasks[spec.task_id] = rec
             self.call_soon(self._enqueue_task, rec)
             return gen if gen is not None else refs[0]
-        refs = [ObjectRef(oid, self.address) for oid in return_ids]
+        refs = [ObjectRef.counted(oid, self.address, self) for oid in return_ids]
         self._tasks[spec.task_id] = rec
         self.call_soon(self._enqueue_task, rec)
         if spec.num_returns == 1:
@@ -137,7 +137,7 @@ class TaskSubmitter:
                 still = [e for e in pending if e.kind is None]
                 latch_left[0] = len(still)
                 for e in still:
-                    e.waiters.append(one_ready)
+                    e.add_waiter(one_ready)
             if still:
                 if events is not None:
                     events.record(spec.task_id, spec.attempt, spec.job_id, "PENDING_ARGS_AVAIL", time.time(), spec)
@@ -390,7 +390,10 @@ class TaskSubmitter:
             for item in reply.returns:
                 if len(item) > 3:
                     self._adopt_contained(item[0], item[3])
-                self._set_entry(item[0], item[1], item[2])
+            self._set_entries([(item[0], item[1], _compact(item[1], item[2])) for item in reply.returns])
+            stored = [item[0] for item in reply.returns if item[1] == "s"]
+            if stored:  # before its arguments are let go: their lineage is pinned with it
+                self.record_lineage(spec, stored)
         self._task_finished(rec, reply.borrowed)
 
     def _adopt_contained(self, outer: bytes, inner: list) -> None:
@@ -598,6 +601,26 @@ def describe_worker_exit(reply: P.WorkerExitReply) -> str:
 PIPELINE_BELOW_S = 0.002
 
 
+def _compact(kind: str, payload: Any) -> Any:
+    """An inline value without out-of-band buffers kept as (meta, ()) rather than the two
+    lists it arrives as, and tiny ones (None, True, small numbers...) shared: a million small
+    results are a million of these."""
+    if kind == "s" or type(payload) is not list or len(payload) != 2 or payload[1]:
+        return payload
+    meta = payload[0]
+    if len(meta) > 48:
+        return (meta, _NONE)
+    shared = _TINY.get(meta)
+    if shared is None:
+        if len(_TINY) >= 4096:
+            _TINY.clear()
+        shared = _TINY[meta] = (meta, _NONE)
+    return shared
+
+
+_TINY: dict[bytes, tuple] = {}  # pickled tiny values -> one shared (meta, ()) payload each
+
+
 def _payload_size(kind: str, entry: ObjectEntry | None) -> int:
     """Bytes of a ready object: inline payloads are [meta, [buffers]]; stored ones carry their size."""
     if entry is None or not kind:
@@ -612,6 +635,7 @@ def _payload_size(kind: str, entry: ObjectEntry | None) -> int:
 
 
 _NO_ARGS = ["inline", pickle.dumps(((), {}), protocol=5), []]  # shared: never mutated
+_NONE: tuple = ()  # no argument refs, nothing pinned: shared by every task without arguments
 _PLAIN = frozenset({int, float, bool, str, bytes, type(None)})
 
 

@@ -21,6 +21,14 @@ class Config:
     # workers and leases
     lease_idle_timeout_s: float = 0.5
     worker_start_timeout_s: float = 30.0
+    # workers starting (forked, not yet registered) at once; more wait their turn. 0 = 4 per core
+    worker_start_concurrency: int = 0
+    # a worker closes its link to the head after this long without using it (thousands of idle
+    # actors would otherwise hold thousands of the head's sockets); the next request reopens it
+    worker_head_idle_s: float = 10.0
+    # connections the node's socket queues before it accepts them (the kernel caps it at
+    # net.core.somaxconn); clients retry with backoff when it is full
+    listen_backlog: int = 4096
     max_tasks_in_flight_per_worker: int = 4
     prestart_workers: bool = True
     # modules imported into the worker template (zygote) before it forks workers, comma-separated;

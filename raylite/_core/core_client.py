@@ -14,8 +14,10 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import errno
 import logging
 import os
+import random
 import socket
 import threading
 from typing import Any
@@ -36,10 +38,12 @@ from raylite._core.client_records import (
 from raylite._core.client_tasks import TaskSubmitter
 from raylite._core.cluster_files import private_dir
 from raylite._core.config import Config
+from raylite._core.head_link import HeadLink
 from raylite._core.ids import TaskID
 from raylite._core.reference_counter import ReferenceCounter
 from raylite._core.task_events import TaskEventBuffer, describe_task
 from raylite._core.transport import rpc
+from raylite._core.transport.base import ConnectionBrokenError
 
 log = logging.getLogger("raylite.core")
 
@@ -78,11 +82,18 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
         self._lock = threading.Lock()
         self._calls: collections.deque = collections.deque()  # see call_soon
         self._calls_scheduled = False
+        self._flush_armed = False  # a task-event flush is scheduled
+        self._trim_armed = False  # a writer-map trim is scheduled
         self._deleted: collections.deque = collections.deque()  # decrements queued by __del__
         self.entries: dict[bytes, ObjectEntry] = {}
+        self._mappings: dict[bytes, int] = {}  # store objects this process maps now (I/O loop only)
+        self._mapping_news: dict[bytes, bool] = {}  # not yet told to the node: mapped or not
+        self._mapping_flush = False
+        self._node_sync = None  # blocking link to the node for user threads' round trips (node_sync.py)
+        self.frees_queued: collections.deque = collections.deque()  # frees handed to the loop, not yet sent
         self.refs = ReferenceCounter(self.address)
         self.node: rpc.Connection | None = None
-        self.head: rpc.Connection | None = None
+        self.head: HeadLink | None = None
         self.node_id = b""
         self.node_ip = "127.0.0.1"
         self.store_dir = ""
@@ -104,7 +115,11 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
         self.blocked_hook = None  # worker: callable(bool) around blocking waits
         self.current_task_id = b""
         # task events (task_events.py): appended on the task path, flushed to the head ~1/s
-        self.task_events: TaskEventBuffer | None = TaskEventBuffer() if config.task_events_enabled else None
+        # The head keeps the newest task_events_max_per_job rows of a job: a flush carrying many
+        # more (a burst of a million submissions) only costs both sides memory for events the
+        # head drops, so the buffer holds about that many (the oldest go first, counted)
+        self.task_events: TaskEventBuffer | None = (
+            TaskEventBuffer(capacity=3 * config.task_events_max_per_job) if config.task_events_enabled else None)
         self.handlers = {
             P.GetObjectStatus: self._on_get_object_status,
             P.AddBorrower: self._on_add_borrower,
@@ -152,7 +167,8 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
         private_dir(os.path.join(self.session_dir, "sockets"))
         self._server = await rpc.listen(self.address, self.handlers, token=self.token,
                                         on_connect=self._on_incoming, sock=self._listen_sock)
-        self.node = await rpc.connect(self.node_address, self.handlers, token=self.token, role=self.kind)
+        self.node = await connect_patiently(self.node_address, self.handlers, token=self.token, role=self.kind,
+                                            within_s=self.config.worker_start_timeout_s)
         self.node.on_close.append(self._on_node_lost)
         reply: P.RegisterClientReply = await self.node.request(P.RegisterClient(
             self.worker_id, self.kind, os.getpid(), self.job_id, self.address, self.namespace))
@@ -161,17 +177,46 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
         self.store_dir = reply.store_dir
         self.head_address = reply.head_address
         self.node_public_address = reply.node_tcp_address or self.node_address
-        self.head = await rpc.connect(reply.head_address, self.handlers, token=self.token, role=self.kind)
-        self.head.on_close.append(self._on_head_lost)
-        self.loop.call_later(2.0, self._trim_writer_maps)
+        self.head = self._head_link(reply.head_address)
+        if self.kind != "worker":
+            await self.head.connected()  # a driver registers its job and hears broadcasts at once
         if self.task_events is not None:
-            self.loop.call_later(self.config.task_events_flush_interval_s, self._flush_task_events_timer)
+            self.task_events.on_first = self._events_arrived
+            self.task_events.on_batch = self._events_piled_up
+            if len(self.task_events):
+                self._events_arrived()
+
+    # periodic work runs only while there is work: a thousand idle actors must not wake up
+    def _events_arrived(self) -> None:
+        """Any thread: the task event buffer was empty and has an event now."""
+        if not self._flush_armed and not self._closed:
+            self._flush_armed = True
+            with contextlib.suppress(RuntimeError):  # the loop is gone
+                self.loop.call_soon_threadsafe(self.loop.call_later, self.config.task_events_flush_interval_s,
+                                               self._flush_task_events_timer)
+
+    def _events_piled_up(self) -> None:
+        """Any thread: a batch of task events is waiting; send it now, not at the next tick."""
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self.flush_task_events)
 
     def _flush_task_events_timer(self) -> None:
         if self._closed:
             return
         self.flush_task_events()
-        self.loop.call_later(self.config.task_events_flush_interval_s, self._flush_task_events_timer)
+        if self.task_events is not None and len(self.task_events):
+            self.loop.call_later(self.config.task_events_flush_interval_s, self._flush_task_events_timer)
+            return
+        self._flush_armed = False
+        if self.task_events is not None and len(self.task_events):  # one slipped in meanwhile
+            self._events_arrived()
+
+    def wrote_segment(self) -> None:
+        """Any thread: a put() wrote a shared-memory segment whose mapping stays cached."""
+        if not self._trim_armed and not self._closed:
+            self._trim_armed = True
+            with contextlib.suppress(RuntimeError):
+                self.loop.call_soon_threadsafe(self.loop.call_later, 2.0, self._trim_writer_maps)
 
     def flush_task_events(self) -> None:
         """Send what the buffer holds to the head in one message (on the I/O loop)."""
@@ -194,11 +239,28 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
 
     def _trim_writer_maps(self) -> None:
         """Unmap cached writer segments the node has deleted, so their memory really goes back."""
-        ser.drop_stale_writer_maps()
-        if not self._closed:
+        if ser.drop_stale_writer_maps() and not self._closed:
             self.loop.call_later(2.0, self._trim_writer_maps)
+        else:
+            self._trim_armed = False
 
-    def _on_head_lost(self, conn: rpc.Connection) -> None:
+    def _head_link(self, address: str) -> HeadLink:
+        """Drivers keep their link to the head; workers open it when they need it and let it
+        go when idle (see head_link.py)."""
+        async def open_link() -> rpc.Connection:
+            return await connect_patiently(address, self.handlers, token=self.token, role=self.kind,
+                                           within_s=self.config.worker_start_timeout_s)
+
+        idle_s = self.config.worker_head_idle_s if self.kind == "worker" else None
+        link = HeadLink(address, open_link, idle_s=idle_s, may_close=self._head_may_close)
+        link.on_close.append(self._on_head_lost)
+        return link
+
+    def _head_may_close(self) -> bool:
+        """Idle, and holding no lease or actor whose node the head might report dead."""
+        return not self._leases and not self._actors and not self._closed
+
+    def _on_head_lost(self, link: HeadLink) -> None:
         if not self._closed and self.head_address.startswith("tcp://"):
             self.loop.create_task(self._reconnect_head())
 
@@ -207,12 +269,10 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
         deadline = self.loop.time() + self.config.head_reconnect_timeout_s
         while not self._closed and self.loop.time() < deadline:
             try:
-                head = await rpc.connect(self.head_address, self.handlers, token=self.token, role=self.kind)
+                await self.head.connected()
             except Exception:  # noqa: BLE001
                 await asyncio.sleep(0.2)
                 continue
-            self.head = head
-            head.on_close.append(self._on_head_lost)
             return
         log.error("could not reconnect to the head at %s", self.head_address)
 
@@ -284,6 +344,8 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
             asyncio.run_coroutine_threadsafe(close(), self.loop).result(2)
         except Exception:  # noqa: BLE001
             pass
+        if self._node_sync is not None:
+            self._node_sync.close()
         self.loop.call_soon_threadsafe(self.loop.stop)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(2)
@@ -409,18 +471,22 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
                 if entry is not None and entry.kind == "s":
                     stored.append((oid, entry.payload))
         if stored or unborrow:
+            if stored:
+                self.frees_queued.append(None)  # popped once sent (see _write_to_store)
             try:
-                self.loop.call_soon_threadsafe(self._send_release, stored, unborrow)
+                self.loop.call_soon_threadsafe(self._send_release, stored, unborrow, bool(stored))
             except RuntimeError:  # loop closed
                 pass
 
-    def _send_release(self, stored: list, unborrow: list) -> None:
+    def _send_release(self, stored: list, unborrow: list, counted: bool = False) -> None:
         local = [oid for oid, loc in stored if loc[0] == self.node_id or self._cached_here(oid)]
         if local:
             try:
                 self.node.send(P.FreeObjects(local))
             except Exception:  # noqa: BLE001
                 pass
+        if counted:  # after the connection's pending frames are written (its flush runs first)
+            self.loop.call_soon(self.frees_queued.popleft)
         for oid, loc in stored:
             if loc[0] != self.node_id:
                 self.loop.create_task(self._send_to(loc[1], P.FreeObjects([oid])))
@@ -459,6 +525,17 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
     def head_request(self, msg: P.Message, timeout: float | None = None) -> Any:
         return self.run_sync(self.head.request(msg), timeout)
 
+    def head_send(self, msg: P.Message) -> None:
+        """Send without waiting for an answer (for requests the head only acknowledges). It goes
+        out before any request this process makes later: both pass through the I/O loop in order."""
+        self.call_soon(self._send_head, msg)
+
+    def _send_head(self, msg: P.Message) -> None:
+        try:
+            self.head.send(msg)
+        except Exception:  # noqa: BLE001  no head: the requests that follow say so
+            pass
+
     def node_request(self, msg: P.Message, timeout: float | None = None) -> Any:
         return self.run_sync(self.node.request(msg), timeout)
 
@@ -467,4 +544,27 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
             self.log_handler(msg)
 
     def new_task_id(self) -> bytes:
-        return TaskID.from_random()
+        return bytes(TaskID.from_random())  # plain bytes: a queued task keeps it (49 bytes, not 80)
+
+
+async def connect_patiently(address: str, handlers: dict, *, token: str, role: str,
+                            within_s: float) -> rpc.Connection:
+    """rpc.connect, retried with backoff while the listener is only busy.
+
+    A node whose listen queue is full (hundreds of workers forked at once) refuses a
+    Unix-socket connect with EAGAIN, and a loaded one may answer the handshake late; both
+    pass. Anything else (no such socket, refused, wrong token) fails at once."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    delay = 0.005
+    while True:
+        try:
+            return await rpc.connect(address, handlers, token=token, role=role)
+        except ConnectionBrokenError as e:
+            cause = e.__cause__
+            busy = isinstance(cause, (asyncio.TimeoutError, TimeoutError)) or \
+                isinstance(cause, OSError) and cause.errno in (errno.EAGAIN, errno.EWOULDBLOCK)
+            if not busy or loop.time() + delay > deadline:
+                raise
+        await asyncio.sleep(delay * (0.5 + random.random()))
+        delay = min(delay * 2, 0.5)

@@ -75,8 +75,14 @@ class NodeDaemon:
         for table in (self.total, self.available, self.base_total):
             table.update(store_fixed)
         self._spilling: dict[bytes, asyncio.Future] = {}  # object id -> copy to disk in flight
+        self._writers: dict[bytes, rpc.Connection] = {}  # object reserved, not sealed -> its writer
+        self._spill_inflight_bytes = 0
+        self._spill_ahead_bytes = min(self.store.capacity_bytes // 16, 64 << 20)
         self._restoring: dict[bytes, asyncio.Future] = {}
         self.pool = WorkerPool(address, token, session_dir, self._on_worker_exit)
+        # forked workers register over the node's socket: starting thousands at once (a burst
+        # of actors) only queues them behind each other and the registrations they wait for
+        self._start_limit = config.worker_start_concurrency or max(8, 4 * (os.cpu_count() or 1))
         self._stats = NodeStats()
         self.pending: list[PendingLease] = []
         self.leases: dict[bytes, WorkerRecord] = {}
@@ -87,6 +93,9 @@ class NodeDaemon:
         self._servers: list[asyncio.AbstractServer] = []
         self._bg: set[asyncio.Task] = set()
         self._release_asked = 0.0
+        self._bundles: dict[str, dict[int, dict]] = {}  # placement group hex -> bundle index -> offered
+        self._report_handle: asyncio.TimerHandle | None = None
+        self._report_sent: asyncio.Future | None = None
         self.handlers = {
             P.RegisterClient: self._on_register_client,
             P.RequestLease: self._on_request_lease,
@@ -105,6 +114,7 @@ class NodeDaemon:
             P.PullObject: self._on_pull_object,
             P.CreateObject: self._on_create_object,
             P.RestoreObject: self._on_restore_object,
+            P.ObjectsMapped: self._on_objects_mapped,
             P.HeartbeatReply: self._on_heartbeat_reply,
             P.ListLogs: lambda conn, msg, rid: P.ListLogsReply(log_files.list_files(self.session_dir)),
             P.ReadLog: lambda conn, msg, rid: P.ReadLogReply(*log_files.read(
@@ -115,7 +125,8 @@ class NodeDaemon:
     async def start(self) -> None:
         self.stopped = asyncio.Event()
         self.pool.attach(asyncio.get_running_loop())
-        self._servers.append(await rpc.listen(self.address, self.handlers, token=self.token))
+        self._servers.append(await rpc.listen(self.address, self.handlers, token=self.token,
+                                              backlog=self.config.listen_backlog))
         if self.tcp_address:
             self._servers.append(await rpc.listen(self.tcp_address, self.handlers, token=self.token))
             from raylite._core.transport.bulk import BulkServer
@@ -210,6 +221,7 @@ class NodeDaemon:
                                                     error="the node was declared dead"), -p.rid)
         self.pending = []
         self.leases.clear()
+        self._bundles.clear()
         self._on_free_objects(None, P.FreeObjects(list(self.store.objects)), 0)
         self.total = dict(self.base_total)
         self.available = dict(self.base_total)
@@ -294,7 +306,7 @@ class NodeDaemon:
                     rec.pid = msg.pid
                     self.pool.by_pid[msg.pid] = rec
                 if rec.state == "STARTING":
-                    rec.state = "IDLE"
+                    self.pool.set_state(rec, "IDLE")
                     asyncio.get_running_loop().call_soon(self._try_grant)
         conn.on_close.append(self._on_client_closed)
         return P.RegisterClientReply(self.node_id, self.ip, self.session_dir, self.store.directory,
@@ -309,14 +321,13 @@ class NodeDaemon:
         client = conn.context.get("client")
         if client and client[2]:
             self._free_owned_by(client[2])
-        # objects it was writing and never sealed (it crashed mid-write): their room comes back
-        for oid in conn.context.get("writing", ()):
-            obj = self.store.objects.get(oid)
-            if obj is not None and obj.state == "creating":
-                self._on_free_objects(None, P.FreeObjects([oid]), 0)
+        for oid in conn.context.get("mapped", ()):  # its mappings went with it
+            self.store.unmapped(oid)
         # leases held by this client: its tasks' owner is gone, stop those workers
-        self._stop_orphans(conn, "the task's owner exited")
-        self.pending = [p for p in self.pending if p.conn is not conn]
+        if conn.context.get("lessee"):
+            self._stop_orphans(conn, "the task's owner exited")
+        if conn.context.get("requested"):
+            self.pending = [p for p in self.pending if p.conn is not conn]
         rec = self.pool.workers.get(worker_id)
         if rec is not None:
             self._worker_gone(rec, rec.exit_info or "its connection to the node closed")
@@ -360,8 +371,7 @@ class NodeDaemon:
         if rec.state == "DEAD":
             return
         prev = rec.state
-        rec.state = "DEAD"
-        self.pool.workers.pop(rec.worker_id, None)
+        self.pool.set_state(rec, "DEAD")
         if prev in ("LEASED", "ACTOR"):
             self._release_held(rec)
         if rec.lease_id:
@@ -406,6 +416,7 @@ class NodeDaemon:
                 return P.RequestLeaseReply(msg.lease_id, error_type="TaskUnschedulableError",
                                            error=f"{msg.description} is pinned to node {target[:8]} "
                                                  "(soft=False), which is not in this cluster.")
+        conn.context["requested"] = True
         self.pending.append(PendingLease(msg, conn, rid, env_key(msg.runtime_env)))
         self._try_grant()
         return None
@@ -465,13 +476,26 @@ class NodeDaemon:
         self.pool.kill(rec, reason)
 
     def _try_grant(self) -> None:
+        """Grant pending leases (in order) to idle workers; start workers for those that fit
+        but have none, at most `worker_start_concurrency` starting at once.
+
+        Called on every event that may free a worker or resources, so it stops early: once
+        no worker is idle and no more may start, nothing further down can be granted (a
+        burst of thousands of actors costs O(1) per registration, not a scan of them all)."""
         if not self.pending or self.stopped.is_set():
             return
+        pool = self.pool
+        limit = self._start_limit
+        pending = self.pending
         still: list[PendingLease] = []
-        starting: dict[str, int] = {}
+        starting: dict[str, int] = {}  # leases of this pass waiting for a starting worker
         waiting_for_resources = False
         tentative = dict(self.available)  # leases waiting for a starting worker reserve room here
-        for p in self.pending:
+        cut = len(pending)
+        for i, p in enumerate(pending):
+            if pool.starting_total >= limit and not pool.has_idle():
+                cut = i
+                break
             if p.conn.is_closed():
                 continue
             req = p.msg.resources
@@ -479,11 +503,11 @@ class NodeDaemon:
                 still.append(p)
                 waiting_for_resources = True
                 continue
-            rec = self.pool.idle(p.key)
+            rec = pool.idle(p.key)
             if rec is None:
                 R.subtract(tentative, req)
                 starting[p.key] = starting.get(p.key, 0) + 1
-                if self.pool.count(p.key, ("STARTING",)) < starting[p.key]:
+                if pool.starting(p.key) < starting[p.key] and pool.starting_total < limit:
                     self._start_worker(p.key, p.msg.runtime_env)
                 still.append(p)
                 continue
@@ -491,16 +515,18 @@ class NodeDaemon:
             R.subtract(tentative, req)
             rec.held = dict(req)
             rec.gpu_ids = self.gpus.acquire(gpu_amount(req))
+            rec.busy_since = self.clock.monotonic()
             if p.actor is not None:
                 self._launch_actor(rec, p)
             else:
-                rec.state = "LEASED"
+                pool.set_state(rec, "LEASED")
                 rec.lease_id = p.msg.lease_id
                 rec.lessee = p.conn
+                p.conn.context["lessee"] = True
                 self.leases[p.msg.lease_id] = rec
                 p.conn.send(P.RequestLeaseReply(p.msg.lease_id, rec.worker_id, rec.address, self.node_id,
                                                 gpu_ids=rec.gpu_ids), -p.rid)
-        self.pending = still
+        self.pending = still + pending[cut:] if cut < len(pending) else still
         if waiting_for_resources:
             self._ask_lessees_to_release()
 
@@ -517,17 +543,15 @@ class NodeDaemon:
                     rec.lessee.send(P.ReleaseIdleLeases())
 
     def _start_worker(self, key: str, runtime_env: dict) -> None:
-        self.pool.start_worker(key, runtime_env, now=self.clock.monotonic())
-        self._spawn(self._check_started(self.clock.monotonic()))
+        rec = self.pool.start_worker(key, runtime_env, now=self.clock.monotonic())
+        asyncio.get_running_loop().call_later(self.config.worker_start_timeout_s, self._start_timed_out, rec)
 
-    async def _check_started(self, since: float) -> None:
-        await asyncio.sleep(self.config.worker_start_timeout_s)
-        for rec in list(self.pool.workers.values()):
-            if rec.state == "STARTING" and rec.started_at <= since:
-                log.error("worker %s did not start within %.0fs", rec.worker_id.hex()[:8],
-                          self.config.worker_start_timeout_s)
-                self.pool.kill(rec, "start timeout")
-                self._worker_gone(rec, "did not start in time")
+    def _start_timed_out(self, rec: WorkerRecord) -> None:
+        if rec.state == "STARTING":
+            log.error("worker %s did not start within %.0fs", rec.worker_id.hex()[:8],
+                      self.config.worker_start_timeout_s)
+            self.pool.kill(rec, "start timeout")
+            self._worker_gone(rec, "did not start in time")
 
     def _on_return_lease(self, conn, msg: P.ReturnLease, rid):
         rec = self.leases.pop(msg.lease_id, None)
@@ -540,7 +564,7 @@ class NodeDaemon:
         if msg.disconnect_worker:
             self.pool.kill(rec, "returned with disconnect")
         else:
-            rec.state = "IDLE"
+            self.pool.set_state(rec, "IDLE")
         self._try_grant()
         return None
 
@@ -578,7 +602,7 @@ class NodeDaemon:
 
     def _launch_actor(self, rec: WorkerRecord, p: PendingLease) -> None:
         actor_id, spec, fut = p.actor
-        rec.state = "ACTOR"
+        self.pool.set_state(rec, "ACTOR")
         rec.actor_id = actor_id
 
         async def create() -> None:
@@ -598,13 +622,14 @@ class NodeDaemon:
         self._spawn(create())
 
     # ------------------------------------------------------------ placement group bundles
-    def _on_reserve_bundles(self, conn, msg: P.ReserveBundles, rid):
+    async def _on_reserve_bundles(self, conn, msg: P.ReserveBundles, rid):
         need: dict = {}
         for _i, b in msg.bundles:
             R.add(need, b)
         if not R.fits(need, self.available):
             return P.ReserveBundlesReply(False)
         hexid = msg.pg_id.hex()
+        offered_by = self._bundles.setdefault(hexid, {})  # index -> {base resource: amount}
         for i, b in msg.bundles:
             R.subtract(self.available, b)
             offered = dict(b)
@@ -613,18 +638,20 @@ class NodeDaemon:
                 for name in (S.bundle_resource_names(hexid, i, k), S.bundle_resource_names(hexid, None, k)):
                     self.total[name] = self.total.get(name, 0) + v
                     self.available[name] = self.available.get(name, 0) + v
+            offered_by[i] = offered
         self._try_grant()
-        with contextlib.suppress(Exception):
-            self.head.send(P.Heartbeat(self.node_id, self.available, [], self.total))
+        # the head must see the bundles' resources before it hears they are reserved (it may
+        # place a task in the group at once): the reply waits for the report that carries them
+        await self._report_soon()
         return P.ReserveBundlesReply(True)
 
     def _on_release_bundles(self, conn, msg: P.ReleaseBundles, rid):
         hexid = msg.pg_id.hex()
+        offered_by = self._bundles.get(hexid, {})
         for i in msg.indexes:
-            prefix_i = f"_group_{i}_{hexid}"
-            for name in [k for k in self.total if k.endswith(prefix_i)]:
-                base = name[: -len(prefix_i)]
-                amount = self.total.pop(name)
+            for base, amount in (offered_by.pop(i, None) or {}).items():
+                name = S.bundle_resource_names(hexid, i, base)
+                self.total.pop(name, None)
                 self.available.pop(name, None)
                 wild = S.bundle_resource_names(hexid, None, base)
                 self.total[wild] = self.total.get(wild, 0) - amount
@@ -634,25 +661,70 @@ class NodeDaemon:
                     self.available.pop(wild, None)
                 if base != "bundle":
                     R.add(self.available, {base: amount})
+        if not offered_by:
+            self._bundles.pop(hexid, None)
         # workers still running inside the removed bundles are stopped
         for rec in list(self.pool.workers.values()):
-            if any(hexid in k for k in rec.held):
+            if rec.held and any(hexid in k for k in rec.held):
                 self._release_held(rec, give_back=False)
                 self.pool.kill(rec, "its placement group was removed")
         self._try_grant()
-        with contextlib.suppress(Exception):  # the head places the next groups on fresh numbers
-            self.head.send(P.Heartbeat(self.node_id, self.available, [], self.total))
+        self._report_soon()  # the head places the next groups on fresh numbers
         return None
+
+    def _report_soon(self) -> asyncio.Future:
+        """Tell the head our resources a moment after they changed; resolves once it is sent.
+        One report serves a burst of changes: each carries every bundle's names, so a report
+        per change made a thousand placement groups cost the head and this node quadratic time."""
+        if self._report_handle is None:
+            loop = asyncio.get_running_loop()
+            self._report_sent = loop.create_future()
+            # the more names a report carries, the more changes it should wait to batch
+            delay_s = min(0.05, 0.002 + 5e-6 * len(self.total))
+            self._report_handle = loop.call_later(delay_s, self._report_now)
+        return self._report_sent
+
+    def _report_now(self) -> None:
+        self._report_handle = None
+        with contextlib.suppress(Exception):
+            self.head.send(P.Heartbeat(self.node_id, self.available, [], self.total))
+        if not self._report_sent.done():
+            self._report_sent.set_result(None)
 
     # ------------------------------------------------------------ objects
     def _on_object_sealed(self, conn, msg: P.ObjectSealed, rid):
         self.store.sealed(msg.object_id, msg.size, msg.owner_address, copy=msg.copy)
-        if conn is not None:
-            conn.context.get("writing", set()).discard(msg.object_id)
+        self._written(msg.object_id)
         return P.Ack() if rid else None
+
+    def _writing(self, conn: rpc.Connection, oid: bytes) -> None:
+        """`conn` reserved room for `oid` and writes it now (possibly over a client's second,
+        blocking link: node_sync.py); if the link closes before the object is sealed, its
+        room comes back."""
+        writing = conn.context.get("writing")
+        if writing is None:
+            writing = conn.context["writing"] = set()
+            conn.on_close.append(self._writer_gone)
+        writing.add(oid)
+        self._writers[oid] = conn
+
+    def _written(self, oid: bytes) -> None:
+        conn = self._writers.pop(oid, None)
+        if conn is not None:
+            conn.context["writing"].discard(oid)
+
+    def _writer_gone(self, conn: rpc.Connection) -> None:
+        """Objects it was writing and never sealed (it crashed mid-write): their room comes back."""
+        for oid in list(conn.context.get("writing", ())):
+            self._writers.pop(oid, None)
+            obj = self.store.objects.get(oid)
+            if obj is not None and obj.state == "creating":
+                self._on_free_objects(None, P.FreeObjects([oid]), 0)
 
     def _on_free_objects(self, conn, msg: P.FreeObjects, rid):
         for oid in msg.object_ids:
+            if oid in self._writers:
+                self._written(oid)
             freed = self.store.free(oid)
             if freed is None:
                 shm_files.release(self.store, _untracked(oid))  # pulled copies, old writers
@@ -673,20 +745,21 @@ class NodeDaemon:
         Answered at once (no task) unless objects must be spilled first."""
         try:
             res = self.store.reserve(msg.object_id, msg.size, msg.owner_address,
-                                     spill_free_bytes=self._spill_free(msg.size),
-                                     is_mapped=self._is_mapped)
+                                     spill_free_bytes=self._spill_free(msg.size))
         except Exception as e:  # noqa: BLE001  ObjectStoreFullError
             return P.CreateObjectReply(False, str(e))
-        conn.context.setdefault("writing", set()).add(msg.object_id)
+        self._writing(conn, msg.object_id)
         self._drop_evicted(res.evict)
         shm_files.drop_pool_files(res.drop_pool)
         if res.spill:
-            return self._spill_then_create(res)
+            spills = self._start_spills(res.spill)
+            if self._spill_inflight_bytes > self._spill_ahead_bytes:
+                return self._spill_then_create(spills, res)
         shm_files.take_segment(self.store, res.reuse, msg.object_id)
         return P.CreateObjectReply(True)
 
-    async def _spill_then_create(self, res) -> P.CreateObjectReply:
-        await self._spill_all(res.spill)
+    async def _spill_then_create(self, spills: list, res) -> P.CreateObjectReply:
+        await asyncio.gather(*spills)
         shm_files.take_segment(self.store, res.reuse, res.object_id)
         return P.CreateObjectReply(True)
 
@@ -703,7 +776,7 @@ class NodeDaemon:
             self.store.accessed(oid)
             return P.RestoreObjectReply(True)
         try:
-            res = self.store.restore(oid, spill_free_bytes=self._spill_free(obj.size), is_mapped=self._is_mapped)
+            res = self.store.restore(oid, spill_free_bytes=self._spill_free(obj.size))
         except Exception as e:  # noqa: BLE001  ObjectStoreFullError
             return P.RestoreObjectReply(False, str(e))
         fut = self._restoring[oid] = asyncio.get_running_loop().create_future()
@@ -711,7 +784,9 @@ class NodeDaemon:
         try:
             self._drop_evicted(res.evict)
             shm_files.drop_pool_files(res.drop_pool)
-            await self._spill_all(res.spill)
+            spills = self._start_spills(res.spill)
+            if self._spill_inflight_bytes > self._spill_ahead_bytes:
+                await asyncio.gather(*spills)
             ok = await asyncio.to_thread(shm_files.restore, self.store, oid, res.reuse)
             self.store.restore_done(oid, ok)
         finally:
@@ -728,25 +803,38 @@ class NodeDaemon:
 
     def _spill_free(self, size: int) -> int | None:
         s = self.store
-        if s.used_bytes + s.pool_bytes + size <= s.capacity_bytes:
+        if s.fits(size):
             return None  # no spilling needed: skip the statvfs
         return shm_files.spill_free_bytes(s)
 
-    def _is_mapped(self, oid: bytes) -> bool:
-        return shm_files.is_mapped(self.store.path(oid))
+    def _on_objects_mapped(self, conn, msg: P.ObjectsMapped, rid):
+        """A client's mappings: kept per connection, so a client that exits lets go of them all."""
+        held = conn.context.setdefault("mapped", set())
+        for oid in msg.mapped:
+            if oid not in held:
+                held.add(oid)
+                self.store.mapped(oid)
+        for oid in msg.unmapped:
+            if oid in held:
+                held.discard(oid)
+                self.store.unmapped(oid)
+        return None
 
-    async def _spill_all(self, victims: list[bytes]) -> None:
-        if not victims:
-            return
+    def _start_spills(self, victims: list[bytes]) -> list[asyncio.Future]:
+        """Copy the victims to disk in the background. Whoever needed their room may go on
+        while the bytes in flight stay under `_spill_ahead_bytes` (memory runs over the
+        capacity by at most that much, briefly); past it, they wait for these copies."""
         loop = asyncio.get_running_loop()
         futs = []
         for oid in victims:
             fut = self._spilling[oid] = loop.create_future()
             futs.append(fut)
-            self._spawn(self._spill_one(oid, fut))
-        await asyncio.gather(*futs)
+            size = self.store.objects[oid].size
+            self._spill_inflight_bytes += size
+            self._spawn(self._spill_one(oid, fut, size))
+        return futs
 
-    async def _spill_one(self, oid: bytes, fut: asyncio.Future) -> None:
+    async def _spill_one(self, oid: bytes, fut: asyncio.Future, size: int) -> None:
         try:
             ok = await asyncio.to_thread(shm_files.spill, self.store, oid)
             if not self.store.spill_done(oid, ok):  # freed while it was copied
@@ -754,6 +842,7 @@ class NodeDaemon:
             elif not ok:
                 log.warning("spilling object %s failed; it stays in shared memory", oid.hex())
         finally:
+            self._spill_inflight_bytes -= size
             self._spilling.pop(oid, None)
             fut.set_result(None)
 
@@ -763,16 +852,9 @@ class NodeDaemon:
         interval = self.config.memory_monitor_interval_s
         if interval <= 0 or self.config.memory_usage_threshold >= 1.0:
             return
-        seen: dict[tuple[bytes, bytes], float] = {}  # (worker, lease or actor) -> first seen busy
         killed: WorkerRecord | None = None
         while True:
             await asyncio.sleep(interval)
-            busy = [r for r in self.pool.workers.values() if r.state in ("LEASED", "ACTOR")]
-            now = self.clock.monotonic()
-            keys = {(r.worker_id, r.lease_id or r.actor_id) for r in busy}
-            seen = {k: t for k, t in seen.items() if k in keys}
-            for k in keys:
-                seen.setdefault(k, now)
             if killed is not None and killed.state != "DEAD":
                 continue  # one kill at a time: wait for its memory to come back
             killed = None
@@ -782,9 +864,9 @@ class NodeDaemon:
             if self.store.pool:  # recycled segments are the cheapest memory to give back
                 shm_files.drop_pool_files(self.store.trim_pool(0.0))
                 continue
-            busy = [r for r in busy if r.pid]
+            busy = [r for r in self.pool.workers.values() if r.state in ("LEASED", "ACTOR") and r.pid]
             running = await asyncio.gather(*(self._running_task(r) for r in busy))
-            candidates = [MM.Candidate(r.worker_id, r.pid, name, seen[(r.worker_id, r.lease_id or r.actor_id)],
+            candidates = [MM.Candidate(r.worker_id, r.pid, name, r.busy_since,
                                        is_actor=r.state == "ACTOR", retriable=retriable)
                           for r, (name, retriable) in zip(busy, running)]
             victim = MM.choose_victim(candidates)

@@ -52,9 +52,14 @@ def per_host(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
 class NodeStats:
     """Samples the machine; `sample()` returns a msgpack-able dict or None when not due."""
 
-    def __init__(self, interval_s: float = 2.0, gpu_interval_s: float = 5.0) -> None:
+    def __init__(self, interval_s: float = 2.0, gpu_interval_s: float = 5.0, max_sampled: int = 64) -> None:
         self.interval_s = interval_s
         self.gpu_interval_s = gpu_interval_s
+        # workers read per sample: a node with thousands of actors refreshes them in turn
+        # (each read costs two /proc files), reporting the last figures of the others
+        self.max_sampled = max_sampled
+        self._cursor = 0
+        self._figures: dict[int, tuple[float, int]] = {}  # pid -> last (cpu %, rss bytes)
         self._last = 0.0
         self._procs: dict[int, Any] = {}
         self._gpu_at = 0.0
@@ -102,13 +107,17 @@ class NodeStats:
 
     def _workers(self, workers: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ps = self._psutil
+        live = [w for w in workers if w.get("pid")]
+        refresh = self._window(live)
         seen: set[int] = set()
         rows = []
-        for w in workers:
-            pid = int(w.get("pid") or 0)
-            if not pid:
-                continue
+        for w in live:
+            pid = int(w["pid"])
             seen.add(pid)
+            if pid not in refresh:
+                cpu, rss = self._figures.get(pid, (0.0, 0))
+                rows.append({**w, "cpu_percent": cpu, "rss_bytes": rss})
+                continue
             proc = self._procs.get(pid)
             try:
                 if proc is None:
@@ -117,14 +126,28 @@ class NodeStats:
                     cpu = 0.0
                 else:
                     cpu = proc.cpu_percent(None)
-                rss = proc.memory_info().rss
+                rss = int(proc.memory_info().rss)
             except (ps.NoSuchProcess, ps.AccessDenied, ps.ZombieProcess):
                 self._procs.pop(pid, None)
+                self._figures.pop(pid, None)
                 continue
-            rows.append({**w, "cpu_percent": cpu, "rss_bytes": int(rss)})
+            self._figures[pid] = (cpu, rss)
+            rows.append({**w, "cpu_percent": cpu, "rss_bytes": rss})
         for pid in set(self._procs) - seen:
             del self._procs[pid]
+        for pid in set(self._figures) - seen:
+            del self._figures[pid]
         return rows
+
+    def _window(self, live: list[dict[str, Any]]) -> set[int]:
+        """The pids read this time: all of them, or the next `max_sampled` in turn."""
+        if len(live) <= self.max_sampled:
+            return {int(w["pid"]) for w in live}
+        start = self._cursor % len(live)
+        picked = live[start:start + self.max_sampled]
+        picked += live[:self.max_sampled - len(picked)]
+        self._cursor = start + self.max_sampled
+        return {int(w["pid"]) for w in picked}
 
     def _gpu_sample(self, now: float) -> list[dict[str, Any]]:
         if self._smi is None:

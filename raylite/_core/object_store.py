@@ -13,20 +13,30 @@ Object lifecycle (one line per object)::
 Memory: `used_bytes` counts objects whose bytes are (or are about to be) in
 shared memory; `pool_bytes` counts recycled segment files, already faulted in,
 kept so the next `put()` of a similar size writes into warm pages instead of
-paying a page fault per 4 KiB. used + pool stays within `capacity_bytes`,
-except transiently while spills are in flight.
+paying a page fault per 4 KiB. `mapped_bytes` counts the sealed objects some
+reader on this node maps now: their pages cannot be given back while it does
+(spilling them would copy them to disk and free nothing), so like Ray's objects
+pinned by a get() they do not count against the capacity. used - mapped + pool
+stays within `capacity_bytes`, except transiently while spills are in flight.
 
-Spilling: when a reservation does not fit, least-recently-used sealed objects
-are spilled to `spill_dir` (objects some reader still maps are taken last: a
-mapping keeps its pages alive, so spilling it frees nothing until it is
-unmapped, though the data stays valid either way). If the spill space cannot
-take them either, `reserve` raises ObjectStoreFullError with the numbers.
+Spilling: when a reservation does not fit, least-recently-used sealed objects no
+reader maps are spilled to `spill_dir`. An object whose last reader lets go
+counts as just used, and counts against the capacity again. If the spill space
+cannot take the victims either, `reserve` raises ObjectStoreFullError with the
+numbers.
+
+Every decision is bounded by the work it does, not by the number of objects held:
+sealed objects sit in recency order (an OrderedDict per kind), split by whether a
+reader maps them, so choosing victims walks only the victims; readers report the
+objects they map and unmap (`mapped`/`unmapped`), so nothing probes files here.
+Recycled segments are found by exact size first, and dropped oldest first.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from raylite._core.clock import Clock, MonotonicClock
@@ -62,8 +72,43 @@ class StoredObject:
     size: int
     owner_address: str
     state: str = SHM
-    last_access: int = 0
     copy: bool = False  # pulled from another node: dropped (not spilled) when room is needed
+    readers: int = 0  # clients on this node that map it now (as they report it)
+
+
+class _Recency:
+    """Sealed objects in shared memory, least recently used first, in two queues: those no
+    reader maps (taken first when room is needed) and those some reader maps."""
+
+    __slots__ = ("idle", "mapped")
+
+    def __init__(self) -> None:
+        self.idle: OrderedDict[bytes, None] = OrderedDict()
+        self.mapped: OrderedDict[bytes, None] = OrderedDict()
+
+    def add(self, oid: bytes, mapped: bool) -> None:
+        (self.mapped if mapped else self.idle)[oid] = None
+
+    def touch(self, oid: bytes) -> None:
+        if oid in self.idle:
+            self.idle.move_to_end(oid)
+        elif oid in self.mapped:
+            self.mapped.move_to_end(oid)
+
+    def remove(self, oid: bytes) -> None:
+        self.idle.pop(oid, None)
+        self.mapped.pop(oid, None)
+
+    def set_mapped(self, oid: bytes, mapped: bool) -> None:
+        src, dst = (self.idle, self.mapped) if mapped else (self.mapped, self.idle)
+        if oid in src:
+            del src[oid]
+            dst[oid] = None
+
+    def order(self) -> Iterator[bytes]:
+        """Least recently used first, unmapped before mapped; do not change it while iterating."""
+        yield from self.idle
+        yield from self.mapped
 
 
 @dataclass
@@ -106,12 +151,15 @@ class ObjectStore:
         self.spill_capacity_bytes = spill_capacity_bytes  # 0 = as much as the disk has free
         self.pool_max_bytes = capacity_bytes // 4 if pool_max_bytes is None else pool_max_bytes
         self.objects: dict[bytes, StoredObject] = {}
+        self._primaries = _Recency()  # sealed objects written here (spilled when room is needed)
+        self._copies = _Recency()  # sealed copies of other nodes' objects (dropped first)
         self.used_bytes = 0
+        self.mapped_bytes = 0
         self.spilled_bytes = 0
-        self.pool: dict[str, int] = {}  # recycled segment path -> size
+        self.pool: OrderedDict[str, int] = OrderedDict()  # recycled segment path -> size, oldest first
         self._pool_since: dict[str, float] = {}  # when it was recycled
+        self._pool_by_size: dict[int, dict[str, None]] = {}  # size -> paths of that size
         self.pool_bytes = 0
-        self._tick = 0
         self._pool_seq = 0
         # statistics, for list_objects and the benchmarks
         self.num_spilled = 0
@@ -126,56 +174,91 @@ class ObjectStore:
     def spill_path(self, object_id: bytes) -> str:
         return os.path.join(self.spill_dir, object_id.hex())
 
-    def _touch(self, obj: StoredObject) -> None:
-        self._tick += 1
-        obj.last_access = self._tick
+    def _recency(self, obj: StoredObject) -> _Recency:
+        return self._copies if obj.copy else self._primaries
+
+    def _now_in_memory(self, object_id: bytes, obj: StoredObject) -> None:
+        """The object became sealed in shared memory (written, restored, or its spill failed)."""
+        obj.state = SHM
+        self._recency(obj).add(object_id, obj.readers > 0)
+        if obj.readers > 0:
+            self.mapped_bytes += obj.size
+
+    def _leave_memory(self, object_id: bytes, obj: StoredObject, state: str) -> None:
+        self._recency(obj).remove(object_id)
+        if obj.readers > 0:
+            self.mapped_bytes -= obj.size
+        obj.state = state
+
+    def load_bytes(self) -> int:
+        """What counts against the capacity: objects no reader maps, and recycled segments."""
+        return self.used_bytes - self.mapped_bytes + self.pool_bytes
+
+    def fits(self, size: int) -> bool:
+        """A new object of `size` bytes fits without spilling or dropping anything."""
+        return self.load_bytes() + size <= self.capacity_bytes
+
+    # ------------------------------------------------------------ readers
+    def mapped(self, object_id: bytes) -> None:
+        """A client on this node maps the object now: spill it only when nothing else is left."""
+        obj = self.objects.get(object_id)
+        if obj is not None:
+            obj.readers += 1
+            if obj.readers == 1 and obj.state == SHM:
+                self._recency(obj).set_mapped(object_id, True)
+                self.mapped_bytes += obj.size
+
+    def unmapped(self, object_id: bytes) -> None:
+        obj = self.objects.get(object_id)
+        if obj is not None and obj.readers > 0:
+            obj.readers -= 1
+            if obj.readers == 0 and obj.state == SHM:
+                self._recency(obj).set_mapped(object_id, False)
+                self.mapped_bytes -= obj.size
 
     # ------------------------------------------------------------ writing
     def reserve(self, object_id: bytes, size: int, owner_address: str, *,
-                spill_free_bytes: int | None = None,
-                is_mapped: Callable[[bytes], bool] | None = None) -> Reservation:
+                spill_free_bytes: int | None = None) -> Reservation:
         """Make room for a new object of `size` bytes (state CREATING).
 
         spill_free_bytes: free space in the spill directory (None = unknown, unlimited).
-        is_mapped: whether a reader maps an object now; such objects are spilled last.
         Raises ObjectStoreFullError when neither memory nor spill space can take it.
         """
         existing = self.objects.get(object_id)
         if existing is not None:  # a retried write of the same object: nothing new to hold
-            self._touch(existing)
+            self._recency(existing).touch(object_id)
             return Reservation(object_id, 0)
-        res = self._make_room(object_id, size, spill_free_bytes, is_mapped, what="store")
-        obj = self.objects[object_id] = StoredObject(size, owner_address, CREATING)
-        self._touch(obj)
+        res = self._make_room(object_id, size, spill_free_bytes, what="store")
+        self.objects[object_id] = StoredObject(size, owner_address, CREATING)
         self.used_bytes += size
         res.reuse = self._take_pool_file(size)
         return res
 
-    def _make_room(self, object_id: bytes, size: int, spill_free_bytes: int | None,
-                   is_mapped: Callable[[bytes], bool] | None, what: str,
+    def _make_room(self, object_id: bytes, size: int, spill_free_bytes: int | None, what: str,
                    extra_spill_room: int = 0) -> Reservation:
         res = Reservation(object_id, size)
-        over = self.used_bytes + self.pool_bytes + size - self.capacity_bytes
+        # a recycled segment of this exact size becomes the object's own pages (see reserve)
+        keep = self._exact_pool_file(size)
+        over = self.load_bytes() + size - (self.pool[keep] if keep else 0) - self.capacity_bytes
         if over <= 0:
             return res
-        # first give back recycled segments that are not a good fit for this object
-        for path, psize in sorted(self.pool.items(), key=lambda kv: abs(kv[1] - size), reverse=True):
-            if self.used_bytes + self.pool_bytes + size <= self.capacity_bytes:
+        # first give back the other recycled segments, oldest first
+        while over > 0:
+            path = next((p for p in self.pool if p != keep), None)
+            if path is None:
                 break
-            if self.used_bytes + size <= self.capacity_bytes and abs(psize - size) <= size // 8:
-                continue  # keep one that fits if memory allows it
+            over -= self.pool[path]
             res.drop_pool.append(path)
             self._drop_pool_file(path)
-        over = self.used_bytes + self.pool_bytes + size - self.capacity_bytes
         if over <= 0:
             return res
         if size > self.capacity_bytes:
             raise self._full_error(object_id, size, what, "it is larger than the whole store")
-        res.evict = self._evict_copies(over, is_mapped)
+        res.evict = self._evict_copies(over)
         over -= sum(f.size for f in res.evict)
         if over <= 0:
             return res
-        victims = self._spill_candidates(over, is_mapped)
+        victims = self._spill_candidates(over)
         freed = sum(self.objects[v].size for v in victims)
         if freed < over:
             raise self._full_error(object_id, size, what,
@@ -189,37 +272,27 @@ class ObjectStore:
                                    f"spilling needs {_mib(freed)} but the spill space has only {_mib(room)} "
                                    f"left ({self.spill_dir})")
         for v in victims:
-            self.objects[v].state = SPILLING
+            self._leave_memory(v, self.objects[v], SPILLING)
         res.spill = victims
         return res
 
-    def _evict_copies(self, need: int, is_mapped: Callable[[bytes], bool] | None) -> list[Freed]:
-        """Drop least-recently-used copies of remote objects (unmapped first) for `need` bytes."""
-        copies = sorted((o.last_access, oid) for oid, o in self.objects.items() if o.copy and o.state == SHM)
-        order = [oid for _t, oid in copies]
-        if is_mapped is not None:
-            order = [oid for oid in order if not is_mapped(oid)] + [oid for oid in order if is_mapped(oid)]
-        out: list[Freed] = []
+    def _evict_copies(self, need: int) -> list[Freed]:
+        """Drop least-recently-used copies of remote objects no reader maps, for `need` bytes."""
+        chosen: list[bytes] = []
         got = 0
-        for oid in order:
+        for oid in self._copies.idle:
             if got >= need:
                 break
-            freed = self.free(oid)
-            if freed is not None:
-                out.append(freed)
-                got += freed.size
-        return out
+            chosen.append(oid)
+            got += self.objects[oid].size
+        return [f for f in map(self.free, chosen) if f is not None]
 
-    def _spill_candidates(self, need: int, is_mapped: Callable[[bytes], bool] | None) -> list[bytes]:
-        sealed = sorted((o.last_access, oid) for oid, o in self.objects.items() if o.state == SHM)
-        order = [oid for _t, oid in sealed]
-        if is_mapped is not None:
-            unmapped = [oid for oid in order if not is_mapped(oid)]
-            chosen = set(unmapped)
-            order = unmapped + [oid for oid in order if oid not in chosen]
+    def _spill_candidates(self, need: int) -> list[bytes]:
+        """Least-recently-used sealed objects no reader maps, worth `need` bytes; walks only
+        as far as it takes, unless there is not enough to spill at all."""
         out: list[bytes] = []
         got = 0
-        for oid in order:
+        for oid in self._primaries.idle:
             if got >= need:
                 break
             out.append(oid)
@@ -248,21 +321,23 @@ class ObjectStore:
         """The writer finished the file. Objects written without a reservation are counted now."""
         obj = self.objects.get(object_id)
         if obj is None:
-            obj = self.objects[object_id] = StoredObject(size, owner_address, SHM, copy=copy)
+            obj = self.objects[object_id] = StoredObject(size, owner_address, CREATING, copy=copy)
             self.used_bytes += size
+            self._now_in_memory(object_id, obj)
         elif obj.state == CREATING:
-            obj.state = SHM
             if size != obj.size:
                 self.used_bytes += size - obj.size
                 obj.size = size
             if owner_address:
                 obj.owner_address = owner_address
-        self._touch(obj)
+            self._now_in_memory(object_id, obj)
+        else:
+            self._recency(obj).touch(object_id)
 
     def accessed(self, object_id: bytes) -> None:
         obj = self.objects.get(object_id)
         if obj is not None:
-            self._touch(obj)
+            self._recency(obj).touch(object_id)
 
     # ------------------------------------------------------------ spilling
     def spill_done(self, object_id: bytes, ok: bool) -> bool:
@@ -277,17 +352,16 @@ class ObjectStore:
             self.num_spilled += 1
             self.bytes_spilled_total += obj.size
         else:
-            obj.state = SHM
+            self._now_in_memory(object_id, obj)
         return True
 
-    def restore(self, object_id: bytes, *, spill_free_bytes: int | None = None,
-                is_mapped: Callable[[bytes], bool] | None = None) -> Reservation | None:
+    def restore(self, object_id: bytes, *, spill_free_bytes: int | None = None) -> Reservation | None:
         """Room to bring a spilled object back; None if it is not spilled (nothing to do)."""
         obj = self.objects.get(object_id)
         if obj is None or obj.state != SPILLED:
             return None
         # its own spill file goes once it is back, so its bytes count as spill room
-        res = self._make_room(object_id, obj.size, spill_free_bytes, is_mapped, what="restore",
+        res = self._make_room(object_id, obj.size, spill_free_bytes, what="restore",
                               extra_spill_room=obj.size)
         obj.state = RESTORING
         self.used_bytes += obj.size
@@ -299,11 +373,10 @@ class ObjectStore:
         if obj is None or obj.state != RESTORING:
             return
         if ok:
-            obj.state = SHM
             self.spilled_bytes -= obj.size
             self.num_restored += 1
             self.bytes_restored_total += obj.size
-            self._touch(obj)
+            self._now_in_memory(object_id, obj)
         else:
             obj.state = SPILLED
             self.used_bytes -= obj.size
@@ -313,6 +386,8 @@ class ObjectStore:
         obj = self.objects.pop(object_id, None)
         if obj is None:
             return None
+        if obj.state == SHM:
+            self._leave_memory(object_id, obj, SHM)
         in_shm = obj.state != SPILLED
         if in_shm:
             self.used_bytes -= obj.size
@@ -325,34 +400,60 @@ class ObjectStore:
         """A freed, unmapped segment of `size` bytes: the path to keep it under, or "" to delete it."""
         if size <= 0 or self.pool_bytes + size > self.pool_max_bytes:
             return ""
-        if self.used_bytes + self.pool_bytes + size > self.capacity_bytes:
+        if not self.fits(size):
             return ""
         self._pool_seq += 1
         path = os.path.join(self.pool_dir, f"seg{self._pool_seq}")
         self.pool[path] = size
         self._pool_since[path] = self.clock.monotonic()
+        self._pool_by_size.setdefault(size, {})[path] = None
         self.pool_bytes += size
         return path
 
+    def _exact_pool_file(self, size: int) -> str:
+        same = self._pool_by_size.get(size)
+        return next(iter(same)) if same else ""
+
     def _take_pool_file(self, size: int) -> str:
+        """A recycled segment for an object of `size`: the same size if one is kept, else the
+        closest among the oldest few (a bounded look, however many segments are kept)."""
         if not self.pool:
             return ""
-        path = min(self.pool, key=lambda p: abs(self.pool[p] - size))
-        if self.pool[path] < size // 2:
-            return ""  # mostly fresh pages anyway; keep it for a smaller object
+        path = self._exact_pool_file(size)
+        if not path:
+            nearby = [p for _, p in zip(range(_POOL_LOOK), self.pool)]
+            path = min(nearby, key=lambda p: abs(self.pool[p] - size))
+            if self.pool[path] < size // 2:
+                return ""  # mostly fresh pages anyway; keep it for a smaller object
         self._drop_pool_file(path)
         return path
 
     def _drop_pool_file(self, path: str) -> None:
-        self.pool_bytes -= self.pool.pop(path, 0)
+        size = self.pool.pop(path, None)
+        if size is None:
+            return
+        self.pool_bytes -= size
         self._pool_since.pop(path, None)
+        same = self._pool_by_size.get(size)
+        if same is not None:
+            same.pop(path, None)
+            if not same:
+                del self._pool_by_size[size]
+
+    def forget_pool_file(self, path: str) -> None:
+        """A segment offered to the pool could not be moved there: it is not kept."""
+        self._drop_pool_file(path)
 
     def trim_pool(self, idle_s: float) -> list[str]:
         """Recycled segments nobody reused for `idle_s`: give their memory back (paths to delete).
 
         The pool makes a busy put() loop fast; an idle node should not sit on that memory."""
         now = self.clock.monotonic()
-        old = [p for p, t in self._pool_since.items() if now - t >= idle_s]
+        old = []
+        for p in self.pool:  # oldest first: stop at the first one still young
+            if now - self._pool_since[p] < idle_s:
+                break
+            old.append(p)
         for p in old:
             self._drop_pool_file(p)
         return old
@@ -367,10 +468,14 @@ class ObjectStore:
 
     def stats(self) -> dict[str, int]:
         return {"used_bytes": self.used_bytes, "capacity_bytes": self.capacity_bytes,
+                "mapped_bytes": self.mapped_bytes,
                 "spilled_bytes": self.spilled_bytes, "pool_bytes": self.pool_bytes,
                 "num_objects": len(self.objects), "num_spilled": self.num_spilled,
                 "num_restored": self.num_restored, "bytes_spilled_total": self.bytes_spilled_total,
                 "bytes_restored_total": self.bytes_restored_total}
+
+
+_POOL_LOOK = 64  # recycled segments compared when none has the exact size
 
 
 def _mib(n: int) -> str:

@@ -290,6 +290,16 @@ class RestoreObject(Message):
     object_id: bytes
 
 
+@message(170)
+class ObjectsMapped(Message):
+    """Client -> node: objects of this node's store the client began (`mapped`) or stopped
+    (`unmapped`) mapping. The node spills what no one maps first: spilling a mapped object
+    frees no memory until its readers let go."""
+
+    mapped: list
+    unmapped: list
+
+
 @message(28)
 class RestoreObjectReply(Message):
     found: bool

@@ -16,33 +16,50 @@ an argument (its value may be long freed: it is rebuilt first, recursively, if n
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+_NOBODY: frozenset = frozenset()
 
 
-@dataclass
 class RefCount:
-    owned: bool
-    owner_address: str = ""
-    local: int = 0
-    submitted: int = 0
-    contained: int = 0  # owned (or borrowed) outer objects holding this ref
-    borrowers: set = field(default_factory=set)
-    registered: bool = False  # borrower side: the owner knows about us
-    contains: list = field(default_factory=list)  # inner refs: [(object_id, owner_address)]
+    """Counts for one object. One exists per pending task return, so it has slots and shares
+    empty borrower and contents collections until it gets some."""
+
+    __slots__ = ("owned", "owner_address", "local", "submitted", "contained", "borrowers", "registered",
+                 "contains")
+
+    def __init__(self, owned: bool, owner_address: str = "") -> None:
+        self.owned = owned
+        self.owner_address = owner_address
+        self.local = 0
+        self.submitted = 0
+        self.contained = 0  # owned (or borrowed) outer objects holding this ref
+        self.borrowers: set | frozenset = _NOBODY
+        self.registered = False  # borrower side: the owner knows about us
+        self.contains: list | tuple = ()  # inner refs: [(object_id, owner_address)]
 
     def in_use(self) -> bool:
         return bool(self.local or self.submitted or self.contained or self.borrowers)
 
+    def add_borrower(self, borrower: str) -> None:
+        if not self.borrowers:
+            self.borrowers = set()
+        self.borrowers.add(borrower)  # type: ignore[union-attr]
 
-@dataclass
+    def discard_borrower(self, borrower: str) -> None:
+        if borrower in self.borrowers:
+            self.borrowers.discard(borrower)  # type: ignore[union-attr]
+
+
 class Lineage:
     """How to make an owned object again: the task spec that returned it (opaque here)."""
 
-    spec: object
-    arg_ids: list  # owned objects the task takes as arguments (their lineage is kept too)
-    reruns: int = 0  # times the task was re-run to rebuild a lost return
-    pins: int = 0  # lineage records of other objects that list this object as an argument
-    released: bool = False  # no ref to the object is left; the record stays only for `pins`
+    __slots__ = ("spec", "arg_ids", "reruns", "pins", "released")
+
+    def __init__(self, spec: object, arg_ids: list | tuple) -> None:
+        self.spec = spec
+        self.arg_ids = arg_ids  # owned objects the task takes as arguments (their lineage is kept too)
+        self.reruns = 0  # times the task was re-run to rebuild a lost return
+        self.pins = 0  # lineage records of other objects that list this object as an argument
+        self.released = False  # no ref to the object is left; the record stays only for `pins`
 
 
 class ReferenceCounter:
@@ -54,7 +71,7 @@ class ReferenceCounter:
     # -- lineage
     def record_lineage(self, return_ids: list[bytes], spec: object, arg_ids: list[bytes]) -> None:
         """Owned `return_ids` were made by the task `spec` taking the objects `arg_ids`."""
-        args = [a for a in arg_ids if a in self.lineage]
+        args = [a for a in arg_ids if a in self.lineage] if arg_ids else ()
         for oid in return_ids:
             self.lineage[oid] = Lineage(spec, args)
             for a in args:
@@ -141,7 +158,7 @@ class ReferenceCounter:
         rc = self.refs.get(outer)
         if rc is None:
             return
-        rc.contains.extend(inner)
+        rc.contains = [*rc.contains, *inner]
         for oid, owner in inner:
             irc = self.refs.get(oid)
             if irc is None:
@@ -154,14 +171,14 @@ class ReferenceCounter:
         rc = self.refs.get(object_id)
         if rc is None or not rc.owned:
             return False
-        rc.borrowers.add(borrower)
+        rc.add_borrower(borrower)
         return True
 
     def remove_borrower(self, object_id: bytes, borrower: str) -> tuple[list[bytes], list[tuple[str, bytes]]]:
         rc = self.refs.get(object_id)
         if rc is None:
             return [], []
-        rc.borrowers.discard(borrower)
+        rc.discard_borrower(borrower)
         return self._maybe_release(object_id)
 
     def drop_borrowers_at(self, address: str) -> tuple[list[bytes], list[tuple[str, bytes]]]:
@@ -170,7 +187,7 @@ class ReferenceCounter:
         unborrow: list[tuple[str, bytes]] = []
         for oid, rc in list(self.refs.items()):
             if address in rc.borrowers:
-                rc.borrowers.discard(address)
+                rc.discard_borrower(address)
                 f, u = self._maybe_release(oid)
                 free += f
                 unborrow += u

@@ -31,6 +31,15 @@ class ObjectRef:
         if client is not None:
             client.ref_created(self._id, owner_address, borrowed=_borrowed)
 
+    @classmethod
+    def counted(cls, object_id: bytes, owner_address: str, client: Any) -> ObjectRef:
+        """A ref whose count `client` already took (under its lock, for many refs at once)."""
+        ref = object.__new__(cls)
+        ref._id = object_id
+        ref._owner = owner_address
+        ref._client = client
+        return ref
+
     def __del__(self) -> None:
         client = self._client
         if client is not None:

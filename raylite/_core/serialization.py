@@ -27,6 +27,7 @@ import struct
 import sys
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,9 +64,18 @@ def contained_refs_sink() -> list | None:
     return getattr(_local, "refs", None)
 
 
+_SCALARS = frozenset({int, float, bool, type(None)})
+_SHORT = frozenset({str, bytes})
+
+
 def serialize(value: Any, *, kind: int = KIND_VALUE, what: str = "value", arguments: bool = False) -> SerializedObject:
     """Pickle `value`; raise ObjectSerializationError naming the unpicklable part. `arguments`:
     `value` is a call's (args, kwargs), and errors name the argument."""
+    t = type(value)
+    if t in _SCALARS or (t in _SHORT and len(value) <= 4096):
+        # nothing to export, no buffers, no refs: the standard pickler, 20x cheaper than
+        # setting up cloudpickle's (a task returning 10,000 numbers pays it 10,000 times)
+        return SerializedObject(pickle.dumps(value, protocol=5), [], [], kind)
     buffers: list[pickle.PickleBuffer] = []
     prev = getattr(_local, "refs", None)
     refs: list[Any] = []
@@ -326,9 +336,11 @@ class _WriterMaps:
 _WRITER_MAPS = _WriterMaps()
 
 
-def drop_stale_writer_maps() -> None:
-    """Unmap cached segments whose files were deleted (called periodically by the client)."""
+def drop_stale_writer_maps() -> int:
+    """Unmap cached segments whose files were deleted (called periodically by the client);
+    returns how many stay cached."""
     _WRITER_MAPS.drop_stale()
+    return len(_WRITER_MAPS._free)
 if hasattr(os, "register_at_fork"):  # a forked worker starts with no parent's mappings
     os.register_at_fork(after_in_child=lambda: _WRITER_MAPS._free.clear())
 
@@ -359,11 +371,12 @@ def _writev_all(fd: int, pieces: list) -> None:
                 n = 0
 
 
-def read_file(path: str) -> tuple[int, Any]:
+def read_file(path: str, on_map: Callable[[mmap.mmap], None] | None = None) -> tuple[int, Any]:
     """Map the object read-only and unpickle it; buffers are views into the mapping.
 
     The shared lock taken here lives as long as the mapping (mmap keeps a dup of the
     descriptor): it tells the node the file is in use and must not be recycled.
+    `on_map(mapping)` lets the caller follow the mapping's life (weakref.finalize).
     """
     with open(path, "rb") as f:
         fcntl.flock(f.fileno(), fcntl.LOCK_SH)
@@ -380,6 +393,8 @@ def read_file(path: str) -> tuple[int, Any]:
     start = _HEAD.size + _BUF.size * nbuf
     meta = view[start:start + meta_len]
     bufs = [view[o:o + n] for o, n in spans]
+    if on_map is not None:
+        on_map(mm)
     return kind, pickle.loads(meta, buffers=bufs)
 
 

@@ -3,8 +3,10 @@
 object_store.py decides what should happen; these functions do it, on the
 node daemon (in a thread for the big copies). Readers hold a shared `flock` on
 every object file they map (serialization.read_file), for as long as the
-mapping lives, so `is_mapped` can tell whether a freed segment may be reused:
+mapping lives, so `release` can tell whether a freed segment may be reused:
 rewriting a file that a reader still maps would change the reader's data.
+(That probe runs once per freed object; which objects to spill is decided from
+the readers' own reports, see ObjectStore.mapped.)
 """
 
 from __future__ import annotations
@@ -22,21 +24,6 @@ def make_dirs(store: ObjectStore) -> None:
     os.makedirs(store.pool_dir, mode=0o700, exist_ok=True)
     if store.spill_dir:
         os.makedirs(store.spill_dir, mode=0o700, exist_ok=True)
-
-
-def is_mapped(path: str) -> bool:
-    """True if some process maps the file now (it holds a shared lock on it)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
 
 
 def spill_free_bytes(store: ObjectStore) -> int | None:
@@ -70,7 +57,7 @@ def release(store: ObjectStore, freed: Freed) -> None:
                 os.rename(path, target)
                 return
             except OSError:
-                store.pool_bytes -= store.pool.pop(target, 0)
+                store.forget_pool_file(target)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)  # a reader's mapping stays valid until it is dropped
     finally:

@@ -42,6 +42,13 @@ class TaskEventBuffer:
         self._capacity = capacity
         self._dropped = 0
         self._lock = threading.Lock()
+        # called (in the recording thread) when an event lands in an empty buffer: the owner
+        # flushes only while there is something to flush, so idle processes never wake up;
+        # and when `batch` events are waiting: a burst is sent in batches of that size, so
+        # neither side holds (or fragments its memory with) one huge message per interval
+        self.on_first: Callable[[], None] | None = None
+        self.on_batch: Callable[[], None] | None = None
+        self.batch = 5000
 
     def record(self, task_id: bytes, attempt: int, job_id: bytes, state: str, time_s: float,
                extra: Any = None) -> None:
@@ -53,7 +60,12 @@ class TaskEventBuffer:
                 if len(events) >= self._capacity:
                     events.popleft()
                     self._dropped += 1
+        was_empty = not events
         events.append((task_id, attempt, job_id, state, time_s, extra))
+        if was_empty and self.on_first is not None:
+            self.on_first()
+        elif len(events) == self.batch and self.on_batch is not None:
+            self.on_batch()
 
     def drain(self, describe: Callable[[Any], dict[str, Any]] | None = None) -> tuple[list[list[Any]], list[dict[str, Any]], int]:
         """Take everything buffered as (events, descs, dropped) for one TaskEvents message.

@@ -12,14 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import fcntl
 import inspect
 import os
 import queue
-import select
-import struct
 import sys
-import termios
 import threading
 import time
 import traceback
@@ -44,6 +40,7 @@ from raylite._core.task_spec import (
     STREAMING,
     TaskSpec,
 )
+from raylite._core.worker_output import OutputForwarder
 
 
 class WorkerContext:
@@ -91,7 +88,7 @@ class Worker:
         self.queue_lock = threading.Lock()
         self.setup_error: Exception | None = None  # runtime_env could not be set up here
         self._initial_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        self._output_pipes: list[tuple[int, threading.Lock]] = []  # (read end, pump lock)
+        self._output: OutputForwarder | None = None  # fds 1 and 2 -> log files and drivers
         self._exec_facts: dict | None = None  # node, worker, pid: the same for every task event here
         self._last_error = threading.local()  # text of the last task error, per thread
 
@@ -142,20 +139,8 @@ class Worker:
         self.client.call_soon(_send_reply, conn, msg, -rid)
 
     def _drain_output(self) -> None:
-        """Hand what the task printed to the I/O loop before its reply, so a driver that
-        exits right after get() still shows the task's output."""
-        if not self._output_pipes:
-            return
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        for _ in range(200):  # bounded: a child process may keep writing forever
-            if not any(_unread_bytes(fd) for fd, _lock in self._output_pipes):
-                break
-            time.sleep(0.001)
-        for _fd, lock in self._output_pipes:
-            with lock:  # a pump that read data has queued it once it lets go
-                pass
+        if self._output is not None:
+            self._output.drain()
 
     # ------------------------------------------------------------ main thread
     def run(self) -> None:
@@ -510,59 +495,17 @@ class Worker:
 
     # ------------------------------------------------------------ output
     def _redirect_output(self) -> None:
-        for fd, stream in ((1, "stdout"), (2, "stderr")):
-            r, w = os.pipe()
-            os.dup2(w, fd)
-            os.close(w)
-            lock = threading.Lock()
-            self._output_pipes.append((r, lock))
-            threading.Thread(target=self._pump_output, args=(r, stream, lock, self._log_file(stream)),
-                             daemon=True, name=f"raylite-{stream}").start()
-
-    def _log_file(self, stream: str) -> int:
-        """This worker's own log file (kept with the session after the cluster stops); -1 if none."""
-        name = f"worker-{self.client.worker_id.hex()[:16]}-{os.getpid()}.{'out' if stream == 'stdout' else 'err'}"
-        try:
-            logs = os.path.join(self.request["session_dir"], "logs")
-            os.makedirs(logs, exist_ok=True)
-            return os.open(os.path.join(logs, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        except OSError:
-            return -1
-        sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
-        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
-
-    def _pump_output(self, fd: int, stream: str, lock: threading.Lock, log_fd: int = -1) -> None:
-        # read only while holding `lock`: data is either still in the pipe or queued for
-        # sending, never in between (see _drain_output)
-        pending = b""
-        while True:
-            select.select([fd], [], [])
-            with lock:
-                data = os.read(fd, 65536)
-                if not data:
-                    return
-                if log_fd >= 0:
-                    with contextlib.suppress(OSError):
-                        os.write(log_fd, data)
-                pending += data
-                if b"\n" not in pending:
-                    continue
-                *lines, pending = pending.split(b"\n")
-                text = [ln.decode(errors="replace") for ln in lines]
-                msg = P.LogLines(self.ctx.job_id, self.log_prefix, stream, text)
-                with contextlib.suppress(Exception):
-                    self.client.call_soon(self.client._send_node, msg)
+        client = self.client
+        self._output = OutputForwarder(
+            client.loop, client._thread, client._send_node, os.path.join(self.request["session_dir"], "logs"),
+            f"worker-{client.worker_id.hex()[:16]}-{os.getpid()}", lambda: (self.ctx.job_id, self.log_prefix))
+        self._output.start()
 
 
 async def _call_init(actor: Any, args: tuple, kwargs: dict) -> None:
     result = actor.__init__(*args, **kwargs)
     if inspect.isawaitable(result):
         await result
-
-
-def _unread_bytes(fd: int) -> int:
-    buf = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
-    return struct.unpack("i", buf)[0]
 
 
 def _send_reply(conn, msg: P.Message, rid: int) -> None:

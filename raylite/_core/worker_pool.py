@@ -3,6 +3,11 @@
 The pool knows each worker's state (STARTING -> IDLE <-> LEASED, or ACTOR; then
 DEAD) and starts new ones through the zygote's control socket. It does no
 scheduling: the node daemon decides who gets which worker.
+
+Every state change goes through `set_state`, which keeps two indexes: the idle
+workers and the number of starting workers per runtime environment. The node
+asks both on every lease request, so they answer in O(1) however many workers
+(thousands of actors) the node holds.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ class WorkerRecord:
     blocked: bool = False
     exit_info: str = ""
     started_at: float = 0.0
+    busy_since: float = 0.0  # when its current lease or actor began (the memory monitor's age)
     kill_reason: str = ""
 
 
@@ -65,6 +71,9 @@ class WorkerPool:
         self.on_exit = on_exit
         self.workers: dict[bytes, WorkerRecord] = {}
         self.by_pid: dict[int, WorkerRecord] = {}
+        self._idle: dict[str, dict[bytes, WorkerRecord]] = {}  # env key -> idle workers, oldest first
+        self._starting: dict[str, int] = {}  # env key -> workers forked but not registered yet
+        self.starting_total = 0
         self._zygote_pid = 0
         self._zygote_sock: socket.socket | None = None
         self._buf = b""
@@ -113,6 +122,8 @@ class WorkerPool:
         worker_id = WorkerID.from_random()
         rec = WorkerRecord(worker_id, key, started_at=now)
         self.workers[worker_id] = rec
+        self._starting[key] = self._starting.get(key, 0) + 1
+        self.starting_total += 1
         env = {str(k): str(v) for k, v in (runtime_env.get("env_vars") or {}).items()}
         wd = runtime_env.get("working_dir") or ""
         mods = runtime_env.get("py_modules") or []
@@ -131,14 +142,36 @@ class WorkerPool:
         self._zygote_sock.sendall(json.dumps(request).encode() + b"\n")
         return rec
 
-    def idle(self, key: str) -> WorkerRecord | None:
-        for rec in self.workers.values():
-            if rec.state == "IDLE" and rec.env_key == key:
-                return rec
-        return None
+    def set_state(self, rec: WorkerRecord, state: str) -> None:
+        """Move a worker to `state`, keeping the indexes; DEAD also forgets it."""
+        old = rec.state
+        if old == state:
+            return
+        if old == "STARTING":
+            self._starting[rec.env_key] -= 1
+            self.starting_total -= 1
+        elif old == "IDLE":
+            idle = self._idle[rec.env_key]
+            del idle[rec.worker_id]
+            if not idle:
+                del self._idle[rec.env_key]
+        rec.state = state
+        if state == "IDLE":
+            self._idle.setdefault(rec.env_key, {})[rec.worker_id] = rec
+        elif state == "DEAD":
+            if self.workers.get(rec.worker_id) is rec:
+                del self.workers[rec.worker_id]
 
-    def count(self, key: str, states: tuple[str, ...]) -> int:
-        return sum(1 for r in self.workers.values() if r.env_key == key and r.state in states)
+    def idle(self, key: str) -> WorkerRecord | None:
+        """The longest-idle worker for this runtime environment, if any."""
+        idle = self._idle.get(key)
+        return next(iter(idle.values())) if idle else None
+
+    def has_idle(self) -> bool:
+        return bool(self._idle)
+
+    def starting(self, key: str) -> int:
+        return self._starting.get(key, 0)
 
     def kill(self, rec: WorkerRecord, reason: str = "") -> None:
         rec.kill_reason = rec.kill_reason or reason

@@ -92,6 +92,30 @@ def test_a_mapped_object_survives_being_spilled(small_store):
     del later, view, first
 
 
+def test_an_object_a_reader_maps_is_not_spilled_nor_counted(small_store):
+    """Spilling a mapped object frees nothing (the reader keeps its pages): readers report
+    what they map, and the node spills the others and counts mapped bytes apart."""
+    from raylite.util.state import list_objects
+
+    gc.collect()
+    wait_for(lambda: _info().store_used_bytes == 0, what="earlier tests' objects to be freed")
+    held = ray.put(_block(300))
+    view = ray.get(held)
+    wait_for(lambda: _info().store_stats["mapped_bytes"] >= 16 * MIB - 4096, what="the node to hear of the mapping")
+    later = [ray.put(_block(400 + i)) for i in range(5)]  # 80 MiB more into 64 MiB
+    where = {r.object_id: r.location for r in list_objects()}
+    assert where[held.hex()] == "SHARED_MEMORY"
+    assert where[later[0].hex()] == "SPILLED" and where[later[-1].hex()] == "SHARED_MEMORY"
+    assert np.array_equal(view, _block(300))
+    del view
+    gc.collect()
+    wait_for(lambda: _info().store_stats["mapped_bytes"] == 0, what="the unmapping to be reported")
+    assert np.array_equal(ray.get(later[0]), _block(400))  # restored: the oldest unmapped one makes room
+    assert {r.object_id: r.location for r in list_objects()}[later[1].hex()] == "SPILLED"
+    assert np.array_equal(ray.get(held), _block(300))
+    del held, later
+
+
 def test_store_full_error_only_when_spill_space_is_exhausted_too(small_store):
     gc.collect()
     wait_for(lambda: _info().store_used_bytes == 0, what="earlier tests' objects to be freed")

@@ -94,3 +94,32 @@ def test_ray_util_placement_group_module_path(cluster):
     assert ray.get(current.options(scheduling_strategy=strategy).remote(), timeout=60)
     assert get_current_placement_group() is None  # the driver is in no group
     remove_placement_group(pg)
+
+
+def test_ready_refs_wait_without_workers(cluster):
+    """pg.ready() is resolved by the caller's own I/O loop from the head's answers: fifty
+    groups waiting for room start no worker (each used to block one in a task)."""
+    from raylite._core import protocol as P
+    from raylite._core import runtime
+    from tests.conftest import wait_for
+
+    def workers() -> int:
+        return runtime.client().node_request(P.GetNodeInfo(), timeout=10).num_workers
+
+    big = placement_group([{"CPU": 2}])
+    assert big.wait(60)
+    before = workers()
+    waiting = [placement_group([{"CPU": 0.01}]) for _ in range(50)]  # no CPU left: pending
+    readies = [g.ready() for g in waiting]
+    done, pending = ray.wait(readies, num_returns=len(readies), timeout=0.5)
+    assert not done
+    remove_placement_group(big)
+    assert ray.get(readies, timeout=60) == waiting
+    assert workers() <= before
+    gone = placement_group([{"CPU": 0.01}])
+    remove_placement_group(gone)
+    with pytest.raises(PlacementGroupSchedulingError, match="removed"):
+        ray.get(gone.ready(), timeout=60)
+    for g in waiting:
+        remove_placement_group(g)
+    wait_for(lambda: ray.available_resources().get("CPU", 0) == 2, what="bundle CPUs to return")

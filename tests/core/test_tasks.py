@@ -616,13 +616,14 @@ def test_gpu_requests_get_their_own_devices(tmp_path):
 
 
 def test_lineage_is_kept_while_results_live_and_dropped_with_them(cluster):
-    """The owner keeps how to rebuild each result (lineage), and only while it is referenced."""
+    """The owner keeps how to rebuild each result in a node's store (lineage), and only while
+    it is referenced. Values returned inline live in the owner and cannot be lost: no record."""
     from raylite._core import runtime
     from tests.conftest import wait_for
 
     @ray.remote(max_retries=1)
     def make(i):
-        return np.full(10, i)
+        return np.full(20_000, i)  # 160 KB: kept in the node's store, not inline
 
     @ray.remote(max_retries=1)
     def plus(a):
@@ -641,3 +642,12 @@ def test_lineage_is_kept_while_results_live_and_dropped_with_them(cluster):
     assert all(client.refs.lineage_of(i) is not None for i in first_ids)
     del seconds
     wait_for(lambda: all(client.refs.lineage_of(i) is None for i in all_ids), what="lineage dropped with the results")
+
+    @ray.remote(max_retries=1)
+    def small(i):
+        return i
+
+    results = [small.remote(i) for i in range(20)]
+    assert ray.get(results) == list(range(20))
+    # inline results: nothing to rebuild, nothing kept
+    assert all(client.refs.lineage_of(r.binary()) is None for r in results)

@@ -52,12 +52,78 @@ def test_copies_of_remote_objects_are_dropped_before_anything_is_spilled():
     assert s.used_bytes == 8 * MIB and s.spilled_bytes == 0
 
 
-def test_mapped_objects_are_spilled_last():
+def test_mapped_objects_are_not_spilled():
     s = _store()
     _put(s, b"a", 4)
     _put(s, b"b", 4)
-    res = _put(s, b"c", 4, is_mapped=lambda oid: oid == b"a")
-    assert res.spill == [b"b"]
+    s.mapped(b"a")  # a reader on this node maps a: spilling it would free nothing now
+    assert _put(s, b"c", 4).spill == []
+    assert _put(s, b"d", 4).spill == [b"b"]
+
+
+def test_an_object_no_longer_mapped_is_spilled_in_its_turn():
+    s = _store(capacity_mib=12)
+    for oid in (b"a", b"b", b"c"):
+        _put(s, oid, 4)
+    s.mapped(b"a")
+    s.mapped(b"a")  # two readers
+    s.unmapped(b"a")
+    _put(s, b"d", 4)  # fits: a still has a reader
+    s.unmapped(b"a")  # in use until now: it counts again, as just used
+    assert _put(s, b"e", 4).spill == [b"b", b"c"]
+    assert _put(s, b"f", 4).spill == [b"d"]
+    assert _put(s, b"g", 4).spill == [b"a"]
+
+
+def test_mapped_objects_do_not_count_against_the_capacity():
+    """Their pages stay while a reader maps them: spilling them would free nothing."""
+    s = _store()
+    _put(s, b"a", 4)
+    _put(s, b"b", 4)
+    s.mapped(b"a")
+    s.mapped(b"b")
+    assert s.load_bytes() == 0 and s.stats()["mapped_bytes"] == 8 * MIB
+    assert _put(s, b"c", 4).spill == [] and _put(s, b"d", 4).spill == []
+    s.unmapped(b"a")  # counts again: the next object that needs room spills the oldest idle one
+    assert _put(s, b"e", 4).spill == [b"c", b"d"]
+    assert s.used_bytes == 12 * MIB and s.load_bytes() == 8 * MIB  # a, e; and b, mapped
+
+
+class _NoScans(dict):
+    """The store's object table, refusing to be walked: room must come from the LRU queues."""
+
+    def items(self):
+        raise AssertionError("the whole object table was scanned")
+
+    def values(self):
+        raise AssertionError("the whole object table was scanned")
+
+    def __iter__(self):
+        raise AssertionError("the whole object table was scanned")
+
+
+def test_making_room_walks_only_the_victims():
+    s = _store(capacity_mib=64)
+    s.objects = _NoScans()
+    for i in range(64):
+        _put(s, i.to_bytes(4, "big"), 1)
+    for i in range(64, 2_000):  # each new object spills exactly the oldest one
+        res = _put(s, i.to_bytes(4, "big"), 1)
+        assert res.spill == [(i - 64).to_bytes(4, "big")]
+    res = s.restore((0).to_bytes(4, "big"))
+    assert res is not None and res.spill == [(1936).to_bytes(4, "big")]
+    s.spill_done((1936).to_bytes(4, "big"), True)
+    s.restore_done((0).to_bytes(4, "big"), True)
+    assert s.used_bytes == 64 * MIB and s.spilled_bytes == (2_000 - 64) * MIB
+
+
+def test_recycled_segment_of_the_exact_size_is_reused_first():
+    s = _store(capacity_mib=100)
+    a = s.offer_pool_file(3 * MIB)
+    b = s.offer_pool_file(5 * MIB)
+    assert s.reserve(b"x", 5 * MIB, OWNER).reuse == b
+    assert s.reserve(b"y", 4 * MIB, OWNER).reuse == a  # none of its size: the closest will do
+    assert s.pool_bytes == 0 and not s.pool
 
 
 def test_objects_being_written_are_never_spilled():

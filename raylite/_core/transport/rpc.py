@@ -40,9 +40,6 @@ from raylite._core.transport.gate import HELLO_MAX_BYTES, HandshakeGate
 log = logging.getLogger("raylite.rpc")
 
 _LEN = struct.Struct(">I")
-# the kernel's accept queue: a burst of connections (a flood, or thousands of nodes at once) waits
-# there until the loop accepts; when it is full a Unix-socket connect fails at once (EAGAIN)
-LISTEN_BACKLOG = 1024
 
 Handler = Callable[["Connection", P.Message, int], Any]
 
@@ -398,9 +395,15 @@ async def connect(address: str, handlers: dict[type, Handler] | None = None, *, 
     return conn
 
 
+# connections the kernel queues before accept() (clamped to net.core.somaxconn): a node whose
+# loop is busy while hundreds of forked workers connect at once must not refuse them (EAGAIN),
+# and real clients need room behind a flood of connections that never authenticate
+LISTEN_BACKLOG = 4096
+
+
 async def listen(address: str, handlers: dict[type, Handler], *, token: str,
                  on_connect: Callable[[Connection], None] | None = None,
-                 sock: socket.socket | None = None) -> asyncio.AbstractServer:
+                 sock: socket.socket | None = None, backlog: int = LISTEN_BACKLOG) -> asyncio.AbstractServer:
     """Serve `handlers` at `address` ('unix:///path' or 'tcp://host:port'), or on an
     already bound TCP `sock` (its port is known before the loop runs)."""
     loop = asyncio.get_running_loop()
@@ -418,16 +421,16 @@ async def listen(address: str, handlers: dict[type, Handler], *, token: str,
     # the TLS handshake comes before connection_made: it gets the same deadline as the Hello
     tls = {"ssl": ssl_ctx, "ssl_handshake_timeout": cfg.handshake_timeout_s} if ssl_ctx is not None else {}
     if sock is not None:
-        return await loop.create_server(factory, sock=sock, backlog=LISTEN_BACKLOG, **tls)
+        return await loop.create_server(factory, sock=sock, backlog=backlog, **tls)
     if kind == "unix":
         path = str(target)
         if os.path.exists(path):
             os.unlink(path)
-        server = await loop.create_unix_server(factory, path, backlog=LISTEN_BACKLOG)
+        server = await loop.create_unix_server(factory, path, backlog=backlog)
         os.chmod(path, 0o600)
     else:
         host, port = target  # type: ignore[misc]
-        server = await loop.create_server(factory, host, port, reuse_address=True, backlog=LISTEN_BACKLOG, **tls)
+        server = await loop.create_server(factory, host, port, reuse_address=True, backlog=backlog, **tls)
     return server
 
 
