@@ -225,12 +225,13 @@ class Head:
 
     def _on_pick_node(self, conn, msg: P.PickNode, rid):
         """Spillback: choose the node for a lease its requester cannot (or should not) grant."""
-        choice = self.store.pick_node(msg.resources, msg.strategy, msg.requester, msg.requester_available)
+        choice, covered = self.store.pick_node(msg.resources, msg.strategy, msg.requester,
+                                               msg.requester_available, msg.batch)
         if isinstance(choice, S.Infeasible):
             return P.PickNodeReply(error_type="TaskUnschedulableError",
                                    error=f"{msg.description} cannot be scheduled: {choice.reason}. Lower "
                                    "the request (num_cpus/num_gpus/resources) or start a node that has it.")
-        return P.PickNodeReply(choice.node_id, choice.address)
+        return P.PickNodeReply(choice.node_id, choice.address, covered=covered)
 
     def _on_node_shutdown(self, conn, msg: P.NodeShutdown, rid):
         self._apply(self.store.node_lost(msg.node_id, "it was stopped"))

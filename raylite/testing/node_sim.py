@@ -61,6 +61,7 @@ class SimConfig:
     return_bytes: int = 0  # > 0: tasks return an object of this size held by the node
     ip: str = "127.0.0.1"
     labels: dict[str, str] = field(default_factory=dict)
+    record_tasks: bool = False  # keep task id -> node index of every task run (tests)
 
 
 class SimNode:
@@ -83,7 +84,6 @@ class SimNode:
         self.actors: dict[bytes, dict] = {}  # actor id -> resources held
         self.objects: dict[bytes, bytes] = {}
         self.tasks_run = 0
-        self.arrivals: list[int] = []  # the simulator-wide sequence numbers of its first two tasks
         self.next_stats = 0.0
 
     # ------------------------------------------------------------ leases
@@ -132,7 +132,7 @@ class NodeSimulator:
         self._beats: collections.deque[tuple[float, SimNode]] = collections.deque()
         self._loop_task: asyncio.Task | None = None
         self.heartbeats_sent = 0
-        self.tasks_total = 0  # tasks pushed to any node, in arrival order
+        self.task_nodes: dict[bytes, int] = {}  # task id -> node index (config.record_tasks)
         self.handlers = {
             P.RequestLease: self._on_request_lease,
             P.ReturnLease: self._on_return_lease,
@@ -313,9 +313,8 @@ class NodeSimulator:
                 returns.append([oid, "v", _NONE_INLINE])
         reply = P.PushTaskReply(task_id, returns, [])
         node.tasks_run += 1
-        if len(node.arrivals) < 2:
-            node.arrivals.append(self.tasks_total)
-        self.tasks_total += 1
+        if self.config.record_tasks:
+            self.task_nodes[task_id] = node.index
         if self.config.task_s <= 0:
             return reply
         asyncio.get_running_loop().call_later(self.config.task_s, self._late_reply, node, conn, reply, rid)
