@@ -98,6 +98,7 @@ class SchedulingQueue:
     spread_covered: bool = False
     spread_cover_seen: bool = False
     spread_open: int = 0
+    pump_pending: bool = False  # a _pump is scheduled for this loop turn
 
 
 @dataclass

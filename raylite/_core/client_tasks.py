@@ -155,7 +155,7 @@ class TaskSubmitter:
             q.spread_covered = q.spread_cover_seen = False
             q.spread_open = 0
         q.tasks.append(rec)
-        self._pump(q)
+        self._pump_soon(q)
 
     def _inline_ready_args(self, rec: TaskRecord) -> None:
         """Ship ready values of top-level ref args with the task (saves the worker a round trip)."""
@@ -181,26 +181,60 @@ class TaskSubmitter:
             return self.config.max_tasks_in_flight_per_worker
         return 1
 
-    def _pump(self, q: SchedulingQueue) -> None:
-        limit = self._pipeline_depth(q)
+    def _pump_soon(self, q: SchedulingQueue) -> None:
+        """One `_pump` per loop turn however many tasks were queued in it (a burst of submissions
+        would otherwise walk every lease once per task)."""
+        if not q.pump_pending:
+            q.pump_pending = True
+            self.loop.call_soon(self._pump_now, q)
+
+    def _pump_now(self, q: SchedulingQueue) -> None:
+        q.pump_pending = False
+        self._pump(q)
+
+    def _fill(self, q: SchedulingQueue, lease: Lease, limit: int) -> None:
+        """Push queued tasks onto `lease` up to `limit` in flight."""
+        if lease.blocked:
+            if lease.in_flight:
+                return
+            lease.blocked = False
         spreading = bool(q.spread_batch) and not q.spread_covered
-        for lease in q.leases:
-            if lease.blocked:
-                if lease.in_flight:
-                    continue
-                lease.blocked = False
-            while q.tasks and lease.in_flight < limit and not lease.dead:
-                if spreading and lease.batch == q.spread_batch:
-                    break  # its node ran a task of this burst: every other node gets one first
-                rec = q.tasks.popleft()
-                if rec.cancelled:
-                    continue
-                lease.batch = q.spread_batch
-                self._push(rec, lease)
+        while q.tasks and lease.in_flight < limit and not lease.dead:
+            if spreading and lease.batch == q.spread_batch:
+                break  # its node ran a task of this burst: every other node gets one first
+            rec = q.tasks.popleft()
+            if rec.cancelled:
+                continue
+            lease.batch = q.spread_batch
+            self._push(rec, lease)
+
+    def _refill(self, lease: Lease) -> None:
+        """After a reply on `lease`: keep it busy, or let it go once the queue is empty. O(1):
+        the other leases of the queue are refilled on their own replies."""
+        q = lease.queue
+        self._fill(q, lease, self._pipeline_depth(q))
+        if q.tasks:
+            self._request_leases(q)
+        elif lease.in_flight == 0 and q.spread_batch:
+            self._return_lease(lease)  # the burst is over (see _pump)
+            if not q.leases:
+                q.spread_batch = b""
+        elif lease.in_flight == 0 and lease.idle_handle is None:
+            lease.idle_handle = self.loop.call_later(self.config.lease_idle_timeout_s, self._return_lease, lease)
+
+    def _request_leases(self, q: SchedulingQueue) -> None:
         want = min(len(q.tasks), 16) - q.requesting
         for _ in range(max(0, want)):
             q.requesting += 1
             self.loop.create_task(self._request_lease(q))
+
+    def _pump(self, q: SchedulingQueue) -> None:
+        limit = self._pipeline_depth(q)
+        for lease in q.leases:
+            if not q.tasks:
+                break
+            self._fill(q, lease, limit)
+        self._request_leases(q)
         if not q.tasks and q.spread_batch:
             # the burst is over: its workers go back now, and the next burst spreads anew
             for lease in list(q.leases):
@@ -275,7 +309,7 @@ class TaskSubmitter:
         if not q.tasks or spread.get("batch", q.spread_batch) != q.spread_batch:  # none, or a past burst's
             self._return_lease(lease)
             return
-        self._pump(q)
+        self._refill(lease)
 
     async def _lease_for_spread(self, q: SchedulingQueue, lease_id: bytes,
                                 spread: dict) -> tuple[P.RequestLeaseReply, Any]:
@@ -363,7 +397,10 @@ class TaskSubmitter:
                 q.avg_task_s = 0.8 * q.avg_task_s + 0.2 * (time.monotonic() - pushed_at)
             self._task_done(rec, fut.result())
         if lease is not None and not lease.dead:
-            self._pump(lease.queue)
+            if lease.blocked:  # a task bounced back to the queue: other leases may take it
+                self._pump(lease.queue)
+            else:
+                self._refill(lease)
 
     def _task_worker_died(self, rec: TaskRecord, exc: BaseException) -> None:
         if rec.cancelled:

@@ -221,7 +221,12 @@ class Head:
 
     def _on_heartbeat(self, conn, msg: P.Heartbeat, rid):
         alive = self.store.heartbeat(msg.node_id, msg.available, msg.total, msg.pending, msg.stats)
-        return P.HeartbeatReply(alive) if rid else None
+        if rid:
+            return P.HeartbeatReply(alive)
+        if not alive:  # a one-way report from a node declared dead: it must fence itself
+            with contextlib.suppress(Exception):
+                conn.send(P.HeartbeatReply(False))
+        return None
 
     def _on_pick_node(self, conn, msg: P.PickNode, rid):
         """Spillback: choose the node for a lease its requester cannot (or should not) grant."""

@@ -56,6 +56,7 @@ _SPEC_NUM_RETURNS = SPEC_FIELDS.index("num_returns")
 class SimConfig:
     resources: dict[str, float] = field(default_factory=lambda: {"CPU": 1.0})
     heartbeat_interval_s: float = 0.5
+    node_dead_timeout_s: float = 5.0  # the head's; a node asks for an answer every quarter of it
     stats_interval_s: float = 2.0
     task_s: float = 0.0  # how long a pushed task "runs"
     return_bytes: int = 0  # > 0: tasks return an object of this size held by the node
@@ -85,6 +86,8 @@ class SimNode:
         self.objects: dict[bytes, bytes] = {}
         self.tasks_run = 0
         self.next_stats = 0.0
+        self.asked = 0.0  # when its last heartbeat request (one the head answers) went out
+        self.sent: tuple | None = None  # the last load report sent
 
     # ------------------------------------------------------------ leases
     def grant(self) -> None:
@@ -237,8 +240,11 @@ class NodeSimulator:
 
     async def _heartbeat_loop(self) -> None:
         """One loop for every node: a deque ordered by due time, so a tick costs only the
-        heartbeats due in it (nodes registered at different times stay staggered)."""
+        heartbeats due in it (nodes registered at different times stay staggered). Like a
+        node daemon, a node reports when its load changed or statistics are due, and makes
+        one report a request (answered by the head) at least every `ack_every`."""
         interval = self.config.heartbeat_interval_s
+        ack_every = max(interval, self.config.node_dead_timeout_s / 4)
         beats = self._beats
         while True:
             now = time.monotonic()
@@ -247,9 +253,18 @@ class NodeSimulator:
                 if node.state == "dead":
                     continue
                 if node.state == "alive":
-                    with contextlib.suppress(Exception):
-                        node.head.request_future(node.heartbeat(now))
-                        self.heartbeats_sent += 1
+                    msg = node.heartbeat(now)
+                    report = (msg.available, msg.pending, msg.total)
+                    ask = now - node.asked >= ack_every
+                    if ask or msg.stats is not None or report != node.sent:
+                        node.sent = (dict(msg.available), msg.pending, dict(msg.total))
+                        with contextlib.suppress(Exception):
+                            if ask:
+                                node.asked = now
+                                node.head.request_future(msg)
+                            else:
+                                node.head.send(msg)
+                            self.heartbeats_sent += 1
                 beats.append((now + interval, node))
             await asyncio.sleep(min(0.05, interval / 4))
 
