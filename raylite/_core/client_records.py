@@ -61,7 +61,7 @@ class TaskRecord:
     worker_conn: Any = None
 
 
-@dataclass
+@dataclass(eq=False)  # a lease is itself: list removal must not compare every field of every lease
 class Lease:
     lease_id: bytes
     worker_id: bytes

@@ -261,7 +261,7 @@ class NodeSimulator:
                         with contextlib.suppress(Exception):
                             if ask:
                                 node.asked = now
-                                node.head.request_future(msg)
+                                node.head.request_future(msg).add_done_callback(_retrieve)
                             else:
                                 node.head.send(msg)
                             self.heartbeats_sent += 1
@@ -449,6 +449,12 @@ class SimulatorThread:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(10)
         self.loop.close()
+
+
+def _retrieve(fut: asyncio.Future) -> None:
+    """A heartbeat answer nobody waits for: read its error (a closed link), so it is not logged."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 # ---------------------------------------------------------------- command line
