@@ -11,7 +11,8 @@ daemon, grant leases and answer tasks at once). For each N it records:
 - head_idle_cpu_pct: the head process's CPU over 10 s with every node heartbeating;
 - head_kib_per_node: the head's unique memory (USS) after the nodes joined, minus before, / N;
 - nodes_s / status_s: `ray.nodes()` and `raylite status` (cluster_status) on N nodes;
-- tasks_s: 100,000 SPREAD tasks (num_cpus=1) submitted and fetched; nodes_used;
+- tasks_s: 100,000 SPREAD tasks (num_cpus=1) submitted and fetched; nodes_used; the CPU
+  seconds the head, the driver and the simulator spent on them (tasks_*_cpu_s);
 - actors_s: N actors (num_cpus=1, SPREAD, max_restarts=-1) created and ALIVE;
 - dead_detect_s: 10% of the nodes go silent at once (a cut link: no heartbeats, no answers);
   seconds until the head lists every one of them dead (target: node_dead_timeout_s + 1);
@@ -194,7 +195,13 @@ def measure(n: int, n_tasks: int, idle_s: float) -> dict:
         out["status_s"] = time.perf_counter() - t
         before = c.command("stats")["tasks_run"]
         out["tasks"] = n_tasks
+        cpu = (_cpu_s(c.head.pid), _cpu_s(c.sim.pid), time.process_time())
         out["tasks_s"] = run_tasks(n_tasks)
+        # CPU seconds each process spent on the burst: unlike wall time, not inflated by a
+        # loaded machine; the head's and the driver's are raylite's cost, the simulator's not
+        out["tasks_head_cpu_s"] = _cpu_s(c.head.pid) - cpu[0]
+        out["tasks_sim_cpu_s"] = _cpu_s(c.sim.pid) - cpu[1]
+        out["tasks_driver_cpu_s"] = time.process_time() - cpu[2]
         stats = c.command("stats")
         out["tasks_run"] = stats["tasks_run"] - before
         out["nodes_used"] = stats["nodes_with_tasks"]
@@ -239,7 +246,7 @@ def _actor_wave(c: SimCluster, n: int) -> dict:
 
 def _table(rows: list[dict]) -> str:
     cols = ["nodes", "join_s", "head_idle_cpu_pct", "head_kib_per_node", "nodes_s", "status_s", "tasks_s",
-            "nodes_used", "actors_s", "dead_nodes", "dead_detect_s", "dead_resched_s"]
+            "tasks_head_cpu_s", "tasks_driver_cpu_s", "nodes_used", "actors_s", "dead_nodes", "dead_detect_s", "dead_resched_s"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         cells = []

@@ -240,6 +240,7 @@ class ControlStore:
         # reads only the front (the expired ones), never every node
         self._by_last_seen: OrderedDict[bytes, None] = OrderedDict()
         self.ring = S.NodeRing()  # where picks walk (scheduling.NodeRing)
+        self._node_actors: dict[bytes, set[bytes]] = {}  # node id -> actors placed there
 
     # ------------------------------------------------------------ nodes
     def register_node(self, node_id: bytes, address: str, ip: str, resources: Mapping[str, int], labels: Mapping[str, str],
@@ -295,6 +296,13 @@ class ControlStore:
         for n in self.nodes.values():
             n.last_seen = max(n.last_seen, now)
 
+    def excuse_stall(self, stall_s: float) -> None:
+        """The shell's loop could not read heartbeats for `stall_s` seconds (a loaded machine,
+        a long request): every node gets that much more time, no more, so a wave of dead
+        nodes is still declared dead about `stall_s` late rather than never."""
+        for n in self.nodes.values():
+            n.last_seen += stall_s
+
     def expire_silent_nodes(self) -> list[Effect]:
         """Declare dead the nodes silent for longer than the timeout: only the front of the
         least-recently-seen order is read, so the check costs O(expired + 1), not O(nodes)."""
@@ -324,7 +332,8 @@ class ControlStore:
         self.ring.remove(node_id)
         effects: list[Effect] = [self._persist_node(rec), MarkNodeDead(node_id, cause),
                                  Broadcast(P.NodeDied(node_id, rec.address, cause))]
-        for actor_id, a in list(self.actors.items()):
+        for actor_id in sorted(self._node_actors.pop(node_id, ())):  # not a walk of every actor
+            a = self.actors[actor_id]
             if a.node_id == node_id and a.state in _LIVE_ACTOR:
                 effects += self._actor_died(actor_id, f"its node {node_id.hex()[:8]} died ({cause})")
         for pg in self.pgs.values():
@@ -438,6 +447,7 @@ class ControlStore:
             rec.address = reply.address
             rec.worker_id = reply.worker_id
             rec.node_id = node_id
+            self._node_actors.setdefault(node_id, set()).add(actor_id)
             rec.pid = reply.pid
             return self._actor_changed(rec)
         if reply.system_error:
@@ -510,12 +520,21 @@ class ControlStore:
             rec.num_restarts += 1
             rec.address = ""
             rec.worker_id = b""
-            rec.node_id = b""
+            self._unplace(rec)
             return [self._persist_actor(rec), ScheduleActor(actor_id)]
         return self._actor_dead(actor_id, f"The actor died: {reason}")
 
+    def _unplace(self, rec: ActorRecord) -> None:
+        on_node = self._node_actors.get(rec.node_id)
+        if on_node is not None:
+            on_node.discard(rec.spec.actor_id)
+        rec.node_id = b""
+
     def _actor_dead(self, actor_id: bytes, cause: str, unschedulable: bool = False) -> list[Effect]:
         rec = self.actors[actor_id]
+        on_node = self._node_actors.get(rec.node_id)
+        if on_node is not None:
+            on_node.discard(actor_id)
         rec.state = ActorState.DEAD
         rec.death_cause = ("UNSCHEDULABLE: " if unschedulable else "") + cause
         rec.address = ""
@@ -668,6 +687,8 @@ class ControlStore:
             self.actors[actor_id] = ActorRecord(TaskSpec.from_wire(spec_wire), ActorState(state), address,
                                                 worker_id, node_id, pid, restarts, cause,
                                                 no_restart=no_restart)
+            if node_id and ActorState(state) in _LIVE_ACTOR:
+                self._node_actors.setdefault(node_id, set()).add(actor_id)
         for k, actor_id in load("named"):
             ns, name = _unkey(k)
             if actor_id in self.actors:
