@@ -44,6 +44,7 @@ ray.init(address="{address}")
 def where():
     return ray.get_runtime_context().get_node_id()
 ray.get([where.remote() for _ in range(10)])
+time.sleep(2)  # the warm-up's leases are given back and every node's load report is fresh
 t = time.perf_counter()
 nodes = ray.get([where.options(scheduling_strategy="SPREAD").remote() for _ in range({tasks})])
 print(json.dumps({{"spread_s": time.perf_counter() - t, "spread_nodes": len(set(nodes))}}), flush=True)

@@ -87,6 +87,7 @@ class NodeDaemon:
         self._servers: list[asyncio.AbstractServer] = []
         self._bg: set[asyncio.Task] = set()
         self._release_asked = 0.0
+        self._lease_events = 0  # lease requests and returns seen (a heartbeat goes out after any)
         self.handlers = {
             P.RegisterClient: self._on_register_client,
             P.RequestLease: self._on_request_lease,
@@ -252,7 +253,10 @@ class NodeDaemon:
             if now - self._last_ack > self.config.node_dead_timeout_s and self.head_address.startswith("tcp://"):
                 self._fence(f"no heartbeat answer from the head for {now - self._last_ack:.1f}s")
                 continue
-            report = (dict(self.available), [p.msg.resources for p in self.pending], dict(self.total))
+            # lease traffic since the last report counts as a change even if `available` is back
+            # where it was: the head subtracted its picks and learns of the returns only so
+            report = (dict(self.available), [p.msg.resources for p in self.pending], dict(self.total),
+                      self._lease_events)
             stats = self._stats_if_due(now)
             ask = now - asked >= ack_every
             if report == sent and stats is None and not ask:
@@ -400,6 +404,7 @@ class NodeDaemon:
 
     # ------------------------------------------------------------ leases
     def _on_request_lease(self, conn: rpc.Connection, msg: P.RequestLease, rid: int):
+        self._lease_events += 1
         request = msg.resources
         if "worker_id" not in conn.context and not conn.context.get("lessee_watched"):
             conn.context["lessee_watched"] = True  # a client on another node
@@ -532,6 +537,7 @@ class NodeDaemon:
                 self._worker_gone(rec, "did not start in time")
 
     def _on_return_lease(self, conn, msg: P.ReturnLease, rid):
+        self._lease_events += 1
         rec = self.leases.pop(msg.lease_id, None)
         if rec is None or rec.state != "LEASED":
             return None

@@ -178,6 +178,7 @@ class NodeRing:
         room (covered then: no node is left that could take a task of the burst now)."""
         state = self._batch(batch)
         fallback: bytes | None = None
+        after_fallback = 0
         ids, n = self._ids, len(self._ids)
         for step in range(n):
             i = state[0] % n
@@ -191,10 +192,13 @@ class NodeRing:
                     if R.fits(request, rec.available):
                         return nid, state[1] == 0
                     if fallback is None:
-                        fallback = nid
+                        fallback, after_fallback = nid, i + 1
             if fallback is not None and step + 1 >= self.WINDOW:
                 break
-        # no node with room: nothing is left to cover now, the burst may double up
+        # no node with room: nothing is left to cover now, the burst may double up; the next
+        # pick starts after this one, so picks without room still take the nodes in turn
+        if fallback is not None:
+            state[0] = after_fallback
         return fallback, True
 
     def _batch(self, batch: bytes) -> list[int]:

@@ -88,6 +88,7 @@ class SimNode:
         self.next_stats = 0.0
         self.asked = 0.0  # when its last heartbeat request (one the head answers) went out
         self.sent: tuple | None = None  # the last load report sent
+        self.lease_events = 0  # leases granted and returned: a report goes out after any
 
     # ------------------------------------------------------------ leases
     def grant(self) -> None:
@@ -99,6 +100,7 @@ class SimNode:
             if not R.fits(msg.resources, self.available):
                 return
             self.pending.popleft()
+            self.lease_events += 1
             R.subtract(self.available, msg.resources)
             self.leases[msg.lease_id] = dict(msg.resources)
             with contextlib.suppress(Exception):
@@ -107,6 +109,7 @@ class SimNode:
 
     def release(self, lease_id: bytes) -> None:
         held = self.leases.pop(lease_id, None)
+        self.lease_events += 1
         if held is not None:
             R.add(self.available, held)
             self.grant()
@@ -254,10 +257,10 @@ class NodeSimulator:
                     continue
                 if node.state == "alive":
                     msg = node.heartbeat(now)
-                    report = (msg.available, msg.pending, msg.total)
+                    report = (msg.available, msg.pending, msg.total, node.lease_events)
                     ask = now - node.asked >= ack_every
                     if ask or msg.stats is not None or report != node.sent:
-                        node.sent = (dict(msg.available), msg.pending, dict(msg.total))
+                        node.sent = (dict(msg.available), msg.pending, dict(msg.total), node.lease_events)
                         with contextlib.suppress(Exception):
                             if ask:
                                 node.asked = now

@@ -91,6 +91,8 @@ def test_spread_skips_nodes_without_room_and_settles_when_none_has_room():
     full, fnodes = _ring(200, free=0)
     nid, covered = full.pick_spread(one, fnodes, b"x")
     assert nid in fnodes and covered  # nothing has room: a feasible node, and nothing left to cover
+    small, snodes = _ring(4, free=0)  # (a stale view looks like this too) the picks still rotate
+    assert len({small.pick_spread(one, snodes, b"y")[0] for _ in range(4)}) == 4
 
 
 def test_default_pick_looks_at_a_window_not_every_node():
