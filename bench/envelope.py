@@ -21,8 +21,8 @@ and records:
 - the load average when the case started.
 
 Cases are functions `case_<name>(fw, phase)` below, registered in CASES with a time limit.
-The multi-node case (`spread_100k`: 100,000 SPREAD tasks over N nodes) is a hook kept for the
-head-at-scale benchmark, which fills it in; until then it reports `skipped`.
+The multi-node case (`spread_100k`: 100,000 SPREAD tasks over N nodes) runs on simulated nodes
+(bench/head_scale.py) for raylite only; Ray has no simulator (real nodes: bench/netns_nodes.py).
 
 Results: JSON lines on stdout (one per phase and one per finished run), and a Markdown table on
 stderr at the end (also written to --table FILE): the table in docs/scale.md comes from it.
@@ -177,8 +177,18 @@ def case_pgs_1k(fw, phase: Callable[..., None]) -> None:
 
 
 def case_spread_100k(fw, phase: Callable[..., None]) -> None:
-    """100,000 SPREAD tasks over N nodes: multi-node, run by the head-at-scale benchmark."""
-    raise Skip("a multi-node case: the head-at-scale benchmark fills it in (it needs N nodes)")
+    """100,000 SPREAD tasks over N simulated nodes (ENVELOPE_SPREAD_NODES, default 100)."""
+    if fw.__name__ != "raylite":
+        raise Skip("Ray has no node simulator; real nodes side by side: bench/netns_nodes.py")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from head_scale import tasks_spread_over_simulated_nodes
+
+    fw.shutdown()  # the simulated cluster brings its own head
+    phase("setup_s")
+    out = tasks_spread_over_simulated_nodes(int(os.environ.get("ENVELOPE_SPREAD_NODES", "100")))
+    if out["nodes_used"] < out["nodes"]:
+        raise RuntimeError(f"SPREAD reached {out['nodes_used']} of {out['nodes']} nodes")
+    phase("spread_s")
 
 
 def _warm_up() -> int:

@@ -91,7 +91,7 @@ class TaskRecord:
     worker_conn: Any = None
 
 
-@dataclass
+@dataclass(eq=False)  # a lease is itself: list removal must not compare every field of every lease
 class Lease:
     lease_id: bytes
     worker_id: bytes
@@ -104,6 +104,7 @@ class Lease:
     node_id: bytes = b""
     blocked: bool = False  # its worker bounced queued tasks while blocked in get()
     gpu_ids: list = field(default_factory=list)  # devices the node gave this lease
+    batch: bytes = b""  # the SPREAD burst it last ran a task of
 
 
 @dataclass
@@ -119,6 +120,15 @@ class SchedulingQueue:
     # moving average of push-to-reply seconds; queued tasks are pipelined to a worker
     # only while tasks are short, so long tasks still spread over every worker
     avg_task_s: float = 1.0
+    # SPREAD: the current burst (b"": none), and whether every node has had a task of it;
+    # until then a lease that ran a task of the burst gets no second one. The head says when
+    # its pick went round every node (cover_seen); the burst is covered once the leases of
+    # that first round (spread_open of them still coming) have had their tasks
+    spread_batch: bytes = b""
+    spread_covered: bool = False
+    spread_cover_seen: bool = False
+    spread_open: int = 0
+    pump_pending: bool = False  # a _pump is scheduled for this loop turn
 
 
 @dataclass

@@ -150,8 +150,12 @@ class TaskSubmitter:
         if q is None:
             q = self._queues[key] = SchedulingQueue(key, spec.resources, spec.runtime_env, spec.strategy,
                                                     spec.display_name())
+        if q.strategy and q.strategy[0] == "SPREAD" and not q.spread_batch:
+            q.spread_batch = os.urandom(8)  # a new burst: it covers every node before any gets two
+            q.spread_covered = q.spread_cover_seen = False
+            q.spread_open = 0
         q.tasks.append(rec)
-        self._pump(q)
+        self._pump_soon(q)
 
     def _inline_ready_args(self, rec: TaskRecord) -> None:
         """Ship ready values of top-level ref args with the task (saves the worker a round trip)."""
@@ -177,36 +181,99 @@ class TaskSubmitter:
             return self.config.max_tasks_in_flight_per_worker
         return 1
 
-    def _pump(self, q: SchedulingQueue) -> None:
-        limit = self._pipeline_depth(q)
-        for lease in q.leases:
-            if lease.blocked:
-                if lease.in_flight:
-                    continue
-                lease.blocked = False
-            while q.tasks and lease.in_flight < limit and not lease.dead:
-                rec = q.tasks.popleft()
-                if rec.cancelled:
-                    continue
-                self._push(rec, lease)
+    def _pump_soon(self, q: SchedulingQueue) -> None:
+        """One `_pump` per loop turn however many tasks were queued in it (a burst of submissions
+        would otherwise walk every lease once per task)."""
+        if not q.pump_pending:
+            q.pump_pending = True
+            self.loop.call_soon(self._pump_now, q)
+
+    def _pump_now(self, q: SchedulingQueue) -> None:
+        q.pump_pending = False
+        self._pump(q)
+
+    def _fill(self, q: SchedulingQueue, lease: Lease, limit: int) -> None:
+        """Push queued tasks onto `lease` up to `limit` in flight."""
+        if lease.blocked:
+            if lease.in_flight:
+                return
+            lease.blocked = False
+        spreading = bool(q.spread_batch) and not q.spread_covered
+        while q.tasks and lease.in_flight < limit and not lease.dead:
+            if spreading and lease.batch == q.spread_batch:
+                break  # its node ran a task of this burst: every other node gets one first
+            rec = q.tasks.popleft()
+            if rec.cancelled:
+                continue
+            lease.batch = q.spread_batch
+            self._push(rec, lease)
+
+    def _refill(self, lease: Lease) -> None:
+        """After a reply on `lease`: keep it busy, or let it go once the queue is empty. O(1):
+        the other leases of the queue are refilled on their own replies."""
+        q = lease.queue
+        self._fill(q, lease, self._pipeline_depth(q))
+        if q.tasks:
+            self._request_leases(q)
+        elif lease.in_flight == 0 and q.spread_batch:
+            self._return_lease(lease)  # the burst is over (see _pump)
+            if not q.leases:
+                q.spread_batch = b""
+        elif lease.in_flight == 0 and lease.idle_handle is None:
+            lease.idle_handle = self.loop.call_later(self.config.lease_idle_timeout_s, self._return_lease, lease)
+
+    def _request_leases(self, q: SchedulingQueue) -> None:
         want = min(len(q.tasks), 16) - q.requesting
         for _ in range(max(0, want)):
             q.requesting += 1
             self.loop.create_task(self._request_lease(q))
-        if not q.tasks:
+
+    def _pump(self, q: SchedulingQueue) -> None:
+        limit = self._pipeline_depth(q)
+        for lease in q.leases:
+            if not q.tasks:
+                break
+            self._fill(q, lease, limit)
+        self._request_leases(q)
+        if not q.tasks and q.spread_batch:
+            # the burst is over: its workers go back now, and the next burst spreads anew
+            for lease in list(q.leases):
+                self._return_lease(lease)
+            if not q.leases:
+                q.spread_batch = b""
+        elif not q.tasks:
             for lease in q.leases:
                 if lease.in_flight == 0 and lease.idle_handle is None:
                     lease.idle_handle = self.loop.call_later(self.config.lease_idle_timeout_s,
                                                              self._return_lease, lease)
 
     async def _request_lease(self, q: SchedulingQueue) -> None:
+        spread: dict = {}  # a SPREAD pick: its burst, and whether it belongs to the first round
+        try:
+            await self._request_lease_once(q, spread)
+        finally:
+            if spread.get("first") and spread["batch"] == q.spread_batch:
+                q.spread_open -= 1  # that node has its task (or will not get one)
+                if q.spread_cover_seen and q.spread_open == 0 and not q.spread_covered:
+                    q.spread_covered = True
+                    self._pump(q)  # leases held back for the burst take tasks again
+
+    async def _request_lease_once(self, q: SchedulingQueue, spread: dict) -> None:
         from raylite._core.ids import WorkerID
 
         lease_id = WorkerID.from_random()
         node_conn = self.node
         try:
-            reply: P.RequestLeaseReply = await self.node.request(
-                P.RequestLease(lease_id, q.resources, q.strategy, q.runtime_env, q.description))
+            if q.spread_batch:
+                try:
+                    reply, node_conn = await self._lease_for_spread(q, lease_id, spread)
+                except ConnectionBrokenError:  # the picked node died meanwhile: ask again
+                    q.requesting -= 1
+                    self.loop.call_later(0.1, self._pump, q)
+                    return
+            else:
+                reply = await self.node.request(
+                    P.RequestLease(lease_id, q.resources, q.strategy, q.runtime_env, q.description))
             if reply.spillback_address:  # another node has room: lease from it directly
                 try:
                     node_conn = await self.connection(reply.spillback_address)
@@ -239,10 +306,29 @@ class TaskSubmitter:
         self._leases[lease_id] = lease
         q.leases.append(lease)
         conn.on_close.append(lambda c, lease=lease: self._lease_conn_lost(lease))
-        if not q.tasks:
+        if not q.tasks or spread.get("batch", q.spread_batch) != q.spread_batch:  # none, or a past burst's
             self._return_lease(lease)
             return
-        self._pump(q)
+        self._refill(lease)
+
+    async def _lease_for_spread(self, q: SchedulingQueue, lease_id: bytes,
+                                spread: dict) -> tuple[P.RequestLeaseReply, Any]:
+        """A SPREAD burst asks the head for its next node (the head walks every node once per
+        burst), then leases there without spillback. Returns (reply, the node's connection).
+        `spread` notes the burst and whether the pick was of its first round (up to the one
+        that went round): the burst is covered when all of those have had their tasks."""
+        batch = spread["batch"] = q.spread_batch
+        pick: P.PickNodeReply = await self.head.request(
+            P.PickNode(q.resources, q.strategy, self.node_id, q.description, None, batch))
+        if pick.error_type:
+            return P.RequestLeaseReply(lease_id, error_type=pick.error_type, error=pick.error), self.node
+        if q.spread_batch == batch and not q.spread_cover_seen:
+            spread["first"] = True
+            q.spread_open += 1
+            q.spread_cover_seen = pick.covered
+        request = P.RequestLease(lease_id, q.resources, q.strategy, q.runtime_env, q.description, False)
+        conn = self.node if pick.node_id == self.node_id else await self.connection(pick.address)
+        return await conn.request(request), conn
 
     def _lease_conn_lost(self, lease: Lease) -> None:
         lease.dead = True
@@ -311,7 +397,10 @@ class TaskSubmitter:
                 q.avg_task_s = 0.8 * q.avg_task_s + 0.2 * (time.monotonic() - pushed_at)
             self._task_done(rec, fut.result())
         if lease is not None and not lease.dead:
-            self._pump(lease.queue)
+            if lease.blocked:  # a task bounced back to the queue: other leases may take it
+                self._pump(lease.queue)
+            else:
+                self._refill(lease)
 
     def _task_worker_died(self, rec: TaskRecord, exc: BaseException) -> None:
         if rec.cancelled:

@@ -223,10 +223,13 @@ def cluster_status(config: Config, address: str = "auto") -> dict:
         R.add(used, {k: v - n["available"].get(k, 0) for k, v in pub_total.items()})
     pending: list[dict] = []
     infeasible: list[dict] = []
+    feasible: dict[tuple, bool] = {}  # per demand shape: a scan of the nodes, not one per demand
     for n in alive:
         for demand in n.get("pending", []):
-            fits = any(R.fits(demand, m["total"]) for m in alive)
-            (pending if fits else infeasible).append(demand)
+            shape = tuple(sorted(demand.items()))
+            if shape not in feasible:
+                feasible[shape] = any(R.fits(demand, m["total"]) for m in alive)
+            (pending if feasible[shape] else infeasible).append(demand)
     return {"address": hostport, "nodes": nodes, "total": total, "used": used,
             "pending": pending, "infeasible": infeasible, "notices": cluster_notices(hostport, token)}
 

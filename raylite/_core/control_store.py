@@ -14,6 +14,7 @@ Persisted rows are built here (`Persist`/`Unpersist` effects) and read back by
 from __future__ import annotations
 
 import enum
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -235,7 +236,11 @@ class ControlStore:
         self.kv: dict[tuple[str, bytes], bytes] = {}
         self.pgs: dict[bytes, PlacementGroupRecord] = {}
         self.jobs: dict[bytes, dict[str, Any]] = {}
-        self._spread = 0
+        # alive nodes that can go silent, least recently heard from first: the liveness check
+        # reads only the front (the expired ones), never every node
+        self._by_last_seen: OrderedDict[bytes, None] = OrderedDict()
+        self.ring = S.NodeRing()  # where picks walk (scheduling.NodeRing)
+        self._node_actors: dict[bytes, set[bytes]] = {}  # node id -> actors placed there
 
     # ------------------------------------------------------------ nodes
     def register_node(self, node_id: bytes, address: str, ip: str, resources: Mapping[str, int], labels: Mapping[str, str],
@@ -250,7 +255,16 @@ class ControlStore:
                          link, last_seen=self.clock.monotonic(), local_address=local_address,
                          data_address=data_address)
         self.nodes[node_id] = rec
+        self._watch(rec)
         return "", [self._persist_node(rec), *self._retry_unplaced()]
+
+    def _watch(self, rec: NodeRecord) -> None:
+        """Track an alive node for the scheduler, and for heartbeat expiry unless it is on a
+        unix socket (it shares the head's machine: only its connection closing says it died)."""
+        self.ring.add(rec.node_id)
+        if not rec.address.startswith("unix://"):
+            self._by_last_seen[rec.node_id] = None
+            self._by_last_seen.move_to_end(rec.node_id)
 
     def heartbeat(self, node_id: bytes, available: Mapping[str, int], total: Mapping[str, int] | None,
                   pending: Iterable[Any], stats: Mapping[str, Any] | None = None) -> bool:
@@ -260,10 +274,13 @@ class ControlStore:
             if stats:
                 rec.stats = dict(stats)
             rec.available = dict(available)
-            if total is not None:
+            if total is not None and total != rec.total:
                 rec.total = dict(total)
+                self.ring.totals_changed()
             rec.pending = list(pending)
             rec.last_seen = self.clock.monotonic()
+            if node_id in self._by_last_seen:
+                self._by_last_seen.move_to_end(node_id)
         return rec is None or rec.alive
 
     def link_closed(self, node_id: bytes, link: Any) -> list[Effect]:
@@ -279,10 +296,25 @@ class ControlStore:
         for n in self.nodes.values():
             n.last_seen = max(n.last_seen, now)
 
+    def excuse_stall(self, stall_s: float) -> None:
+        """The shell's loop could not read heartbeats for `stall_s` seconds (a loaded machine,
+        a long request): every node gets that much more time, no more, so a wave of dead
+        nodes is still declared dead about `stall_s` late rather than never."""
+        for n in self.nodes.values():
+            n.last_seen += stall_s
+
     def expire_silent_nodes(self) -> list[Effect]:
+        """Declare dead the nodes silent for longer than the timeout: only the front of the
+        least-recently-seen order is read, so the check costs O(expired + 1), not O(nodes)."""
         effects: list[Effect] = []
         timeout_s = self.node_dead_timeout_s
-        for node_id in expired_nodes(self.nodes, self.clock.monotonic(), timeout_s):
+        now = self.clock.monotonic()
+        expired = []
+        for node_id in self._by_last_seen:
+            if now - self.nodes[node_id].last_seen <= timeout_s:
+                break
+            expired.append(node_id)
+        for node_id in expired:
             effects += self.node_lost(node_id, f"no heartbeat for {timeout_s:g}s "
                                       "(its host is down or its network link is cut)")
         return effects
@@ -296,9 +328,12 @@ class ControlStore:
         rec.death_cause = cause
         rec.available = {}
         rec.pending = []
+        self._by_last_seen.pop(node_id, None)
+        self.ring.remove(node_id)
         effects: list[Effect] = [self._persist_node(rec), MarkNodeDead(node_id, cause),
                                  Broadcast(P.NodeDied(node_id, rec.address, cause))]
-        for actor_id, a in list(self.actors.items()):
+        for actor_id in sorted(self._node_actors.pop(node_id, ())):  # not a walk of every actor
+            a = self.actors[actor_id]
             if a.node_id == node_id and a.state in _LIVE_ACTOR:
                 effects += self._actor_died(actor_id, f"its node {node_id.hex()[:8]} died ({cause})")
         for pg in self.pgs.values():
@@ -312,28 +347,51 @@ class ControlStore:
         return [n.view() for n in self.nodes.values() if n.alive]
 
     def pick_node(self, resources: Mapping[str, int], strategy: list[Any], requester: bytes,
-                  requester_available: Mapping[str, int] | None = None) -> NodeRecord | S.Infeasible:
-        """Spillback: the node that should grant a lease its requester cannot (or should not).
+                  requester_available: Mapping[str, int] | None = None,
+                  batch: bytes = b"") -> tuple[NodeRecord | S.Infeasible, bool]:
+        """Spillback: (the node that should grant a lease its requester cannot or should not,
+        whether the SPREAD `batch` has now been offered every node once).
 
         `requester_available` is the requester's own, current view of its free resources; it
         replaces the heartbeat copy, so a requester that is full is not picked for its own lease
         while another node has room (it would queue there behind long-lived actors)."""
         if requester_available is not None and requester in self.nodes:
             self.nodes[requester].available = dict(requester_available)
-        views = self.alive_views()
-        choice = S.pick_node(resources, views, strategy, local_node=requester, spread_counter=self._spread)
-        if strategy and strategy[0] == "SPREAD":
-            self._spread += 1
+        choice, covered = self._choose(resources, strategy, requester, batch)
         if isinstance(choice, S.Infeasible):
-            return choice
+            return choice, covered
         if choice is None:  # nobody has room now: queue where it fits, the requester first
-            feasible = S.feasible_nodes(resources, views)
-            mine = [n for n in feasible if n.node_id == requester]
-            choice = mine[0] if mine else feasible[self._spread % len(feasible)]
-            self._spread += 1
-        rec = self.nodes[choice.node_id]
-        R.subtract(rec.available, resources)  # optimistic until its next heartbeat
-        return rec
+            mine = self.nodes.get(requester)
+            if mine is not None and mine.alive and R.fits(resources, mine.total):
+                choice = mine
+            else:
+                choice = self.nodes[self.ring.next_feasible(resources, self.nodes)]  # type: ignore[index]
+        R.subtract(choice.available, resources)  # optimistic until its next heartbeat
+        return choice, covered
+
+    def _choose(self, resources: Mapping[str, int], strategy: list[Any], local: bytes | None = None,
+                batch: bytes = b"") -> tuple[NodeRecord | S.Infeasible | None, bool]:
+        """One scheduling decision in O(NodeRing.WINDOW): a node, Infeasible, or None (no room
+        anywhere now); and whether a SPREAD batch has been round every node."""
+        nodes = self.nodes
+        if strategy and strategy[0] == "NODE":
+            target = bytes.fromhex(strategy[1])
+            rec = nodes.get(target)
+            if rec is not None and rec.alive and R.fits(resources, rec.total):
+                return rec, True
+            if not (len(strategy) > 2 and strategy[2]):
+                why = "cannot fit the request" if rec is not None and rec.alive else "is not alive in this cluster"
+                return S.Infeasible(f"node affinity to node {strategy[1][:8]} (soft=False), but that node "
+                                    f"{why}"), True
+            strategy = []
+        if not self.ring.feasible(resources, nodes):
+            return S.Infeasible(f"no node can ever fit {R.describe(S._public(resources))}: "
+                                f"{S.capacity_summary(self.alive_views())}"), True
+        if strategy and strategy[0] == "SPREAD":
+            nid, covered = self.ring.pick_spread(resources, nodes, batch)
+            return (nodes[nid] if nid is not None else None), covered
+        nid = self.ring.pick_default(resources, nodes, local)
+        return (nodes[nid] if nid is not None else None), True
 
     # ------------------------------------------------------------ actors
     def register_actor(self, spec: TaskSpec, get_if_exists: bool) -> tuple[ActorRecord, bool, list[Effect]]:
@@ -366,19 +424,15 @@ class ControlStore:
         need = dict(spec.resources)
         # actors without an explicit CPU request need one CPU to be placed, hold none after
         placement_need = need if need.get("CPU") else {**need, "CPU": 10000}
-        views = self.alive_views()
-        choice = S.pick_node(placement_need if spec.resources.get("CPU") is None else need,
-                             views, spec.strategy, spread_counter=self._spread)
+        choice, _ = self._choose(placement_need if spec.resources.get("CPU") is None else need, spec.strategy)
         if isinstance(choice, S.Infeasible) and not spec.resources.get("CPU"):
-            choice = S.pick_node(need, views, spec.strategy, spread_counter=self._spread)
+            choice, _ = self._choose(need, spec.strategy)
         if isinstance(choice, S.Infeasible):
             return self._actor_dead(actor_id, f"The actor {spec.function.qualname} cannot be scheduled: "
                                     f"{choice.reason}. Lower its resource request or add nodes with "
                                     "those resources.", unschedulable=True)
         if choice is None:  # no room right now: queue it on a node that can ever fit it
-            feasible = S.feasible_nodes(need, views)
-            choice = feasible[self._spread % len(feasible)]
-        self._spread += 1
+            choice = self.nodes[self.ring.next_feasible(need, self.nodes)]  # type: ignore[index]
         # optimistic until the node's next heartbeat: actors placed in the same burst must see
         # each other, or they all land on the node that looked emptiest and queue there forever
         R.subtract(self.nodes[choice.node_id].available, need)
@@ -393,6 +447,7 @@ class ControlStore:
             rec.address = reply.address
             rec.worker_id = reply.worker_id
             rec.node_id = node_id
+            self._node_actors.setdefault(node_id, set()).add(actor_id)
             rec.pid = reply.pid
             return self._actor_changed(rec)
         if reply.system_error:
@@ -465,12 +520,21 @@ class ControlStore:
             rec.num_restarts += 1
             rec.address = ""
             rec.worker_id = b""
-            rec.node_id = b""
+            self._unplace(rec)
             return [self._persist_actor(rec), ScheduleActor(actor_id)]
         return self._actor_dead(actor_id, f"The actor died: {reason}")
 
+    def _unplace(self, rec: ActorRecord) -> None:
+        on_node = self._node_actors.get(rec.node_id)
+        if on_node is not None:
+            on_node.discard(rec.spec.actor_id)
+        rec.node_id = b""
+
     def _actor_dead(self, actor_id: bytes, cause: str, unschedulable: bool = False) -> list[Effect]:
         rec = self.actors[actor_id]
+        on_node = self._node_actors.get(rec.node_id)
+        if on_node is not None:
+            on_node.discard(actor_id)
         rec.state = ActorState.DEAD
         rec.death_cause = ("UNSCHEDULABLE: " if unschedulable else "") + cause
         rec.address = ""
@@ -616,11 +680,15 @@ class ControlStore:
             address, ip, total, labels, store_dir, alive, cause, local, data = v
             self.nodes[node_id] = NodeRecord(node_id, address, ip, total, dict(total) if alive else {},
                                              labels, store_dir, None, alive, now, cause, local, data)
+            if alive:
+                self._watch(self.nodes[node_id])
         for actor_id, v in load("actors"):
             spec_wire, state, address, worker_id, node_id, pid, restarts, cause, no_restart = v
             self.actors[actor_id] = ActorRecord(TaskSpec.from_wire(spec_wire), ActorState(state), address,
                                                 worker_id, node_id, pid, restarts, cause,
                                                 no_restart=no_restart)
+            if node_id and ActorState(state) in _LIVE_ACTOR:
+                self._node_actors.setdefault(node_id, set()).add(actor_id)
         for k, actor_id in load("named"):
             ns, name = _unkey(k)
             if actor_id in self.actors:

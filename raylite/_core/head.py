@@ -116,8 +116,9 @@ class Head:
         while True:
             await asyncio.sleep(interval)
             now = self.clock.monotonic()
-            if now - last > max(1.0, 4 * interval):
-                self.store.grant_fresh_timeout()  # this loop stalled: heartbeats are unread
+            stall_s = now - last - interval
+            if stall_s > interval:  # this loop was late: heartbeats of that time may be unread
+                self.store.excuse_stall(stall_s)
             last = now
             self._apply(self.store.expire_silent_nodes())
 
@@ -221,16 +222,22 @@ class Head:
 
     def _on_heartbeat(self, conn, msg: P.Heartbeat, rid):
         alive = self.store.heartbeat(msg.node_id, msg.available, msg.total, msg.pending, msg.stats)
-        return P.HeartbeatReply(alive) if rid else None
+        if rid:
+            return P.HeartbeatReply(alive)
+        if not alive:  # a one-way report from a node declared dead: it must fence itself
+            with contextlib.suppress(Exception):
+                conn.send(P.HeartbeatReply(False))
+        return None
 
     def _on_pick_node(self, conn, msg: P.PickNode, rid):
         """Spillback: choose the node for a lease its requester cannot (or should not) grant."""
-        choice = self.store.pick_node(msg.resources, msg.strategy, msg.requester, msg.requester_available)
+        choice, covered = self.store.pick_node(msg.resources, msg.strategy, msg.requester,
+                                               msg.requester_available, msg.batch)
         if isinstance(choice, S.Infeasible):
             return P.PickNodeReply(error_type="TaskUnschedulableError",
                                    error=f"{msg.description} cannot be scheduled: {choice.reason}. Lower "
                                    "the request (num_cpus/num_gpus/resources) or start a node that has it.")
-        return P.PickNodeReply(choice.node_id, choice.address)
+        return P.PickNodeReply(choice.node_id, choice.address, covered=covered)
 
     def _on_node_shutdown(self, conn, msg: P.NodeShutdown, rid):
         self._apply(self.store.node_lost(msg.node_id, "it was stopped"))

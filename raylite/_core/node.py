@@ -96,6 +96,7 @@ class NodeDaemon:
         self._bundles: dict[str, dict[int, dict]] = {}  # placement group hex -> bundle index -> offered
         self._report_handle: asyncio.TimerHandle | None = None
         self._report_sent: asyncio.Future | None = None
+        self._lease_events = 0  # lease requests and returns seen (a heartbeat goes out after any)
         self.handlers = {
             P.RegisterClient: self._on_register_client,
             P.RequestLease: self._on_request_lease,
@@ -245,9 +246,13 @@ class NodeDaemon:
                 self.head.close()
 
     async def _heartbeat_loop(self) -> None:
-        """Heartbeats are requests: no answer for node_dead_timeout_s on an open link means a
-        partition, and the head has declared us dead by then, so fence before it heals."""
+        """A report goes out when the load changed (or statistics are due); at least every
+        `ack_every` one is a request: no answer for node_dead_timeout_s on an open link means a
+        partition, and the head has declared us dead by then, so fence before it heals. An
+        idle node so costs the head one small request a second or so, not two."""
         last = self.clock.monotonic()
+        ack_every = max(self.config.heartbeat_interval_s, self.config.node_dead_timeout_s / 4)
+        asked, sent = 0.0, None
         while True:
             await asyncio.sleep(self.config.heartbeat_interval_s)
             now = self.clock.monotonic()
@@ -260,11 +265,22 @@ class NodeDaemon:
             if now - self._last_ack > self.config.node_dead_timeout_s and self.head_address.startswith("tcp://"):
                 self._fence(f"no heartbeat answer from the head for {now - self._last_ack:.1f}s")
                 continue
+            # lease traffic since the last report counts as a change even if `available` is back
+            # where it was: the head subtracted its picks and learns of the returns only so
+            report = (dict(self.available), [p.msg.resources for p in self.pending], dict(self.total),
+                      self._lease_events)
+            stats = self._stats_if_due(now)
+            ask = now - asked >= ack_every
+            if report == sent and stats is None and not ask:
+                continue
+            sent = report
             try:
-                fut = head.request_future(P.Heartbeat(self.node_id, self.available,
-                                                      [p.msg.resources for p in self.pending], self.total,
-                                                      self._stats_if_due(now)))
-                fut.add_done_callback(self._heartbeat_answered)
+                msg = P.Heartbeat(self.node_id, report[0], report[1], report[2], stats)
+                if ask:
+                    asked = now
+                    head.request_future(msg).add_done_callback(self._heartbeat_answered)
+                else:
+                    head.send(msg)
             except Exception:  # noqa: BLE001
                 pass
 
@@ -396,6 +412,7 @@ class NodeDaemon:
 
     # ------------------------------------------------------------ leases
     def _on_request_lease(self, conn: rpc.Connection, msg: P.RequestLease, rid: int):
+        self._lease_events += 1
         request = msg.resources
         if "worker_id" not in conn.context and not conn.context.get("lessee_watched"):
             conn.context["lessee_watched"] = True  # a client on another node
@@ -554,6 +571,7 @@ class NodeDaemon:
             self._worker_gone(rec, "did not start in time")
 
     def _on_return_lease(self, conn, msg: P.ReturnLease, rid):
+        self._lease_events += 1
         rec = self.leases.pop(msg.lease_id, None)
         if rec is None or rec.state != "LEASED":
             return None

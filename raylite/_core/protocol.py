@@ -695,7 +695,8 @@ class NodeDied(Message):
 
 @message(102)
 class PickNode(Message):
-    """Node -> head: which node should run this lease request (spillback)?"""
+    """Node -> head: which node should run this lease request (spillback)? Also client ->
+    head for a SPREAD burst (`batch`), so the burst covers every node before any gets two."""
 
     resources: dict
     strategy: list
@@ -704,6 +705,7 @@ class PickNode(Message):
     # what the requester has free now, its queued leases subtracted: the head's copy (from the
     # last heartbeat) can still show room there and would send the lease straight back
     requester_available: dict | None = None
+    batch: bytes = b""  # a client's SPREAD burst: picks walk every node once before repeating one
 
 
 @message(103)
@@ -712,6 +714,7 @@ class PickNodeReply(Message):
     address: str = ""
     error_type: str = ""
     error: str = ""
+    covered: bool = False  # the SPREAD batch has now been offered every node once
 
 
 # ---------------------------------------------------------------- node <-> node

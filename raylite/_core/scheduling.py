@@ -7,8 +7,10 @@ with plain calls.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from raylite._core import resources as R
 
@@ -28,11 +30,21 @@ class Infeasible:
     reason: str
 
 
-def capacity_summary(nodes: Sequence[NodeView]) -> str:
+def capacity_summary(nodes: Sequence[NodeView], limit: int = 20) -> str:
+    """What the alive nodes have, for errors; nodes with the same resources are told once."""
     alive = [n for n in nodes if n.alive]
     if not alive:
         return "the cluster has no alive nodes"
-    return "; ".join(f"node {n.node_id.hex()[:8]} has {R.describe(_public(n.total))}" for n in alive)
+    shapes: dict[str, list[str]] = {}
+    for n in alive:
+        shapes.setdefault(R.describe(_public(n.total)), []).append(n.node_id.hex()[:8])
+    parts = []
+    for shape, ids in list(shapes.items())[:limit]:
+        who = f"node {ids[0]}" if len(ids) == 1 else f"{len(ids)} nodes ({', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''})"
+        parts.append(f"{who} {'has' if len(ids) == 1 else 'have'} {shape}")
+    if len(shapes) > limit:
+        parts.append(f"and {len(shapes) - limit} more kinds of node")
+    return "; ".join(parts)
 
 
 def _public(res: Mapping[str, int]) -> dict[str, int]:
@@ -80,7 +92,165 @@ def pick_node(request: Mapping[str, int], nodes: Sequence[NodeView], strategy: S
     return max(with_room, key=lambda n: _headroom(request, n))
 
 
-def _headroom(request: Mapping[str, int], node: NodeView) -> float:
+class NodeLike(Protocol):
+    node_id: bytes
+    total: Mapping[str, int]
+    available: Mapping[str, int]
+    alive: bool
+
+
+class NodeRing:
+    """The alive nodes in join order, with cursors, so that a pick costs O(WINDOW), not O(N).
+
+    A cluster of thousands of nodes cannot afford a scan of every node per lease. Picks walk
+    the ring from a cursor instead:
+    - SPREAD: each batch (a client's burst of tasks of one shape) has its own cursor and
+      walks the ring one node per pick, skipping nodes without room now, so the batch covers
+      every node before any gets a second lease; `covered` says it has been round once.
+      Picks without a batch (spillback from a node, actors) share one cursor.
+    - default: the local node when it has room, else the node with the most room among the
+      next WINDOW nodes of a rotating cursor (all of them on a cluster of <= WINDOW nodes).
+    At most WINDOW nodes without room are skipped before a pick settles for a feasible node
+    without room (the lease queues there), so a full cluster does not cost a full walk per
+    pick. Whether any node could ever fit a request shape is cached until nodes change.
+    """
+
+    WINDOW = 64
+    MAX_BATCHES = 4096
+
+    def __init__(self) -> None:
+        self._ids: list[bytes | None] = []  # None: a removed node, dropped at the next compaction
+        self._pos: dict[bytes, int] = {}
+        self._holes = 0
+        self._cursor = 0  # default picks and new batches start here
+        self._batches: OrderedDict[bytes, list[int]] = OrderedDict()  # batch -> [cursor, slots left]
+        self._feasible: dict[tuple, bool] = {}
+
+    def __len__(self) -> int:
+        return len(self._pos)
+
+    def add(self, node_id: bytes) -> None:
+        if node_id in self._pos:
+            return
+        self._pos[node_id] = len(self._ids)
+        self._ids.append(node_id)
+        self._feasible.clear()
+        for state in self._batches.values():  # a node joining mid-batch is covered too
+            state[1] += 1
+
+    def remove(self, node_id: bytes) -> None:
+        i = self._pos.pop(node_id, None)
+        if i is None:
+            return
+        self._ids[i] = None
+        self._holes += 1
+        self._feasible.clear()
+        if self._holes > 16 and self._holes * 2 > len(self._ids):
+            self._compact()
+
+    def totals_changed(self) -> None:
+        self._feasible.clear()
+
+    def _compact(self) -> None:
+        before = [0] * (len(self._ids) + 1)  # survivors before each old index
+        for i, nid in enumerate(self._ids):
+            before[i + 1] = before[i] + (nid is not None)
+        self._ids = [nid for nid in self._ids if nid is not None]
+        self._pos = {nid: i for i, nid in enumerate(self._ids)}
+        self._holes = 0
+        n = len(self._ids) or 1
+        self._cursor = before[self._cursor % len(before)] % n
+        for state in self._batches.values():
+            state[0] = before[min(state[0], len(before) - 1)] % n
+            state[1] = min(state[1], len(self._ids))
+
+    def feasible(self, request: Mapping[str, int], nodes: Mapping[bytes, NodeLike]) -> bool:
+        """Whether any alive node's total could ever fit `request` (cached per shape)."""
+        key = tuple(sorted(request.items()))
+        known = self._feasible.get(key)
+        if known is None:
+            known = self._feasible[key] = any(R.fits(request, nodes[nid].total) for nid in self._pos)
+        return known
+
+    def pick_spread(self, request: Mapping[str, int], nodes: Mapping[bytes, NodeLike],
+                    batch: bytes = b"") -> tuple[bytes | None, bool]:
+        """(node id, covered): the batch's next node with room, else a feasible node without
+        room (covered then: no node is left that could take a task of the burst now)."""
+        state = self._batch(batch)
+        fallback: bytes | None = None
+        after_fallback = 0
+        ids, n = self._ids, len(self._ids)
+        for step in range(n):
+            i = state[0] % n
+            state[0] = i + 1
+            if state[1] > 0:
+                state[1] -= 1
+            nid = ids[i]
+            if nid is not None:
+                rec = nodes[nid]
+                if R.fits(request, rec.total):
+                    if R.fits(request, rec.available):
+                        return nid, state[1] == 0
+                    if fallback is None:
+                        fallback, after_fallback = nid, i + 1
+            if fallback is not None and step + 1 >= self.WINDOW:
+                break
+        # no node with room: nothing is left to cover now, the burst may double up; the next
+        # pick starts after this one, so picks without room still take the nodes in turn
+        if fallback is not None:
+            state[0] = after_fallback
+        return fallback, True
+
+    def _batch(self, batch: bytes) -> list[int]:
+        state = self._batches.get(batch)
+        if state is None:
+            if not batch:  # the shared cursor of picks without a batch never completes a round
+                state = self._batches[b""] = [self._cursor, -1]
+            else:
+                state = self._batches[batch] = [self._cursor, len(self._ids)]
+                self._cursor += 1
+                while len(self._batches) > self.MAX_BATCHES:
+                    self._batches.popitem(last=False)
+        else:
+            self._batches.move_to_end(batch)
+        return state
+
+    def pick_default(self, request: Mapping[str, int], nodes: Mapping[bytes, NodeLike],
+                     local: bytes | None = None) -> bytes | None:
+        """The local node if it has room, else the roomiest of the next WINDOW nodes with room
+        (walking on past the window until one has room); None when none has room."""
+        if local is not None and local in self._pos and R.fits(request, nodes[local].available):
+            return local
+        ids, n = self._ids, len(self._ids)
+        best: bytes | None = None
+        best_room = 0.0
+        start = self._cursor
+        for step in range(n):
+            nid = ids[(start + step) % n]
+            if nid is not None:
+                rec = nodes[nid]
+                if R.fits(request, rec.available):
+                    room = _headroom(request, rec)
+                    if best is None or room > best_room:
+                        best, best_room = nid, room
+            if best is not None and step + 1 >= self.WINDOW:
+                break
+        if n:
+            self._cursor = (start + 1) % n
+        return best
+
+    def next_feasible(self, request: Mapping[str, int], nodes: Mapping[bytes, NodeLike]) -> bytes | None:
+        """A node that can ever fit `request`, round-robin (where a lease waits when none has room)."""
+        ids, n = self._ids, len(self._ids)
+        for step in range(n):
+            nid = ids[(self._cursor + step) % n]
+            if nid is not None and R.fits(request, nodes[nid].total):
+                self._cursor = (self._cursor + step + 1) % n
+                return nid
+        return None
+
+
+def _headroom(request: Mapping[str, int], node: Any) -> float:
     keys = list(request) or ["CPU"]
     return sum(node.available.get(k, 0) - request.get(k, 0) for k in keys)
 

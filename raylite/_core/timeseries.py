@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 
 _NAN = float("nan")
@@ -32,31 +33,42 @@ class TimeSeriesStore:
         self.max_series = max_series
         self._times = array("d", [_NAN] * capacity)
         self._series: dict[str, array] = {}
-        self._updated: dict[str, int] = {}  # name -> sample number of its last value
+        # name -> sample number of its last value, the series updated longest ago first
+        self._updated: OrderedDict[str, int] = OrderedDict()
         self._count = 0  # samples taken so far; the next one goes to slot _count % capacity
 
     def add(self, values: Mapping[str, float], t: float) -> None:
-        """Record one sample at time `t`: every named series gets its value, others NaN."""
+        """Record one sample at time `t`: every named series gets its value, others NaN.
+
+        When full, a new series replaces the one updated longest ago, unless every kept series
+        has a value in this very sample (a cluster with more series than fit, e.g. per-node
+        ones on thousands of nodes): then the newcomer is left out, so a big sample keeps a
+        stable set instead of churning every series out and in (each step O(1))."""
         slot = self._count % self.capacity
         self._times[slot] = t
         for column in self._series.values():
             column[slot] = _NAN
+        now = self._count
+        updated = self._updated
         for name, value in values.items():
             column = self._series.get(name)
             if column is None:
                 if len(self._series) >= self.max_series:
-                    self._evict()
+                    stalest = next(iter(updated))
+                    if updated[stalest] == now:
+                        continue
+                    del self._series[stalest], updated[stalest]
                 column = self._series[name] = array("d", [_NAN] * self.capacity)
             column[slot] = float(value)
-            self._updated[name] = self._count
+            updated[name] = now
+            updated.move_to_end(name)
         self._count += 1
         oldest = self._count - self.capacity
-        for name in [n for n, last in self._updated.items() if last < oldest]:
-            del self._series[name], self._updated[name]
-
-    def _evict(self) -> None:
-        stalest = min(self._updated, key=self._updated.__getitem__)
-        del self._series[stalest], self._updated[stalest]
+        while updated:
+            name = next(iter(updated))
+            if updated[name] >= oldest:
+                break
+            del self._series[name], updated[name]
 
     def names(self, prefix: str = "") -> list[str]:
         return sorted(n for n in self._series if n.startswith(prefix))

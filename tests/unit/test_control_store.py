@@ -267,3 +267,27 @@ def test_tables_survive_a_restore_from_their_persisted_rows():
     assert set(again.resume()) == {CS.ScheduleActor(b"a1"), CS.PlacePlacementGroup(b"pg1")}
     snap = again.snapshot()
     assert snap["actors"][0]["state"] == "PENDING" and snap["nodes"][0]["alive"] is True
+
+
+def test_liveness_check_reads_only_the_silent_nodes():
+    """Heartbeats move a node to the back of the least-recently-seen order; the check stops at
+    the first node still in time, so it costs O(expired), not O(nodes)."""
+    ids = [bytes([i]) * 16 for i in range(1, 6)]
+    store, clock = store_with_nodes(*ids, timeout_s=5.0)
+    clock.advance(3)
+    for nid in ids[2:]:
+        store.heartbeat(nid, R.to_fixed({"CPU": 2}), None, [])
+    clock.advance(2.5)
+    effects = store.expire_silent_nodes()
+    dead = {e.node_id for e in effects if isinstance(e, CS.MarkNodeDead)}
+    assert dead == set(ids[:2])
+    assert [n for n in ids if store.nodes[n].alive] == ids[2:]
+    assert store.expire_silent_nodes() == []
+
+
+def test_spread_picks_of_one_batch_cover_every_node():
+    ids = [bytes([i]) * 16 for i in range(1, 8)]
+    store, _ = store_with_nodes(*ids, cpus=4)
+    picks = [store.pick_node(R.to_fixed({"CPU": 1}), ["SPREAD"], ids[0], None, b"burst") for _ in range(7)]
+    assert {rec.node_id for rec, _ in picks} == set(ids)
+    assert picks[-1][1] and not any(covered for _, covered in picks[:-1])
