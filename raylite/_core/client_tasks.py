@@ -468,9 +468,11 @@ class TaskSubmitter:
             gen.error = (reply.returns[0][1], reply.returns[0][2]) if reply.returns else None
         first = rec.spec.return_ids()[0]
         if gen.dynamic:
-            if gen.error:
+            if gen.error and (reply is None or reply.error_kind != "app"):
                 self._set_entry(first, *gen.error)
             else:
+                if gen.error:  # the user's generator raised: its error is the final item, as in Ray
+                    self._append_error_item(rec.spec.task_id, gen)
                 value = DynamicObjectRefGenerator(list(gen.items))
                 so = ser.serialize(value)
                 self._set_entry(first, "v", so.to_inline())
@@ -485,6 +487,17 @@ class TaskSubmitter:
             w.count_down()
         if gen.dynamic:
             self._generators.pop(rec.spec.task_id, None)
+
+    def _append_error_item(self, task_id: bytes, gen: GeneratorState) -> None:
+        oid = ObjectID.for_return(task_id, len(gen.items) + 2)
+        kind, payload = gen.error
+        with self._lock:
+            self.refs.own(oid)
+            self.entries[oid] = ObjectEntry(kind, payload)
+        ref = ObjectRef(oid, self.address)
+        with self._lock:
+            gen.items.append(ref)
+        gen.error = None
 
     def next_generator_item(self, task_id: bytes, index: int, timeout: float | None) -> ObjectRef | None:
         gen = self._generators.get(task_id)

@@ -321,8 +321,10 @@ class Worker:
             fn = self._callable(spec)
             args, kwargs = self._resolve_args(spec)
             result = fn(*args, **kwargs)
-            if inspect.isgenerator(result) or spec.num_returns in (STREAMING, DYNAMIC):
+            if spec.num_returns in (STREAMING, DYNAMIC):
                 return self._stream(conn, spec, result)
+            if inspect.isgenerator(result):
+                return P.PushTaskReply(spec.task_id, self._returns_from_generator(spec, result), [])
             returns = self._pack_returns(spec, result)
             return P.PushTaskReply(spec.task_id, returns, [])
         except E.TaskCancelledError:
@@ -410,6 +412,38 @@ class Worker:
                              f"return a tuple of {spec.num_returns} values.")
         return [self._store(oid, v, spec) for oid, v in zip(ids, result)]
 
+    def _returns_from_generator(self, spec: TaskSpec, gen: Any) -> list:
+        """A generator task with a static `num_returns=N`: its i-th value is return i.
+
+        As in Ray: when the generator raises after k < N values, the first k returns hold
+        those values and the rest hold the task's error; when it yields fewer than N values
+        the rest hold a ValueError; when it yields more than N, or raises after N, the N
+        returns stand and the error is only written to the task's stderr (the caller can no
+        longer be told)."""
+        ids = spec.return_ids()
+        returns: list = []
+        try:
+            for value in gen:
+                if len(returns) == len(ids):
+                    raise ValueError(f"Task returned more than num_returns={len(ids)} objects.")
+                returns.append(self._store(ids[len(returns)], value, spec))
+        except BaseException as e:  # noqa: BLE001
+            if isinstance(e, (SystemExit, KeyboardInterrupt)) and len(returns) < len(ids):
+                raise
+            if len(returns) == len(ids):
+                sys.stderr.write(f"Unhandled error: Task threw exception, but all {len(ids)} return "
+                                 "values already created. This should only occur when using "
+                                 "generator tasks.\n" + "".join(traceback.format_exception(e)))
+                sys.stderr.flush()
+                return returns
+            payload = ser.serialize(self._task_error(spec, e), kind=ser.KIND_ERROR).to_inline()
+            return returns + [[oid, "e", payload] for oid in ids[len(returns):]]
+        if len(returns) < len(ids):
+            short = ValueError(f"Task returned {len(returns)} objects, but num_returns={len(ids)}.")
+            payload = ser.serialize(self._task_error(spec, short), kind=ser.KIND_ERROR).to_inline()
+            returns += [[oid, "e", payload] for oid in ids[len(returns):]]
+        return returns
+
     def _stream(self, conn, spec: TaskSpec, result: Any) -> P.PushTaskReply:
         if not inspect.isgenerator(result) and not hasattr(result, "__iter__"):
             raise TypeError(f"{spec.display_name()} has num_returns='streaming' but returned "
@@ -480,15 +514,13 @@ class Worker:
                 if inspect.iscoroutinefunction(method):
                     result = await method(*args, **kwargs)
                 elif inspect.isasyncgenfunction(method):
-                    result = [x async for x in method(*args, **kwargs)]
-                    reply = self._stream(conn, spec, iter(result))
-                    self._record_end(spec, reply)
-                    self._reply(conn, rid, reply)
-                    return
+                    result = await _drain_async_gen(method(*args, **kwargs))
                 else:
                     result = method(*args, **kwargs)
                 if spec.num_returns in (STREAMING, DYNAMIC):
                     reply = self._stream(conn, spec, result)
+                elif inspect.isgenerator(result) or inspect.isasyncgenfunction(method):
+                    reply = P.PushTaskReply(spec.task_id, self._returns_from_generator(spec, result), [])
                 else:
                     reply = P.PushTaskReply(spec.task_id, self._pack_returns(spec, result), [])
             except asyncio.CancelledError:
@@ -542,6 +574,24 @@ class Worker:
                 msg = P.LogLines(self.ctx.job_id, self.log_prefix, stream, text)
                 with contextlib.suppress(Exception):
                     self.client.call_soon(self.client._send_node, msg)
+
+
+async def _drain_async_gen(agen: Any) -> Any:
+    """Run an async generator to its end; give back a plain generator that yields the same
+    values and then raises what the async one raised (so a mid-way error is not lost)."""
+    items: list = []
+    try:
+        async for item in agen:
+            items.append(item)
+    except Exception as e:  # noqa: BLE001
+        return _replay(items, e)
+    return _replay(items, None)
+
+
+def _replay(items: list, error: BaseException | None) -> Any:
+    yield from items
+    if error is not None:
+        raise error
 
 
 async def _call_init(actor: Any, args: tuple, kwargs: dict) -> None:
