@@ -18,9 +18,9 @@ from raylite._core.task_spec import (
 )
 from raylite.remote_function import (
     ExportedCode,
+    capture_and_strategy,
     legacy_pg_options,
     merge_runtime_env,
-    strategy_to_wire,
 )
 
 
@@ -117,7 +117,8 @@ class ActorClass(ExportedCode):
         resources = O.resource_request(opts, default_cpus=0)
         if opts.get("num_cpus") is None:
             resources.pop("CPU", None)
-        strategy, resources = strategy_to_wire(opts.get("scheduling_strategy"), resources)
+        strategy, resources, capture_pg = capture_and_strategy(
+            opts.get("scheduling_strategy"), resources, api.captured_placement_group())
         runtime_env = merge_runtime_env(api.job_runtime_env(), opts.get("runtime_env"))
         payload, arg_refs, _pinned = client.pack_args(args, kwargs, f"{self._cls.__qualname__}.__init__")
         max_concurrency = opts.get("max_concurrency") or (1000 if self._async else 1)
@@ -129,7 +130,7 @@ class ActorClass(ExportedCode):
             strategy=strategy, actor_id=actor_id, max_restarts=opts.get("max_restarts") or 0,
             max_task_retries=opts.get("max_task_retries") or 0, max_concurrency=max_concurrency,
             is_async=self._async, actor_name=name, namespace=namespace, detached=detached,
-            method_meta=self._meta)
+            method_meta=self._meta, capture_pg=capture_pg)
         reply = client.register_actor(spec, bool(opts.get("get_if_exists")))
         if reply.existed:
             existing = TaskSpec.from_wire(reply.spec)

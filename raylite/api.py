@@ -138,6 +138,15 @@ def current_task_id() -> bytes:
     return b""
 
 
+def captured_placement_group() -> str:
+    """Hex id of the placement group that captures this task's (or actor's) children, or ""."""
+    w = runtime.worker() if runtime.is_worker() else None
+    if w is None:
+        return ""
+    spec = w.actor_spec or w.ctx.current_spec
+    return getattr(spec, "capture_pg", "") if spec is not None else ""
+
+
 def is_initialized() -> bool:
     return runtime.client() is not None
 

@@ -42,6 +42,27 @@ def strategy_to_wire(strategy: Any, resources: dict) -> tuple[list, dict]:
     raise TypeError(f"Unsupported scheduling_strategy {strategy!r}")
 
 
+def capture_and_strategy(strategy: Any, resources: dict, inherited: str) -> tuple[list, dict, str]:
+    """`strategy_to_wire` plus Ray's child capture: (wire strategy, resources, capture_pg).
+
+    A task or actor placed with `PlacementGroupSchedulingStrategy(pg,
+    placement_group_capture_child_tasks=True)` captures its children: those that name no
+    scheduling strategy run in any bundle of `pg`, and capture their own children in turn.
+    A child opts out with `PlacementGroupSchedulingStrategy(placement_group=None)` (or any
+    explicit strategy). `inherited` is the caller's own captured group ("" if none)."""
+    from raylite._core.scheduling import bundle_request
+
+    if strategy is None or strategy == "DEFAULT":
+        if inherited:
+            return [], bundle_request(resources, inherited, -1), inherited
+    wire, resources = strategy_to_wire(strategy, resources)
+    capture = ""
+    pg = getattr(strategy, "placement_group", None)
+    if pg is not None and getattr(strategy, "placement_group_capture_child_tasks", False):
+        capture = pg.id.hex()
+    return wire, resources, capture
+
+
 def legacy_pg_options(opts: dict) -> dict:
     """`placement_group=` / `placement_group_bundle_index=` options map to the strategy."""
     pg = opts.get("placement_group")
@@ -258,7 +279,8 @@ class RemoteFunction(ExportedCode):
         else:
             wire_returns = int(num_returns)
         resources = O.resource_request(opts, default_cpus=1)
-        strategy, resources = strategy_to_wire(opts.get("scheduling_strategy"), resources)
+        strategy, resources, capture_pg = capture_and_strategy(
+            opts.get("scheduling_strategy"), resources, api.captured_placement_group())
         runtime_env = merge_runtime_env(api.job_runtime_env(), opts.get("runtime_env"))
         payload, arg_refs, pinned = client.pack_args(args, kwargs, descriptor.qualname)
         retry_exc = opts.get("retry_exceptions", False) or False
@@ -269,7 +291,7 @@ class RemoteFunction(ExportedCode):
             owner_worker_id=client.worker_id, resources=resources, name=opts.get("name") or "",
             max_retries=3 if max_retries is None else max_retries,
             retry_exceptions=bool(retry_exc), runtime_env=runtime_env, strategy=strategy,
-            namespace=client.namespace, parent_task_id=api.current_task_id())
+            namespace=client.namespace, parent_task_id=api.current_task_id(), capture_pg=capture_pg)
         return client.submit_task(spec, pinned, retry_exc)
 
 
