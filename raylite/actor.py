@@ -38,6 +38,11 @@ def method(*args: Any, **kwargs: Any) -> Any:
     return wrap
 
 
+# methods every actor has, as in Ray: `__ray_ready__` returns True once the actor is created,
+# `__ray_terminate__` ends it like exit_actor() (queued calls before it still run)
+_BUILTIN_METHODS = ("__ray_ready__", "__ray_terminate__")
+
+
 def _method_meta(cls: type) -> dict[str, Any]:
     meta: dict[str, Any] = {}
     for name, member in inspect.getmembers(cls):
@@ -197,6 +202,8 @@ class ActorHandle:
             pass
 
     def __getattr__(self, name: str) -> ActorMethod:
+        if name in _BUILTIN_METHODS:
+            return ActorMethod(self, name, 1)
         if name.startswith("__") or name not in self._meta:
             raise AttributeError(f"'ActorHandle' object for actor {self._class_name} has no method "
                                  f"'{name}'. Its methods are: {', '.join(sorted(self._meta)) or 'none'}.")

@@ -93,6 +93,36 @@ def _ship_py_module(entry: Any) -> str:
     return _ship(path, [], kind="py_module")
 
 
+_shipped_hooks: dict[tuple, str] = {}  # (hook, cluster) -> hook URI, uploaded once
+
+
+def _ship_setup_hook(hook: Any) -> Any:
+    """runtime_env worker_process_setup_hook: a callable is pickled into the cluster's store once
+    (workers load it by URI); a "module.function" string is kept, workers import it."""
+    from raylite._core import runtime
+    from raylite._core.protocol import KvPut
+
+    if isinstance(hook, str):
+        if hook.startswith(packaging.HOOK_SCHEME) or ("." in hook and not hook.startswith(".")):
+            return hook
+        raise ValueError(f"runtime_env worker_process_setup_hook {hook!r} is not a 'module.function' "
+                         "path; pass a callable or a string such as 'my_pkg.setup_logging'.")
+    if not callable(hook):
+        raise TypeError("runtime_env worker_process_setup_hook must be a callable or a 'module.function' "
+                        f"string, not {type(hook).__name__}.")
+    client = runtime.client()
+    if client is None:  # before init(): shipped when init() merges the job's runtime_env
+        return hook
+    key = (hook, client.head_address)
+    uri = _shipped_hooks.get(key)
+    if uri is None:
+        data = cloudpickle.dumps(hook)
+        digest = hashlib.sha1(data).hexdigest()
+        client.head_request(KvPut(packaging.KV_NAMESPACE, ("hook-" + digest).encode(), data, False))
+        uri = _shipped_hooks[key] = packaging.HOOK_SCHEME + digest
+    return uri
+
+
 def _ship_working_dir(path: str, excludes: list) -> str:
     return _ship(path, excludes, kind="working_dir")
 
@@ -125,7 +155,7 @@ def _ship(path: str, excludes: list, kind: str) -> str:
 
 
 _RUNTIME_ENV_KEYS = {"env_vars", "working_dir", "py_modules", "excludes", "pip", "uv", "config",
-                     "eager_install"}
+                     "eager_install", "worker_process_setup_hook"}
 _UNSUPPORTED_ENV_KEYS = {"conda", "container", "image_uri", "java_jars", "nsight", "py_executable"}
 
 
@@ -191,6 +221,8 @@ def merge_runtime_env(job_env: dict | None, task_env: dict | None) -> dict:
             raise TypeError("runtime_env py_modules must be a list of package directories, .py files, "
                             f".zip files or modules, not {type(merged['py_modules']).__name__}")
         merged["py_modules"] = [_ship_py_module(m) for m in merged["py_modules"]]
+    if merged.get("worker_process_setup_hook") is not None:
+        merged["worker_process_setup_hook"] = _ship_setup_hook(merged["worker_process_setup_hook"])
     if "env_vars" in merged:
         bad = {k: v for k, v in merged["env_vars"].items() if not isinstance(k, str) or not isinstance(v, str)}
         if bad:

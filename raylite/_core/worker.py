@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import ctypes
 import fcntl
+import importlib
 import inspect
 import os
 import queue
@@ -25,6 +26,8 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+import cloudpickle
 
 from raylite import exceptions as E
 from raylite._core import packaging
@@ -90,6 +93,7 @@ class Worker:
         self.blocked_in_get = False
         self.queue_lock = threading.Lock()
         self.setup_error: Exception | None = None  # runtime_env could not be set up here
+        self._hooks_run: set[str] = set()  # worker_process_setup_hooks already run here
         self._initial_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         self._output_pipes: list[tuple[int, threading.Lock]] = []  # (read end, pump lock)
         self._exec_facts: dict | None = None  # node, worker, pid: the same for every task event here
@@ -191,6 +195,28 @@ class Worker:
             self.setup_error = E.RuntimeEnvSetupError(
                 f"could not set up runtime_env {what} on node {self.client.node_ip}: "
                 f"{type(e).__name__}: {e}")
+
+    def _run_setup_hook(self, spec: TaskSpec) -> None:
+        """runtime_env worker_process_setup_hook: run once in this worker, before the first task
+        (or actor) that carries it. A hook that fails fails that task with RuntimeEnvSetupError."""
+        hook = (spec.runtime_env or {}).get("worker_process_setup_hook")
+        if not hook or hook in self._hooks_run:
+            return
+        try:
+            if hook.startswith(packaging.HOOK_SCHEME):
+                key = ("hook-" + hook[len(packaging.HOOK_SCHEME):]).encode()
+                reply = self.client.head_request(P.KvGet(packaging.KV_NAMESPACE, key), timeout=60)
+                if reply.value is None:
+                    raise FileNotFoundError(f"setup hook {hook} is not in the cluster's store")
+                fn = cloudpickle.loads(reply.value)
+            else:
+                module, _, name = hook.rpartition(".")
+                fn = getattr(importlib.import_module(module), name)
+            fn()
+        except Exception as e:  # noqa: BLE001
+            raise E.RuntimeEnvSetupError(f"runtime_env worker_process_setup_hook {hook} failed on node "
+                                         f"{self.client.node_ip}: {type(e).__name__}: {e}") from e
+        self._hooks_run.add(hook)
 
     def _unpacked(self, digest: str) -> str:
         path = packaging.unpacked_path(self.request["session_dir"], digest)
@@ -318,6 +344,7 @@ class Worker:
                 raise E.TaskCancelledError(spec.task_id.hex())
             if self.setup_error is not None:
                 return self._error_reply(spec, self.setup_error, "app")
+            self._run_setup_hook(spec)
             fn = self._callable(spec)
             args, kwargs = self._resolve_args(spec)
             result = fn(*args, **kwargs)
@@ -339,6 +366,14 @@ class Worker:
             return self._error_reply(spec, self._task_error(spec, e), "app")
         finally:
             self.ctx.task_threads.pop(spec.task_id, None)
+
+    def _terminate_actor(self) -> None:
+        """`handle.__ray_terminate__.remote()`: end this actor for good (no restart)."""
+        with contextlib.suppress(Exception):
+            self.client.run_sync(self.client.head.request(P.KillActor(self.actor_spec.actor_id, True)),
+                                 timeout=5)
+        self._drain_output()
+        os._exit(0)
 
     def _exit_actor(self, conn, spec: TaskSpec) -> None:
         err = E.ActorDiedError("The actor exited on purpose (exit_actor() was called).")
@@ -370,6 +405,10 @@ class Worker:
         if spec.kind == KIND_ACTOR_CALL:
             if self.actor is None:
                 raise E.RaySystemError("this worker hosts no actor")
+            if spec.method_name == "__ray_ready__":
+                return _ready
+            if spec.method_name == "__ray_terminate__":
+                return self._terminate_actor
             try:
                 return getattr(self.actor, spec.method_name)
             except AttributeError:
@@ -469,6 +508,7 @@ class Worker:
         try:
             if self.setup_error is not None:
                 raise self.setup_error
+            self._run_setup_hook(spec)
             cls = self.client.load_function(spec.function.function_id)
             args, kwargs = self._resolve_args(spec)
             self.actor = cls.__new__(cls)
@@ -574,6 +614,10 @@ class Worker:
                 msg = P.LogLines(self.ctx.job_id, self.log_prefix, stream, text)
                 with contextlib.suppress(Exception):
                     self.client.call_soon(self.client._send_node, msg)
+
+
+def _ready() -> bool:
+    return True
 
 
 async def _drain_async_gen(agen: Any) -> Any:
