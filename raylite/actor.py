@@ -39,8 +39,10 @@ def method(*args: Any, **kwargs: Any) -> Any:
 
 
 # methods every actor has, as in Ray: `__ray_ready__` returns True once the actor is created,
-# `__ray_terminate__` ends it like exit_actor() (queued calls before it still run)
-_BUILTIN_METHODS = ("__ray_ready__", "__ray_terminate__")
+# `__ray_terminate__` ends it like exit_actor() (queued calls before it still run); and the
+# calls that set up the actor's part of a compiled graph (raylite.dag.compiled_dag_node)
+_BUILTIN_METHODS = ("__ray_ready__", "__ray_terminate__", "__raylite_cgraph_open__",
+                    "__raylite_cgraph_start__", "__raylite_cgraph_abort__")
 
 
 def _method_meta(cls: type) -> dict[str, Any]:

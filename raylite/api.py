@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -13,6 +14,7 @@ from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core import runtime
 from raylite._core.refs import ObjectRef, ObjectRefGenerator
+from raylite.experimental.compiled_dag_ref import CompiledDAGRef
 
 _RAY_INIT_KWARGS = {
     "labels", "local_mode", "include_dashboard", "dashboard_host", "dashboard_port", "job_config",
@@ -190,11 +192,24 @@ def get(object_refs: Any, *, timeout: float | None = None) -> Any:
         object_refs = list(object_refs)
     if isinstance(object_refs, ObjectRef):
         return client.get([object_refs], timeout)[0]
+    if isinstance(object_refs, CompiledDAGRef):
+        return object_refs.get(timeout)
     if isinstance(object_refs, (list, tuple)):
+        if object_refs and isinstance(object_refs[0], CompiledDAGRef):
+            return _get_compiled(object_refs, timeout)
         _check_refs(object_refs, "raylite.get()")
         return client.get(list(object_refs), timeout)
     raise TypeError(f"raylite.get() expects an ObjectRef or a list of ObjectRefs, but got "
                     f"{type(object_refs).__name__}: {object_refs!r:.80}.")
+
+
+def _get_compiled(refs: Sequence[Any], timeout: float | None) -> list[Any]:
+    """ray.get on a list of a compiled graph's results (a MultiOutputNode's execute())."""
+    if not all(isinstance(r, CompiledDAGRef) for r in refs):
+        raise TypeError("raylite.get() got a list mixing CompiledDAGRefs with other values; get "
+                        "compiled-graph results and ObjectRefs in separate calls.")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    return [r.get(None if deadline is None else max(0.0, deadline - time.monotonic())) for r in refs]
 
 
 def put(value: Any, *, _owner: Any = None) -> ObjectRef:

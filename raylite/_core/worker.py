@@ -33,6 +33,7 @@ from raylite import exceptions as E
 from raylite._core import packaging
 from raylite._core import protocol as P
 from raylite._core import serialization as ser
+from raylite._core.cgraph_runner import GraphHost
 from raylite._core.client_records import ObjectEntry
 from raylite._core.client_tasks import _ArgPlaceholder, _PackedArgs
 from raylite._core.config import get_config
@@ -94,6 +95,7 @@ class Worker:
         self.queue_lock = threading.Lock()
         self.setup_error: Exception | None = None  # runtime_env could not be set up here
         self._hooks_run: set[str] = set()  # worker_process_setup_hooks already run here
+        self.cgraph: GraphHost | None = None  # this actor's part in a compiled graph
         self._initial_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         self._output_pipes: list[tuple[int, threading.Lock]] = []  # (read end, pump lock)
         self._exec_facts: dict | None = None  # node, worker, pid: the same for every task event here
@@ -367,6 +369,22 @@ class Worker:
         finally:
             self.ctx.task_threads.pop(spec.task_id, None)
 
+    # ------------------------------------------------------------ compiled graphs
+    def _graph_host(self) -> GraphHost:
+        if self.cgraph is None:
+            self.cgraph = GraphHost(self.client.token, self.client.node_ip, os.getpid())
+        return self.cgraph
+
+    def _cgraph_open(self, graph_id: str) -> dict:
+        name = f"{type(self.actor).__name__}({self.actor_spec.actor_id.hex()[:8]})"
+        return self._graph_host().open(graph_id, name)
+
+    def _cgraph_start(self, plan: dict) -> bool:
+        return self._graph_host().start(plan, self.actor, self.actor_loop)
+
+    def _cgraph_abort(self, graph_id: str) -> bool:
+        return self._graph_host().abort(graph_id)
+
     def _terminate_actor(self) -> None:
         """`handle.__ray_terminate__.remote()`: end this actor for good (no restart)."""
         with contextlib.suppress(Exception):
@@ -409,6 +427,8 @@ class Worker:
                 return _ready
             if spec.method_name == "__ray_terminate__":
                 return self._terminate_actor
+            if spec.method_name in _CGRAPH_CALLS:
+                return getattr(self, _CGRAPH_CALLS[spec.method_name])
             try:
                 return getattr(self.actor, spec.method_name)
             except AttributeError:
@@ -614,6 +634,11 @@ class Worker:
                 msg = P.LogLines(self.ctx.job_id, self.log_prefix, stream, text)
                 with contextlib.suppress(Exception):
                     self.client.call_soon(self.client._send_node, msg)
+
+
+# built-in actor methods that set up this actor's part of a compiled graph (raylite.dag)
+_CGRAPH_CALLS = {"__raylite_cgraph_open__": "_cgraph_open", "__raylite_cgraph_start__": "_cgraph_start",
+                 "__raylite_cgraph_abort__": "_cgraph_abort"}
 
 
 def _ready() -> bool:

@@ -14,13 +14,15 @@ from raylite.dag.class_node import (
     ClassMethodNode,
     ClassNode,
 )
+from raylite.dag.compiled_dag_node import CompiledDAG
+from raylite.dag.context import DAGContext
 from raylite.dag.dag_node import DAGNode
 from raylite.dag.function_node import FunctionNode
 from raylite.dag.input_node import DAGInputData, InputAttributeNode, InputNode
 from raylite.dag.output_node import MultiOutputNode
 
 __all__ = [
-    "ClassMethodNode", "ClassNode", "DAGInputData", "DAGNode", "FunctionNode",
+    "ClassMethodNode", "ClassNode", "CompiledDAG", "DAGContext", "DAGInputData", "DAGNode", "FunctionNode",
     "InputAttributeNode", "InputNode", "MultiOutputNode", "PARENT_CLASS_NODE_KEY",
     "PREV_CLASS_METHOD_CALL_KEY",
 ]
