@@ -23,6 +23,8 @@ import cloudpickle
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from raylite.train._internal.filesystems import to_fsspec
+
 DICT_CHECKPOINT_FILE = "dict_checkpoint.pkl"
 METADATA_FILE = ".metadata.json"
 
@@ -38,6 +40,8 @@ class Checkpoint:
         self, path: str | os.PathLike[str], filesystem: fsspec.AbstractFileSystem | None = None
     ) -> None:
         where = os.fspath(path)
+        if filesystem is not None:  # Ray passes pyarrow filesystems; the code below speaks fsspec
+            filesystem = to_fsspec(filesystem)
         if filesystem is None:
             filesystem, where = fsspec.core.url_to_fs(where)
             if _is_local(filesystem):

@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol
 from raylite.train._internal.callbacks import CallbackDispatcher, CallbackFailed
 from raylite.train._internal.checkpoints import CheckpointManager, TrackedCheckpoint
 from raylite.train._internal.dashboard_feed import RunFeed
+from raylite.train._internal.filesystems import to_pyarrow
 from raylite.train._internal.messages import (
     RankInfo,
     WorkerError,
@@ -419,7 +420,7 @@ def build_result(
         path=storage.experiment_path,
         metrics_history=state.history,
         best_checkpoints=[(ckpt(t), dict(t.metrics)) for t in manager.best_first],
-        filesystem=storage.fs,
+        filesystem=to_pyarrow(storage.fs),
     )
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from raylite.train._internal.filesystems import to_fsspec
 from raylite.train.checkpoint import upload_dir
 
 DEFAULT_STORAGE_PATH = "~/raylite_results"
@@ -58,7 +59,7 @@ class StorageContext:
         path = storage_path or DEFAULT_STORAGE_PATH
         if filesystem is None and "://" not in path:
             path = os.path.abspath(os.path.expanduser(path))
-        return cls(path, experiment_name, filesystem)
+        return cls(path, experiment_name, None if filesystem is None else to_fsspec(filesystem))
 
     # -- resolved filesystem ------------------------------------------------------
     @property
