@@ -15,15 +15,23 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from raylite.data._internal.expr_namespaces import (
+    _DatetimeNamespace,
+    _ListNamespace,
+    _StringNamespace,
+    _StructNamespace,
+)
+
 __all__ = [
     "AliasExpr",
     "BinaryExpr",
+    "CallExpr",
     "ColumnExpr",
     "Expr",
     "LiteralExpr",
@@ -128,6 +136,26 @@ class Expr:
 
     def not_in(self, values: list[Any] | Expr) -> Expr:
         return BinaryExpr(Operation.NOT_IN, self, _wrap(list(values) if not isinstance(values, Expr) else values))
+
+    @property
+    def str(self) -> _StringNamespace:
+        """String functions: ``col("name").str.upper()``, ``.str.contains("x")``, ..."""
+        return _StringNamespace(self, _make_call)
+
+    @property
+    def list(self) -> _ListNamespace:
+        """List functions: ``col("tags").list.len()``, ``.list.get(0)``, ``.list.sort()``, ..."""
+        return _ListNamespace(self, _make_call)
+
+    @property
+    def struct(self) -> _StructNamespace:
+        """Struct fields: ``col("point").struct.field("x")``."""
+        return _StructNamespace(self, _make_call)
+
+    @property
+    def dt(self) -> _DatetimeNamespace:
+        """Timestamp parts: ``col("ts").dt.year()``, ``.dt.floor("day")``, ..."""
+        return _DatetimeNamespace(self, _make_call)
 
     def alias(self, name: str) -> Expr:
         """The same values under the output column name ``name``."""
@@ -311,6 +339,36 @@ class AliasExpr(Expr):
 
     def __repr__(self) -> str:
         return f"{self.expr!r}.alias({self._name!r})"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class CallExpr(Expr):
+    """``fn(operand, *args, **kwargs)`` on a whole column: what the ``.str``, ``.list``,
+    ``.struct`` and ``.dt`` namespaces build (see ``_internal/expr_namespaces.py``)."""
+
+    fn: Callable[..., Any]
+    operand: Expr
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    label: str = ""
+
+    def columns(self) -> set[str]:
+        return self.operand.columns()
+
+    def _eval(self, table: pa.Table) -> Any:
+        return self.fn(self.operand._eval(table), *self.args, **self.kwargs)
+
+    def to_pyarrow(self) -> pc.Expression:
+        raise NotImplementedError(f"{self!r} has no pyarrow.compute.Expression form; it is evaluated "
+                                  "on each block instead.")
+
+    def __repr__(self) -> str:
+        parts = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        return f"{self.operand!r}.{self.label}({', '.join(parts)})"
+
+
+def _make_call(fn: Callable[..., Any], operand: Expr, args: tuple, kwargs: dict, label: str) -> CallExpr:
+    return CallExpr(fn, operand, tuple(args), dict(kwargs), label)
 
 
 def col(name: str) -> ColumnExpr:
