@@ -222,6 +222,14 @@ def wait(object_refs: Sequence[ObjectRef], *, num_returns: int = 1, timeout: flo
     client = ensure_initialized()
     if isinstance(object_refs, ObjectRef) or not isinstance(object_refs, (list, tuple)):
         raise TypeError("wait() expects a list of ObjectRefs, e.g. wait([ref]).")
+    if any(isinstance(r, ObjectRefGenerator) for r in object_refs):
+        _check_refs([r for r in object_refs if not isinstance(r, ObjectRefGenerator)], "raylite.wait()")
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"timeout must be non-negative, got {timeout}")
+        if not 0 < num_returns <= len(object_refs):
+            raise ValueError(f"num_returns ({num_returns}) must be between 1 and the number of refs "
+                             f"({len(object_refs)}).")
+        return client.wait_with_generators(list(object_refs), num_returns, timeout)
     _check_refs(object_refs, "raylite.wait()")
     if len(set(object_refs)) != len(object_refs):
         raise ValueError("wait() got duplicate ObjectRefs in its list.")

@@ -525,6 +525,54 @@ class TaskSubmitter:
                 if hook is not None:
                     hook(False)
 
+    def wait_with_generators(self, items: list, num_returns: int,
+                             timeout: float | None) -> tuple[list, list]:
+        """`wait()` over ObjectRefs and streaming generators: a generator is ready when its
+        next item has been produced, or when it has ended (next() then stops at once)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            gens, flags = [], []
+            with self._lock:
+                for item in items:
+                    if isinstance(item, ObjectRefGenerator):
+                        gen = self._generators.get(item._task_id)
+                        ready = gen is None or item._index < len(gen.items) or gen.done
+                        gens.append(gen)
+                    else:
+                        entry = self.entries.get(item._id)
+                        ready = entry is not None and entry.kind is not None
+                    flags.append(ready)
+            left = None if deadline is None else deadline - time.monotonic()
+            if sum(flags) >= num_returns or (left is not None and left <= 0):
+                break
+            self._wait_any([i for i in items if not isinstance(i, ObjectRefGenerator)],
+                           [g for g in gens if g is not None], left)
+        ready_items, rest = [], []
+        for item, flag in zip(items, flags):
+            (ready_items if flag and len(ready_items) < num_returns else rest).append(item)
+        return ready_items, rest
+
+    def _wait_any(self, refs: list, gens: list, timeout: float | None) -> None:
+        """Block until any of these refs is ready or any generator moves (or the timeout)."""
+        for r in refs:
+            self._entry_for(r)  # make sure every ref has an entry that will be filled
+        latch = _Latch(1)
+        with self._lock:
+            entries = [self.entries[r._id] for r in refs]
+            if any(e.kind is not None for e in entries):
+                return
+            for e in entries:
+                e.waiters.append(latch)
+            for g in gens:
+                g.waiters.append(latch)
+        try:
+            latch.wait(timeout)
+        finally:
+            with self._lock:
+                for holder in (*entries, *gens):
+                    if latch in holder.waiters:
+                        holder.waiters.remove(latch)
+
     def generator_completed_ref(self, task_id: bytes) -> ObjectRef:
         return ObjectRef(ObjectID.for_return(task_id, 1), self.address)
 

@@ -85,3 +85,59 @@ def test_actor_generator_method_with_static_returns(cluster):
         assert ray.get([a, b], timeout=30) == [1, 2]
         with pytest.raises(Boom, match=text):
             ray.get(c, timeout=30)
+
+
+@ray.remote
+def slow_yields(n, gate):
+    for i in range(n):
+        ray.get(gate.wait.remote(i))
+        yield i
+
+
+@ray.remote
+class Gate:
+    """Lets the generator above produce item i once open(i) was called."""
+
+    def __init__(self):
+        import asyncio
+
+        self.events = {}
+        self.asyncio = asyncio
+
+    def _event(self, i):
+        return self.events.setdefault(i, self.asyncio.Event())
+
+    async def wait(self, i):
+        await self._event(i).wait()
+
+    async def open(self, i):
+        self._event(i).set()
+
+
+def test_wait_on_a_streaming_generator_tracks_its_next_item(cluster):
+    gate = Gate.remote()
+    gen = slow_yields.remote(2, gate)
+    ready, unready = ray.wait([gen], timeout=0)
+    assert (ready, unready) == ([], [gen])
+    ray.get(gate.open.remote(0))
+    ready, unready = ray.wait([gen], timeout=30)
+    assert ready == [gen] and unready == []
+    assert ray.get(next(gen)) == 0
+    assert ray.wait([gen], timeout=0) == ([], [gen])  # item 1 not produced yet
+    ray.get(gate.open.remote(1))
+    assert ray.get(next(gen)) == 1
+    ready, _ = ray.wait([gen], timeout=30)  # ended: ready, and next() stops at once
+    assert ready == [gen]
+    with pytest.raises(StopIteration):
+        next(gen)
+
+
+def test_wait_mixes_generators_and_refs(cluster):
+    gate = Gate.remote()
+    gen = slow_yields.remote(1, gate)
+    plain = ray.put("ready now")
+    ready, unready = ray.wait([gen, plain], num_returns=1, timeout=30)
+    assert ready == [plain] and unready == [gen]
+    ray.get(gate.open.remote(0))
+    ready, unready = ray.wait([gen, plain], num_returns=2, timeout=30)
+    assert ready == [gen, plain] and unready == []
