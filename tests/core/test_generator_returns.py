@@ -141,3 +141,10 @@ def test_wait_mixes_generators_and_refs(cluster):
     ray.get(gate.open.remote(0))
     ready, unready = ray.wait([gen, plain], num_returns=2, timeout=30)
     assert ready == [gen, plain] and unready == []
+
+
+def test_ray_raylet_names_from_the_docs():
+    from raylite import _raylet
+
+    assert _raylet.ObjectRefGenerator is ray.ObjectRefGenerator
+    assert _raylet.ObjectRef is ray.ObjectRef
