@@ -30,7 +30,7 @@ from raylite.train.config import (
     SyncConfig,
 )
 from raylite.train.data_parallel_trainer import DataParallelTrainer
-from raylite.train.error import TrainingFailedError
+from raylite.train.error import ControllerError, TrainingFailedError, WorkerGroupError
 from raylite.train.result import Result
 
 _SUBMODULES = ("torch", "lightning", "huggingface")
@@ -39,6 +39,7 @@ __all__ = [
     "BackendConfig",
     "Checkpoint",
     "CheckpointConfig",
+    "ControllerError",
     "DataConfig",
     "DataParallelTrainer",
     "FailureConfig",
@@ -50,6 +51,7 @@ __all__ = [
     "TrainRunContext",
     "TrainingFailedError",
     "UserCallback",
+    "WorkerGroupError",
     "get_checkpoint",
     "get_context",
     "get_dataset_shard",

@@ -36,7 +36,12 @@ from raylite.train._internal.state import RunState
 from raylite.train._internal.storage import STATE_FILE, StorageContext, checkpoint_dir_name
 from raylite.train.checkpoint import Checkpoint
 from raylite.train.config import CheckpointConfig, DataConfig, FailureConfig
-from raylite.train.error import TrainingFailedError, TrainingResourcesError
+from raylite.train.error import (
+    ControllerError,
+    TrainingFailedError,
+    TrainingResourcesError,
+    WorkerGroupError,
+)
 from raylite.train.result import Result
 
 SHIP_WARN_BYTES = 256 * 2**20
@@ -371,12 +376,13 @@ class TrainController:
             f"{self.spec.trainer_name} failed: {decision.reason}. Last failure: "
             f"{error.describe()}"
         )
-        exc = TrainingFailedError(
-            message,
-            rank=error.rank if error.rank >= 0 else None,
-            traceback_str=error.traceback_str,
-            worker_failures={error.rank: error.exception} if error.exception else {},
-        )
+        exc: TrainingFailedError
+        if error.rank >= 0:
+            exc = WorkerGroupError(message, {error.rank: error.exception} if error.exception else {},
+                                   rank=error.rank, traceback_str=error.traceback_str)
+        else:
+            exc = ControllerError(error.exception or RuntimeError(error.describe()), message)
+            exc.traceback_str = error.traceback_str
         exc.__cause__ = error.exception
         self._reporter.failed(error.describe(), "giving up")
         self._fail_run(exc, message)

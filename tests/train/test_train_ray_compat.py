@@ -1,5 +1,6 @@
-"""Ray Train's filesystem contract: pyarrow filesystems in (storage_filesystem, Checkpoint), a
-pyarrow filesystem out (Result.filesystem), and `import raylite.train` importing pyarrow.fs."""
+"""Ray Train contracts Ray's docs rely on: pyarrow filesystems in (storage_filesystem, Checkpoint), a
+pyarrow filesystem out (Result.filesystem), `import raylite.train` importing pyarrow.fs, and the
+error classes (WorkerGroupError with worker_failures)."""
 
 from __future__ import annotations
 
@@ -69,3 +70,18 @@ def test_run_with_a_pyarrow_storage_filesystem(tmp_path):
     assert info.type == pyarrow.fs.FileType.Directory
     with result.checkpoint.as_directory() as d:
         assert open(os.path.join(d, "w.txt")).read() == "x"
+
+
+def _fails(config):
+    raise ValueError("broken loop")
+
+
+@pytest.mark.usefixtures("cluster")
+def test_worker_failure_raises_worker_group_error(tmp_path):
+    trainer = DataParallelTrainer(_fails, scaling_config=ScalingConfig(num_workers=1),
+                                  run_config=RunConfig(storage_path=str(tmp_path), name="fails"))
+    with pytest.raises(train.WorkerGroupError) as err:
+        trainer.fit()
+    assert isinstance(err.value, train.TrainingFailedError)
+    assert isinstance(err.value.worker_failures[0], ValueError)
+    assert issubclass(train.ControllerError, train.TrainingFailedError)
