@@ -6,6 +6,10 @@ making it; `.execute(*inputs)` on the last node runs the whole graph and returns
     with InputNode() as inp:
         dag = add.bind(double.bind(inp), 1)
     raylite.get(dag.execute(5))   # 11
+
+A DAG of calls on existing actors can also be compiled once and executed many times over
+pre-connected channels, with no task submission per call: `dag.experimental_compile()`
+(see `compiled_dag_node`).
 """
 
 from raylite.dag.class_node import (
