@@ -12,8 +12,14 @@ import importlib
 from typing import Any
 
 from raylite.train._internal.callbacks import TrainRunContext, UserCallback
+from raylite.train._internal.reported import (
+    CheckpointConsistencyMode,
+    ReportedCheckpoint,
+    ReportedCheckpointStatus,
+)
 from raylite.train._internal.session import (
     TrainContext,
+    get_all_reported_checkpoints,
     get_checkpoint,
     get_context,
     get_dataset_shard,
@@ -39,10 +45,13 @@ __all__ = [
     "BackendConfig",
     "Checkpoint",
     "CheckpointConfig",
+    "CheckpointConsistencyMode",
     "ControllerError",
     "DataConfig",
     "DataParallelTrainer",
     "FailureConfig",
+    "ReportedCheckpoint",
+    "ReportedCheckpointStatus",
     "Result",
     "RunConfig",
     "ScalingConfig",
@@ -52,6 +61,7 @@ __all__ = [
     "TrainingFailedError",
     "UserCallback",
     "WorkerGroupError",
+    "get_all_reported_checkpoints",
     "get_checkpoint",
     "get_context",
     "get_dataset_shard",

@@ -85,3 +85,27 @@ def test_worker_failure_raises_worker_group_error(tmp_path):
     assert isinstance(err.value, train.TrainingFailedError)
     assert isinstance(err.value.worker_failures[0], ValueError)
     assert issubclass(train.ControllerError, train.TrainingFailedError)
+
+
+def _reports_then_lists(config):
+    for epoch in range(2):
+        with tempfile.TemporaryDirectory() as d:
+            open(os.path.join(d, "epoch.txt"), "w").write(str(epoch))
+            train.report({"loss": 1.0 / (epoch + 1)}, checkpoint=Checkpoint.from_directory(d))
+    seen = train.get_all_reported_checkpoints()
+    contents = []
+    for reported in seen:
+        with reported.checkpoint.as_directory() as d:
+            contents.append(open(os.path.join(d, "epoch.txt")).read())
+    train.report({"seen_losses": [r.metrics["loss"] for r in seen], "seen_contents": contents,
+                  "statuses": [r.status.value for r in seen]})
+
+
+@pytest.mark.usefixtures("cluster")
+def test_get_all_reported_checkpoints_inside_the_loop(tmp_path):
+    result = DataParallelTrainer(
+        _reports_then_lists, scaling_config=ScalingConfig(num_workers=1),
+        run_config=RunConfig(storage_path=str(tmp_path), name="reported")).fit()
+    assert result.metrics["seen_losses"] == [1.0, 0.5]
+    assert result.metrics["seen_contents"] == ["0", "1"]
+    assert result.metrics["statuses"] == ["COMMITTED", "COMMITTED"]
