@@ -67,3 +67,14 @@ def test_bad_hook_values_are_refused_at_submit(cluster):
         hook_runs.options(runtime_env={"worker_process_setup_hook": "nodots"}).remote()
     with pytest.raises(TypeError, match="callable"):
         hook_runs.options(runtime_env={"worker_process_setup_hook": 42}).remote()
+
+
+def test_ray_terminate_ends_the_actor_after_queued_calls(cluster):
+    from raylite.exceptions import RayActorError
+
+    probe = Probe.remote()
+    first = probe.hook_runs.remote()
+    probe.__ray_terminate__.remote()
+    assert ray.get(first, timeout=60) is None  # queued before the terminate: still answered
+    with pytest.raises(RayActorError):
+        ray.get(probe.hook_runs.remote(), timeout=60)
