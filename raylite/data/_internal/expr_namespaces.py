@@ -168,6 +168,14 @@ class _ListNamespace(_Namespace):
     def sort(self, order: str = "ascending", null_placement: str = "at_end") -> Any:
         return self._call("sort", list_sort_each, order, null_placement)
 
+    def __getitem__(self, key: int | slice) -> Any:
+        """``col("items").list[0]`` is ``get(0)``; ``col("items").list[1:3]`` is ``slice(1, 3)``."""
+        if isinstance(key, slice):
+            return self.slice(key.start, key.stop, key.step)
+        if isinstance(key, int):
+            return self.get(key)
+        raise TypeError(f"list[...] takes an int or a slice, not {type(key).__name__}")
+
 
 # ---------------------------------------------------------------- structs and datetimes
 
@@ -186,6 +194,59 @@ class _StructNamespace(_Namespace):
 
     def field_by_index(self, index: int) -> Any:
         return self._call("field_by_index", struct_field_by_index, index)
+
+    def __getitem__(self, key: str | int) -> Any:
+        """``col("user").struct["age"]`` by name, ``.struct[0]`` by position."""
+        if isinstance(key, str):
+            return self.field(key)
+        if isinstance(key, int):
+            return self.field_by_index(key)
+        raise TypeError(f"struct[...] takes a field name or index, not {type(key).__name__}")
+
+
+def array_to_list(values: Any) -> pa.Array:
+    """fixed_size_list<x>[n] -> list<x> (variable-length lists)."""
+    arr = _as_array(values)
+    if pa.types.is_fixed_size_list(arr.type):
+        return arr.cast(pa.list_(arr.type.value_type))
+    return arr
+
+
+class _ArrayNamespace(_Namespace):
+    """Fixed-size list columns: ``col("features").arr.to_list()``."""
+
+    _prefix = "arr"
+
+    def to_list(self) -> Any:
+        return self._call("to_list", array_to_list)
+
+
+def _map_part(values: Any, part: str) -> pa.Array:
+    arr = _as_array(values)
+    if not pa.types.is_map(arr.type):
+        raise TypeError(f"map.{part}() needs a map column, got {arr.type}")
+    child = arr.keys if part == "keys" else arr.items
+    return pa.ListArray.from_arrays(arr.offsets, child, mask=arr.is_null())
+
+
+def map_keys(values: Any) -> pa.Array:
+    return _map_part(values, "keys")
+
+
+def map_values(values: Any) -> pa.Array:
+    return _map_part(values, "values")
+
+
+class _MapNamespace(_Namespace):
+    """Map columns: ``col("headers").map.keys()`` and ``.map.values()``, as lists."""
+
+    _prefix = "map"
+
+    def keys(self) -> Any:
+        return self._call("keys", map_keys)
+
+    def values(self) -> Any:
+        return self._call("values", map_values)
 
 
 def _floor(values: Any, unit: str) -> Any:
@@ -240,4 +301,5 @@ class _DatetimeNamespace(_Namespace):
         return self._call("round", _round, unit)
 
 
-__all__ = ["_DatetimeNamespace", "_ListNamespace", "_StringNamespace", "_StructNamespace"]
+__all__ = ["_ArrayNamespace", "_DatetimeNamespace", "_ListNamespace", "_MapNamespace", "_StringNamespace",
+           "_StructNamespace"]
