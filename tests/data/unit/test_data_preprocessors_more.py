@@ -83,7 +83,8 @@ def test_text_and_hashing(local):
     assert _out(HashingVectorizer(["corpus"], num_features=8), CORPUS, "corpus") == [
         [0, 0, 1, 1, 0, 0, 1, 0], [1, 1, 0, 1, 0, 0, 1, 0], [1, 1, 0, 2, 1, 0, 0, 0]]
     counts = pd.DataFrame({"I": [1, 1], "like": [1, 0], "dislike": [0, 1], "Python": [1, 1]})
-    # the documented result: each column's count lands in the slot its name hashes to
+    # each column's count lands in the slot its name hashes to; "like" and "dislike" share one
+    # (what Ray 2.60 computes: its docstring shows an older hash's slots)
     hashed = _out(FeatureHasher(["I", "like", "dislike", "Python"], num_features=8, output_column="hashed"),
                   counts, "hashed")
-    assert hashed == [[0, 0, 0, 2, 0, 1, 0, 0], [0, 0, 0, 1, 0, 1, 1, 0]]
+    assert hashed == [[0, 0, 0, 1, 1, 0, 0, 1], [0, 0, 0, 1, 1, 0, 0, 1]]
