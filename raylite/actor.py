@@ -18,9 +18,9 @@ from raylite._core.task_spec import (
 )
 from raylite.remote_function import (
     ExportedCode,
+    capture_and_strategy,
     legacy_pg_options,
     merge_runtime_env,
-    strategy_to_wire,
 )
 
 
@@ -36,6 +36,13 @@ def method(*args: Any, **kwargs: Any) -> Any:
     if len(args) == 1 and callable(args[0]) and not kwargs:
         return wrap(args[0])
     return wrap
+
+
+# methods every actor has, as in Ray: `__ray_ready__` returns True once the actor is created,
+# `__ray_terminate__` ends it like exit_actor() (queued calls before it still run); and the
+# calls that set up the actor's part of a compiled graph (raylite.dag.compiled_dag_node)
+_BUILTIN_METHODS = ("__ray_ready__", "__ray_terminate__", "__raylite_cgraph_open__",
+                    "__raylite_cgraph_start__", "__raylite_cgraph_abort__")
 
 
 def _method_meta(cls: type) -> dict[str, Any]:
@@ -117,7 +124,8 @@ class ActorClass(ExportedCode):
         resources = O.resource_request(opts, default_cpus=0)
         if opts.get("num_cpus") is None:
             resources.pop("CPU", None)
-        strategy, resources = strategy_to_wire(opts.get("scheduling_strategy"), resources)
+        strategy, resources, capture_pg = capture_and_strategy(
+            opts.get("scheduling_strategy"), resources, api.captured_placement_group())
         runtime_env = merge_runtime_env(api.job_runtime_env(), opts.get("runtime_env"))
         payload, arg_refs, _pinned = client.pack_args(args, kwargs, f"{self._cls.__qualname__}.__init__")
         max_concurrency = opts.get("max_concurrency") or (1000 if self._async else 1)
@@ -129,7 +137,7 @@ class ActorClass(ExportedCode):
             strategy=strategy, actor_id=actor_id, max_restarts=opts.get("max_restarts") or 0,
             max_task_retries=opts.get("max_task_retries") or 0, max_concurrency=max_concurrency,
             is_async=self._async, actor_name=name, namespace=namespace, detached=detached,
-            method_meta=self._meta)
+            method_meta=self._meta, capture_pg=capture_pg)
         reply = client.register_actor(spec, bool(opts.get("get_if_exists")))
         if reply.existed:
             existing = TaskSpec.from_wire(reply.spec)
@@ -196,7 +204,7 @@ class ActorHandle:
             pass
 
     def __getattr__(self, name: str) -> ActorMethod:
-        if name == "__ray_ready__":  # Ray's built-in on every actor: True once it is constructed
+        if name in _BUILTIN_METHODS:
             return ActorMethod(self, name, 1)
         if name.startswith("__") or name not in self._meta:
             raise AttributeError(f"'ActorHandle' object for actor {self._class_name} has no method "

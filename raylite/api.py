@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -13,6 +14,7 @@ from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core import runtime
 from raylite._core.refs import ObjectRef, ObjectRefGenerator
+from raylite.experimental.compiled_dag_ref import CompiledDAGRef
 
 _RAY_INIT_KWARGS = {
     "labels", "local_mode", "include_dashboard", "dashboard_host", "dashboard_port", "job_config",
@@ -138,6 +140,15 @@ def current_task_id() -> bytes:
     return b""
 
 
+def captured_placement_group() -> str:
+    """Hex id of the placement group that captures this task's (or actor's) children, or ""."""
+    w = runtime.worker() if runtime.is_worker() else None
+    if w is None:
+        return ""
+    spec = w.actor_spec or w.ctx.current_spec
+    return getattr(spec, "capture_pg", "") if spec is not None else ""
+
+
 def is_initialized() -> bool:
     return runtime.client() is not None
 
@@ -181,11 +192,24 @@ def get(object_refs: Any, *, timeout: float | None = None) -> Any:
         object_refs = list(object_refs)
     if isinstance(object_refs, ObjectRef):
         return client.get([object_refs], timeout)[0]
+    if isinstance(object_refs, CompiledDAGRef):
+        return object_refs.get(timeout)
     if isinstance(object_refs, (list, tuple)):
+        if object_refs and isinstance(object_refs[0], CompiledDAGRef):
+            return _get_compiled(object_refs, timeout)
         _check_refs(object_refs, "raylite.get()")
         return client.get(list(object_refs), timeout)
     raise TypeError(f"raylite.get() expects an ObjectRef or a list of ObjectRefs, but got "
                     f"{type(object_refs).__name__}: {object_refs!r:.80}.")
+
+
+def _get_compiled(refs: Sequence[Any], timeout: float | None) -> list[Any]:
+    """ray.get on a list of a compiled graph's results (a MultiOutputNode's execute())."""
+    if not all(isinstance(r, CompiledDAGRef) for r in refs):
+        raise TypeError("raylite.get() got a list mixing CompiledDAGRefs with other values; get "
+                        "compiled-graph results and ObjectRefs in separate calls.")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    return [r.get(None if deadline is None else max(0.0, deadline - time.monotonic())) for r in refs]
 
 
 def put(value: Any, *, _owner: Any = None) -> ObjectRef:
@@ -198,6 +222,14 @@ def wait(object_refs: Sequence[ObjectRef], *, num_returns: int = 1, timeout: flo
     client = ensure_initialized()
     if isinstance(object_refs, ObjectRef) or not isinstance(object_refs, (list, tuple)):
         raise TypeError("wait() expects a list of ObjectRefs, e.g. wait([ref]).")
+    if any(isinstance(r, ObjectRefGenerator) for r in object_refs):
+        _check_refs([r for r in object_refs if not isinstance(r, ObjectRefGenerator)], "raylite.wait()")
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"timeout must be non-negative, got {timeout}")
+        if not 0 < num_returns <= len(object_refs):
+            raise ValueError(f"num_returns ({num_returns}) must be between 1 and the number of refs "
+                             f"({len(object_refs)}).")
+        return client.wait_with_generators(list(object_refs), num_returns, timeout)
     _check_refs(object_refs, "raylite.wait()")
     if len(set(object_refs)) != len(object_refs):
         raise ValueError("wait() got duplicate ObjectRefs in its list.")

@@ -259,7 +259,15 @@ class AsyncioActorExit(RayError):
 
 
 class RayChannelError(RayError):
-    """Kept for API parity (compiled graphs are not implemented)."""
+    """A compiled graph's channel failed or the graph was torn down."""
+
+
+class RayChannelTimeoutError(RayChannelError, TimeoutError):
+    """A compiled graph did not accept an execution, or produce a result, in time."""
+
+
+class RayCgraphCapacityExceeded(RayError):
+    """A compiled graph holds as many unread results as it is allowed to: ray.get() some."""
 
 
 __all__ = [name for name, obj in list(globals().items()) if isinstance(obj, type) and issubclass(obj, BaseException)]

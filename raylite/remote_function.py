@@ -42,6 +42,27 @@ def strategy_to_wire(strategy: Any, resources: dict) -> tuple[list, dict]:
     raise TypeError(f"Unsupported scheduling_strategy {strategy!r}")
 
 
+def capture_and_strategy(strategy: Any, resources: dict, inherited: str) -> tuple[list, dict, str]:
+    """`strategy_to_wire` plus Ray's child capture: (wire strategy, resources, capture_pg).
+
+    A task or actor placed with `PlacementGroupSchedulingStrategy(pg,
+    placement_group_capture_child_tasks=True)` captures its children: those that name no
+    scheduling strategy run in any bundle of `pg`, and capture their own children in turn.
+    A child opts out with `PlacementGroupSchedulingStrategy(placement_group=None)` (or any
+    explicit strategy). `inherited` is the caller's own captured group ("" if none)."""
+    from raylite._core.scheduling import bundle_request
+
+    if strategy is None or strategy == "DEFAULT":
+        if inherited:
+            return [], bundle_request(resources, inherited, -1), inherited
+    wire, resources = strategy_to_wire(strategy, resources)
+    capture = ""
+    pg = getattr(strategy, "placement_group", None)
+    if pg is not None and getattr(strategy, "placement_group_capture_child_tasks", False):
+        capture = pg.id.hex()
+    return wire, resources, capture
+
+
 def legacy_pg_options(opts: dict) -> dict:
     """`placement_group=` / `placement_group_bundle_index=` options map to the strategy."""
     pg = opts.get("placement_group")
@@ -70,6 +91,36 @@ def _ship_py_module(entry: Any) -> str:
         raise ValueError(f"runtime_env py_modules entry {entry!r} does not exist. Pass a local package "
                          "directory, a .py file, a .zip file or an imported module.")
     return _ship(path, [], kind="py_module")
+
+
+_shipped_hooks: dict[tuple, str] = {}  # (hook, cluster) -> hook URI, uploaded once
+
+
+def _ship_setup_hook(hook: Any) -> Any:
+    """runtime_env worker_process_setup_hook: a callable is pickled into the cluster's store once
+    (workers load it by URI); a "module.function" string is kept, workers import it."""
+    from raylite._core import runtime
+    from raylite._core.protocol import KvPut
+
+    if isinstance(hook, str):
+        if hook.startswith(packaging.HOOK_SCHEME) or ("." in hook and not hook.startswith(".")):
+            return hook
+        raise ValueError(f"runtime_env worker_process_setup_hook {hook!r} is not a 'module.function' "
+                         "path; pass a callable or a string such as 'my_pkg.setup_logging'.")
+    if not callable(hook):
+        raise TypeError("runtime_env worker_process_setup_hook must be a callable or a 'module.function' "
+                        f"string, not {type(hook).__name__}.")
+    client = runtime.client()
+    if client is None:  # before init(): shipped when init() merges the job's runtime_env
+        return hook
+    key = (hook, client.head_address)
+    uri = _shipped_hooks.get(key)
+    if uri is None:
+        data = cloudpickle.dumps(hook)
+        digest = hashlib.sha1(data).hexdigest()
+        client.head_request(KvPut(packaging.KV_NAMESPACE, ("hook-" + digest).encode(), data, False))
+        uri = _shipped_hooks[key] = packaging.HOOK_SCHEME + digest
+    return uri
 
 
 def _ship_working_dir(path: str, excludes: list) -> str:
@@ -104,7 +155,7 @@ def _ship(path: str, excludes: list, kind: str) -> str:
 
 
 _RUNTIME_ENV_KEYS = {"env_vars", "working_dir", "py_modules", "excludes", "pip", "uv", "config",
-                     "eager_install"}
+                     "eager_install", "worker_process_setup_hook"}
 _UNSUPPORTED_ENV_KEYS = {"conda", "container", "image_uri", "java_jars", "nsight", "py_executable"}
 
 
@@ -161,6 +212,8 @@ def merge_runtime_env(job_env: dict | None, task_env: dict | None) -> dict:
             raise TypeError("runtime_env py_modules must be a list of package directories, .py files, "
                             f".zip files or modules, not {type(merged['py_modules']).__name__}")
         merged["py_modules"] = [_ship_py_module(m) for m in merged["py_modules"]]
+    if merged.get("worker_process_setup_hook") is not None:
+        merged["worker_process_setup_hook"] = _ship_setup_hook(merged["worker_process_setup_hook"])
     if "env_vars" in merged:
         bad = {k: v for k, v in merged["env_vars"].items() if not isinstance(k, str) or not isinstance(v, str)}
         if bad:
@@ -205,7 +258,7 @@ class RemoteFunction(ExportedCode):
     def __init__(self, function: Any, options: dict[str, Any]) -> None:
         self._function = function
         self._options = O.validate(dict(options), O.TASK_OPTIONS, f"remote function {function.__qualname__}")
-        self._placement: tuple | None = None  # (options, resources, strategy) of the last call
+        self._placement: tuple | None = None  # (options, captured group, resources, strategy, capture) of the last call
         ExportedCode.__init__(self, function)
         try:
             self._signature = inspect.signature(function)
@@ -251,13 +304,15 @@ class RemoteFunction(ExportedCode):
             wire_returns = DYNAMIC
         else:
             wire_returns = int(num_returns)
-        placement = self._placement  # the same options give the same request: build it once
-        if placement is not None and placement[0] is opts:
-            resources, strategy = placement[1], placement[2]
+        inherited = api.captured_placement_group()
+        placement = self._placement  # the same options (and captured group) give the same request
+        if placement is not None and placement[0] is opts and placement[1] == inherited:
+            resources, strategy, capture_pg = placement[2], placement[3], placement[4]
         else:
             resources = O.resource_request(opts, default_cpus=1)
-            strategy, resources = strategy_to_wire(opts.get("scheduling_strategy"), resources)
-            self._placement = (opts, resources, strategy)
+            strategy, resources, capture_pg = capture_and_strategy(
+                opts.get("scheduling_strategy"), resources, inherited)
+            self._placement = (opts, inherited, resources, strategy, capture_pg)
         runtime_env = merge_runtime_env(api.job_runtime_env(), opts.get("runtime_env"))
         payload, arg_refs, pinned = client.pack_args(args, kwargs, descriptor.qualname)
         retry_exc = opts.get("retry_exceptions", False) or False
@@ -269,7 +324,7 @@ class RemoteFunction(ExportedCode):
             max_retries=3 if max_retries is None else max_retries,
             retry_exceptions=bool(retry_exc), runtime_env=runtime_env, strategy=strategy,
             namespace=client.namespace, parent_task_id=api.current_task_id(),
-            method_meta=_NOTHING, concurrency_groups=_NOTHING, gpu_ids=_NO_GPUS)
+            method_meta=_NOTHING, concurrency_groups=_NOTHING, gpu_ids=_NO_GPUS, capture_pg=capture_pg)
         return client.submit_task(spec, pinned, retry_exc)
 
 

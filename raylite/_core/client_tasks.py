@@ -566,9 +566,11 @@ class TaskSubmitter:
             gen.error = (reply.returns[0][1], reply.returns[0][2]) if reply.returns else None
         first = rec.spec.return_ids()[0]
         if gen.dynamic:
-            if gen.error:
+            if gen.error and (reply is None or reply.error_kind != "app"):
                 self._set_entry(first, *gen.error)
             else:
+                if gen.error:  # the user's generator raised: its error is the final item, as in Ray
+                    self._append_error_item(rec.spec.task_id, gen)
                 value = DynamicObjectRefGenerator(list(gen.items))
                 so = ser.serialize(value)
                 self._set_entry(first, "v", so.to_inline())
@@ -583,6 +585,17 @@ class TaskSubmitter:
             w.count_down()
         if gen.dynamic:
             self._generators.pop(rec.spec.task_id, None)
+
+    def _append_error_item(self, task_id: bytes, gen: GeneratorState) -> None:
+        oid = ObjectID.for_return(task_id, len(gen.items) + 2)
+        kind, payload = gen.error
+        with self._lock:
+            self.refs.own(oid)
+            self.entries[oid] = ObjectEntry(kind, payload)
+        ref = ObjectRef(oid, self.address)
+        with self._lock:
+            gen.items.append(ref)
+        gen.error = None
 
     def next_generator_item(self, task_id: bytes, index: int, timeout: float | None) -> ObjectRef | None:
         gen = self._generators.get(task_id)
@@ -609,6 +622,54 @@ class TaskSubmitter:
             finally:
                 if hook is not None:
                     hook(False)
+
+    def wait_with_generators(self, items: list, num_returns: int,
+                             timeout: float | None) -> tuple[list, list]:
+        """`wait()` over ObjectRefs and streaming generators: a generator is ready when its
+        next item has been produced, or when it has ended (next() then stops at once)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            gens, flags = [], []
+            with self._lock:
+                for item in items:
+                    if isinstance(item, ObjectRefGenerator):
+                        gen = self._generators.get(item._task_id)
+                        ready = gen is None or item._index < len(gen.items) or gen.done
+                        gens.append(gen)
+                    else:
+                        entry = self.entries.get(item._id)
+                        ready = entry is not None and entry.kind is not None
+                    flags.append(ready)
+            left = None if deadline is None else deadline - time.monotonic()
+            if sum(flags) >= num_returns or (left is not None and left <= 0):
+                break
+            self._wait_any([i for i in items if not isinstance(i, ObjectRefGenerator)],
+                           [g for g in gens if g is not None], left)
+        ready_items, rest = [], []
+        for item, flag in zip(items, flags):
+            (ready_items if flag and len(ready_items) < num_returns else rest).append(item)
+        return ready_items, rest
+
+    def _wait_any(self, refs: list, gens: list, timeout: float | None) -> None:
+        """Block until any of these refs is ready or any generator moves (or the timeout)."""
+        for r in refs:
+            self._entry_for(r)  # make sure every ref has an entry that will be filled
+        latch = _Latch(1)
+        with self._lock:
+            entries = [self.entries[r._id] for r in refs]
+            if any(e.kind is not None for e in entries):
+                return
+            for e in entries:
+                e.waiters.append(latch)
+            for g in gens:
+                g.waiters.append(latch)
+        try:
+            latch.wait(timeout)
+        finally:
+            with self._lock:
+                for holder in (*entries, *gens):
+                    if latch in holder.waiters:
+                        holder.waiters.remove(latch)
 
     def generator_completed_ref(self, task_id: bytes) -> ObjectRef:
         return ObjectRef(ObjectID.for_return(task_id, 1), self.address)

@@ -14,7 +14,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from raylite._core import launch, runtime
+from raylite._core import launch, progress_bars, runtime
 from raylite._core import protocol as P
 from raylite._core.config import Config, get_config
 from raylite._core.core_client import CoreClient
@@ -78,6 +78,8 @@ def _print_worker_output(msg) -> None:
     stream = sys.stderr if msg.stream == "stderr" else sys.stdout
     try:
         for line in msg.lines:
+            if progress_bars.BOARD.handle_line(msg.prefix, line):
+                continue  # a tqdm_ray bar's state: drawn by the board, not printed
             stream.write(f"{msg.prefix}{line}\n")
         stream.flush()
     except Exception:  # noqa: BLE001

@@ -377,7 +377,7 @@ class NodeDaemon:
         """Drop what a lease or actor holds: its GPU devices, and (give_back) its resources
         to `available` (a worker blocked in get() already lent its CPU back)."""
         if give_back and rec.held:
-            held = rec.held if not rec.blocked else {k: v for k, v in rec.held.items() if k != "CPU"}
+            held = rec.held if not rec.blocked else {k: v for k, v in rec.held.items() if not _lent(k)}
             R.add(self.available, held)
         self.gpus.release(rec.gpu_ids, gpu_amount(rec.held))
         rec.gpu_ids = []
@@ -599,14 +599,13 @@ class NodeDaemon:
         rec = self.pool.workers.get(conn.context.get("worker_id", b""))
         if rec is None or rec.state not in ("LEASED", "ACTOR") or rec.blocked == msg.blocked:
             return None
-        cpu = rec.held.get("CPU", 0)
+        # the CPU it holds, plain or from a placement group bundle (a captured child runs there)
+        lent = {k: v for k, v in rec.held.items() if _lent(k) and v}
         rec.blocked = msg.blocked
-        if cpu:
-            if msg.blocked:
-                self.available["CPU"] = self.available.get("CPU", 0) + cpu
-                self._try_grant()
-            else:
-                self.available["CPU"] = self.available.get("CPU", 0) - cpu
+        for key, amount in lent.items():
+            self.available[key] = self.available.get(key, 0) + (amount if msg.blocked else -amount)
+        if lent and msg.blocked:
+            self._try_grant()
         return None
 
     # ------------------------------------------------------------ actors
@@ -985,3 +984,8 @@ async def run_node_forever(node: NodeDaemon) -> None:
 
 def remove_session_dir(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def _lent(resource: str) -> bool:
+    """Resources a worker blocked in get() lends back: its CPU, plain or a bundle's."""
+    return resource == "CPU" or resource.startswith("CPU_group_")

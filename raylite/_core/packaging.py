@@ -29,6 +29,9 @@ class PackageTooLargeError(ValueError):
     """The working_dir is larger than what raylite ships to workers."""
 
 
+HOOK_SCHEME = "raylite-hook://"  # a pickled worker_process_setup_hook in the KV store (KV_NAMESPACE)
+
+
 def is_package_uri(value: str) -> bool:
     return isinstance(value, str) and value.startswith(PKG_SCHEME)
 

@@ -75,6 +75,9 @@ class TaskSpec:
     concurrency_group: str = ""
     parent_task_id: bytes = b""
     gpu_ids: list = field(default_factory=list)  # set by the owner from its lease, per attempt
+    # hex id of the placement group this task's children are scheduled in when they name no
+    # strategy (Ray's placement_group_capture_child_tasks=True); "" when they are not captured
+    capture_pg: str = ""
 
     def return_ids(self) -> list[ObjectID]:
         n = self.num_returns if self.num_returns > 0 else 1

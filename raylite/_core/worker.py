@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import importlib
 import inspect
 import os
 import queue
@@ -22,10 +23,13 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import cloudpickle
+
 from raylite import exceptions as E
 from raylite._core import packaging, pip_env
 from raylite._core import protocol as P
 from raylite._core import serialization as ser
+from raylite._core.cgraph_runner import GraphHost
 from raylite._core.client_records import ObjectEntry
 from raylite._core.client_tasks import _ArgPlaceholder, _PackedArgs
 from raylite._core.config import get_config
@@ -87,6 +91,8 @@ class Worker:
         self.blocked_in_get = False
         self.queue_lock = threading.Lock()
         self.setup_error: Exception | None = None  # runtime_env could not be set up here
+        self._hooks_run: set[str] = set()  # worker_process_setup_hooks already run here
+        self.cgraph: GraphHost | None = None  # this actor's part in a compiled graph
         self._initial_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         self._output: OutputForwarder | None = None  # fds 1 and 2 -> log files and drivers
         self._exec_facts: dict | None = None  # node, worker, pid: the same for every task event here
@@ -182,6 +188,28 @@ class Worker:
             self.setup_error = E.RuntimeEnvSetupError(
                 f"could not set up runtime_env {what} on node {self.client.node_ip}: "
                 f"{type(e).__name__}: {e}")
+
+    def _run_setup_hook(self, spec: TaskSpec) -> None:
+        """runtime_env worker_process_setup_hook: run once in this worker, before the first task
+        (or actor) that carries it. A hook that fails fails that task with RuntimeEnvSetupError."""
+        hook = (spec.runtime_env or {}).get("worker_process_setup_hook")
+        if not hook or hook in self._hooks_run:
+            return
+        try:
+            if hook.startswith(packaging.HOOK_SCHEME):
+                key = ("hook-" + hook[len(packaging.HOOK_SCHEME):]).encode()
+                reply = self.client.head_request(P.KvGet(packaging.KV_NAMESPACE, key), timeout=60)
+                if reply.value is None:
+                    raise FileNotFoundError(f"setup hook {hook} is not in the cluster's store")
+                fn = cloudpickle.loads(reply.value)
+            else:
+                module, _, name = hook.rpartition(".")
+                fn = getattr(importlib.import_module(module), name)
+            fn()
+        except Exception as e:  # noqa: BLE001
+            raise E.RuntimeEnvSetupError(f"runtime_env worker_process_setup_hook {hook} failed on node "
+                                         f"{self.client.node_ip}: {type(e).__name__}: {e}") from e
+        self._hooks_run.add(hook)
 
     def _unpacked(self, digest: str) -> str:
         path = packaging.unpacked_path(self.request["session_dir"], digest)
@@ -311,11 +339,14 @@ class Worker:
                 raise E.TaskCancelledError(spec.task_id.hex())
             if self.setup_error is not None:
                 return self._error_reply(spec, self.setup_error, "app")
+            self._run_setup_hook(spec)
             fn = self._callable(spec)
             args, kwargs = self._resolve_args(spec)
             result = fn(*args, **kwargs)
-            if inspect.isgenerator(result) or spec.num_returns in (STREAMING, DYNAMIC):
+            if spec.num_returns in (STREAMING, DYNAMIC):
                 return self._stream(conn, spec, result)
+            if inspect.isgenerator(result):
+                return P.PushTaskReply(spec.task_id, self._returns_from_generator(spec, result), [])
             returns = self._pack_returns(spec, result)
             return P.PushTaskReply(spec.task_id, returns, [])
         except E.TaskCancelledError:
@@ -330,6 +361,30 @@ class Worker:
             return self._error_reply(spec, self._task_error(spec, e), "app")
         finally:
             self.ctx.task_threads.pop(spec.task_id, None)
+
+    # ------------------------------------------------------------ compiled graphs
+    def _graph_host(self) -> GraphHost:
+        if self.cgraph is None:
+            self.cgraph = GraphHost(self.client.token, self.client.node_ip, os.getpid())
+        return self.cgraph
+
+    def _cgraph_open(self, graph_id: str) -> dict:
+        name = f"{type(self.actor).__name__}({self.actor_spec.actor_id.hex()[:8]})"
+        return self._graph_host().open(graph_id, name)
+
+    def _cgraph_start(self, plan: dict) -> bool:
+        return self._graph_host().start(plan, self.actor, self.actor_loop)
+
+    def _cgraph_abort(self, graph_id: str) -> bool:
+        return self._graph_host().abort(graph_id)
+
+    def _terminate_actor(self) -> None:
+        """`handle.__ray_terminate__.remote()`: end this actor for good (no restart)."""
+        with contextlib.suppress(Exception):
+            self.client.run_sync(self.client.head.request(P.KillActor(self.actor_spec.actor_id, True)),
+                                 timeout=5)
+        self._drain_output()
+        os._exit(0)
 
     def _exit_actor(self, conn, spec: TaskSpec) -> None:
         err = E.ActorDiedError("The actor exited on purpose (exit_actor() was called).")
@@ -361,8 +416,12 @@ class Worker:
         if spec.kind == KIND_ACTOR_CALL:
             if self.actor is None:
                 raise E.RaySystemError("this worker hosts no actor")
-            if spec.method_name == "__ray_ready__":  # Ray's built-in: answers once the actor is constructed
-                return _actor_ready
+            if spec.method_name == "__ray_ready__":
+                return _ready
+            if spec.method_name == "__ray_terminate__":
+                return self._terminate_actor
+            if spec.method_name in _CGRAPH_CALLS:
+                return getattr(self, _CGRAPH_CALLS[spec.method_name])
             try:
                 return getattr(self.actor, spec.method_name)
             except AttributeError:
@@ -405,6 +464,38 @@ class Worker:
                              f"return a tuple of {spec.num_returns} values.")
         return [self._store(oid, v, spec) for oid, v in zip(ids, result)]
 
+    def _returns_from_generator(self, spec: TaskSpec, gen: Any) -> list:
+        """A generator task with a static `num_returns=N`: its i-th value is return i.
+
+        As in Ray: when the generator raises after k < N values, the first k returns hold
+        those values and the rest hold the task's error; when it yields fewer than N values
+        the rest hold a ValueError; when it yields more than N, or raises after N, the N
+        returns stand and the error is only written to the task's stderr (the caller can no
+        longer be told)."""
+        ids = spec.return_ids()
+        returns: list = []
+        try:
+            for value in gen:
+                if len(returns) == len(ids):
+                    raise ValueError(f"Task returned more than num_returns={len(ids)} objects.")
+                returns.append(self._store(ids[len(returns)], value, spec))
+        except BaseException as e:  # noqa: BLE001
+            if isinstance(e, (SystemExit, KeyboardInterrupt)) and len(returns) < len(ids):
+                raise
+            if len(returns) == len(ids):
+                sys.stderr.write(f"Unhandled error: Task threw exception, but all {len(ids)} return "
+                                 "values already created. This should only occur when using "
+                                 "generator tasks.\n" + "".join(traceback.format_exception(e)))
+                sys.stderr.flush()
+                return returns
+            payload = ser.serialize(self._task_error(spec, e), kind=ser.KIND_ERROR).to_inline()
+            return returns + [[oid, "e", payload] for oid in ids[len(returns):]]
+        if len(returns) < len(ids):
+            short = ValueError(f"Task returned {len(returns)} objects, but num_returns={len(ids)}.")
+            payload = ser.serialize(self._task_error(spec, short), kind=ser.KIND_ERROR).to_inline()
+            returns += [[oid, "e", payload] for oid in ids[len(returns):]]
+        return returns
+
     def _stream(self, conn, spec: TaskSpec, result: Any) -> P.PushTaskReply:
         if not inspect.isgenerator(result) and not hasattr(result, "__iter__"):
             raise TypeError(f"{spec.display_name()} has num_returns='streaming' but returned "
@@ -430,6 +521,7 @@ class Worker:
         try:
             if self.setup_error is not None:
                 raise self.setup_error
+            self._run_setup_hook(spec)
             cls = self.client.load_function(spec.function.function_id)
             args, kwargs = self._resolve_args(spec)
             self.actor = cls.__new__(cls)
@@ -475,15 +567,13 @@ class Worker:
                 if inspect.iscoroutinefunction(method):
                     result = await method(*args, **kwargs)
                 elif inspect.isasyncgenfunction(method):
-                    result = [x async for x in method(*args, **kwargs)]
-                    reply = self._stream(conn, spec, iter(result))
-                    self._record_end(spec, reply)
-                    self._reply(conn, rid, reply)
-                    return
+                    result = await _drain_async_gen(method(*args, **kwargs))
                 else:
                     result = method(*args, **kwargs)
                 if spec.num_returns in (STREAMING, DYNAMIC):
                     reply = self._stream(conn, spec, result)
+                elif inspect.isgenerator(result) or inspect.isasyncgenfunction(method):
+                    reply = P.PushTaskReply(spec.task_id, self._returns_from_generator(spec, result), [])
                 else:
                     reply = P.PushTaskReply(spec.task_id, self._pack_returns(spec, result), [])
             except asyncio.CancelledError:
@@ -500,6 +590,33 @@ class Worker:
             client.loop, client._thread, client._send_node, os.path.join(self.request["session_dir"], "logs"),
             f"worker-{client.worker_id.hex()[:16]}-{os.getpid()}", lambda: (self.ctx.job_id, self.log_prefix))
         self._output.start()
+
+
+# built-in actor methods that set up this actor's part of a compiled graph (raylite.dag)
+_CGRAPH_CALLS = {"__raylite_cgraph_open__": "_cgraph_open", "__raylite_cgraph_start__": "_cgraph_start",
+                 "__raylite_cgraph_abort__": "_cgraph_abort"}
+
+
+def _ready() -> bool:
+    return True
+
+
+async def _drain_async_gen(agen: Any) -> Any:
+    """Run an async generator to its end; give back a plain generator that yields the same
+    values and then raises what the async one raised (so a mid-way error is not lost)."""
+    items: list = []
+    try:
+        async for item in agen:
+            items.append(item)
+    except Exception as e:  # noqa: BLE001
+        return _replay(items, e)
+    return _replay(items, None)
+
+
+def _replay(items: list, error: BaseException | None) -> Any:
+    yield from items
+    if error is not None:
+        raise error
 
 
 async def _call_init(actor: Any, args: tuple, kwargs: dict) -> None:
@@ -521,6 +638,3 @@ def _send_quietly(conn, msg: P.Message) -> None:
 def main(request: dict) -> None:
     Worker(request).run()
 
-
-def _actor_ready() -> bool:
-    return True

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from raylite.dag.compiled_dag_node import CompiledDAG, compile_dag
 from raylite.dag.dag_node import DAGNode
 
 if TYPE_CHECKING:
@@ -121,6 +122,17 @@ class ClassMethodNode(DAGNode):
         if self._bound_options:
             method = method.options(**self._bound_options)
         return method.remote(*args, **kwargs)
+
+    def _compiled_call(self) -> tuple[Any, str]:
+        return self._parent, self._method_name
+
+    def experimental_compile(self, _submit_timeout: float | None = None, _buffer_size_bytes: int | None = None,
+                             enable_asyncio: bool = False, _max_inflight_executions: int | None = None,
+                             **kwargs: Any) -> CompiledDAG:
+        """Set this DAG up once on its actors and return a CompiledDAG to `execute` many times
+        (see raylite.dag.compiled_dag_node)."""
+        return compile_dag([self], True, enable_asyncio=enable_asyncio, _submit_timeout=_submit_timeout,
+                           _max_inflight_executions=_max_inflight_executions, **kwargs)
 
     def _describe(self) -> str:
         return f"{self._method_name}, {super()._describe()}"

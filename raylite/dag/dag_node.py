@@ -92,8 +92,14 @@ class DAGNode:
             stack.extend(node._child_nodes())
 
     def experimental_compile(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("Compiled graphs are not supported by raylite; call "
-                                  ".execute() on the DAG instead.")
+        """Compile the DAG that ends here (see raylite.dag.compiled_dag_node). Only a DAG that
+        ends in an actor method call or a MultiOutputNode of them compiles."""
+        raise TypeError(f"A compiled graph must end in an actor method call or a MultiOutputNode of "
+                        f"them, not {type(self).__name__}. Call .execute() on this DAG instead.")
+
+    def _compiled_call(self) -> tuple[Any, str] | None:
+        """(actor, method name) when this node is an actor method call a compiled graph can run."""
+        return None
 
     def __reduce__(self) -> Any:
         raise TypeError(f"{type(self).__name__} cannot be serialized: a DAG node is a recipe that "

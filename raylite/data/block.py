@@ -26,6 +26,7 @@ from typing import Any, Union
 import cloudpickle
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 Block = pa.Table
 DataBatch = Union[dict[str, np.ndarray], "pd.DataFrame", pa.Table]  # noqa: F821
@@ -103,6 +104,30 @@ class BlockAccessor:
 
     def iter_rows(self) -> Iterator[dict[str, Any]]:
         yield from iter_table_rows(self.block)
+
+    # column statistics, as Ray's BlockAccessor gives them to AggregateFnV2.aggregate_block:
+    # None when the column has no value to aggregate, or holds a null and nulls are not ignored
+    def count(self, on: str, ignore_nulls: bool = False) -> int:
+        col = self.block.column(on)
+        return len(col) - col.null_count if ignore_nulls else len(col)
+
+    def _stat(self, on: str, ignore_nulls: bool, fn: str) -> Any:
+        col = self.block.column(on)
+        if (col.null_count and not ignore_nulls) or len(col) == col.null_count:
+            return None
+        return getattr(pc, fn)(col).as_py()
+
+    def sum(self, on: str, ignore_nulls: bool) -> Any:
+        return self._stat(on, ignore_nulls, "sum")
+
+    def min(self, on: str, ignore_nulls: bool) -> Any:
+        return self._stat(on, ignore_nulls, "min")
+
+    def max(self, on: str, ignore_nulls: bool) -> Any:
+        return self._stat(on, ignore_nulls, "max")
+
+    def mean(self, on: str, ignore_nulls: bool) -> Any:
+        return self._stat(on, ignore_nulls, "mean")
 
 
 # ---------------------------------------------------------------- arrow -> user views

@@ -243,14 +243,18 @@ class Dataset:
                      num_cpus: float | None = None, num_gpus: float | None = None, memory: float | None = None,
                      **ray_remote_args: Any) -> Dataset:
         """Add or replace several columns from ``{name: Expr}`` mappings, all computed from the input block."""
-        from raylite.data.expressions import named_exprs
+        from raylite.data.expressions import UnnestExpr, named_exprs
 
         pairs: list[tuple[str, Any]] = []
-        for mapping in (exprs, *more_exprs):
+        for i, mapping in enumerate((exprs, *more_exprs)):
             if mapping is None:
                 continue
+            if isinstance(mapping, UnnestExpr):  # one column per struct field, named after it
+                pairs.append((f"unnest_{i}", mapping))
+                continue
             if not isinstance(mapping, dict):
-                raise TypeError(f"with_columns takes mappings of column name -> Expr, got {type(mapping).__name__}")
+                raise TypeError(f"with_columns takes mappings of column name -> Expr (or unnest(...) "
+                                f"expressions), got {type(mapping).__name__}")
             pairs.extend(mapping.items())
         if not pairs:
             raise ValueError("with_columns needs at least one {name: expression}")

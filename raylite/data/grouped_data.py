@@ -78,6 +78,21 @@ class GroupedData:
                        ray_remote_args=_remote_args(num_cpus, num_gpus, None, ray_remote_args))
         return Dataset(op)
 
+    def with_column(self, column_name: str, expr: Any, **ray_remote_args: Any) -> Any:
+        """Each group's rows with ``column_name`` added, computed by the expression ``expr``
+        on that group (all original rows and columns kept)."""
+        from raylite.data.expressions import eval_column, named_exprs
+
+        (name, checked), = named_exprs([(column_name, expr)])
+
+        def add(group: Any) -> Any:
+            values = eval_column(checked, group, f"GroupedData.with_column({name!r})")
+            if name in group.column_names:
+                return group.set_column(group.column_names.index(name), name, values)
+            return group.append_column(name, values)
+
+        return self.map_groups(add, batch_format="pyarrow", **ray_remote_args)
+
 
 @dataclass
 class _GroupsStage(Stage):

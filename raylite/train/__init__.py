@@ -12,8 +12,14 @@ import importlib
 from typing import Any
 
 from raylite.train._internal.callbacks import TrainRunContext, UserCallback
+from raylite.train._internal.reported import (
+    CheckpointConsistencyMode,
+    ReportedCheckpoint,
+    ReportedCheckpointStatus,
+)
 from raylite.train._internal.session import (
     TrainContext,
+    get_all_reported_checkpoints,
     get_checkpoint,
     get_context,
     get_dataset_shard,
@@ -30,7 +36,7 @@ from raylite.train.config import (
     SyncConfig,
 )
 from raylite.train.data_parallel_trainer import DataParallelTrainer
-from raylite.train.error import TrainingFailedError
+from raylite.train.error import ControllerError, TrainingFailedError, WorkerGroupError
 from raylite.train.result import Result
 
 _SUBMODULES = ("torch", "lightning", "huggingface")
@@ -39,9 +45,13 @@ __all__ = [
     "BackendConfig",
     "Checkpoint",
     "CheckpointConfig",
+    "CheckpointConsistencyMode",
+    "ControllerError",
     "DataConfig",
     "DataParallelTrainer",
     "FailureConfig",
+    "ReportedCheckpoint",
+    "ReportedCheckpointStatus",
     "Result",
     "RunConfig",
     "ScalingConfig",
@@ -50,6 +60,8 @@ __all__ = [
     "TrainRunContext",
     "TrainingFailedError",
     "UserCallback",
+    "WorkerGroupError",
+    "get_all_reported_checkpoints",
     "get_checkpoint",
     "get_context",
     "get_dataset_shard",

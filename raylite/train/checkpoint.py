@@ -23,7 +23,8 @@ import cloudpickle
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from raylite.util._storage import as_fsspec, fsspec_filesystem, uri_scheme
+from raylite.train._internal.filesystems import to_fsspec
+from raylite.util._storage import fsspec_filesystem, uri_scheme
 
 DICT_CHECKPOINT_FILE = "dict_checkpoint.pkl"
 METADATA_FILE = ".metadata.json"
@@ -42,8 +43,8 @@ class Checkpoint:
         where = os.fspath(path)
         if filesystem is None:
             filesystem, where = fsspec_filesystem(where)  # s3:// and gs:// through pyarrow, as in Ray
-        else:
-            filesystem = as_fsspec(filesystem)  # Ray passes pyarrow filesystems
+        else:  # Ray passes pyarrow filesystems; the code below speaks fsspec
+            filesystem = to_fsspec(filesystem)
         self.path: str = where
         self.filesystem: fsspec.AbstractFileSystem = filesystem
         # Set by from_dict: the directory is ours, so report() may delete it once copied.

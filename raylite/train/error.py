@@ -28,6 +28,24 @@ class TrainingFailedError(RuntimeError):
         self.worker_failures = dict(worker_failures or {})
 
 
+class WorkerGroupError(TrainingFailedError):
+    """Training workers failed (Ray 2.60's name): ``worker_failures`` maps rank -> exception."""
+
+    def __init__(self, error_message: str, worker_failures: dict[int, BaseException] | None = None, *,
+                 rank: int | None = None, traceback_str: str = "") -> None:
+        super().__init__(error_message, rank=rank, traceback_str=traceback_str,
+                         worker_failures=worker_failures)
+
+
+class ControllerError(TrainingFailedError):
+    """The run failed outside the training workers (Ray 2.60's name); the cause is
+    ``controller_failure``."""
+
+    def __init__(self, controller_failure: BaseException, message: str = "") -> None:
+        super().__init__(message or f"Training failed in the controller: {controller_failure}")
+        self.controller_failure = controller_failure
+
+
 class TrainingResourcesError(PlacementGroupSchedulingError, ValueError):
     """The worker group can never fit this cluster; the message has request and capacity."""
 

@@ -28,6 +28,41 @@ _CORPUS = [
 ]
 
 
+def _tokenizer(path: str, vocab_size: int):
+    """A byte-level BPE tokenizer trained on the small corpus above, with a chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    os.makedirs(path, exist_ok=True)
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=["<s>", "</s>", "<pad>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                   pad_token="<pad>")
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(path)
+    return fast
+
+
+def build_tiny_gpt2(path: str, *, vocab_size: int = 512, seed: int = 0) -> str:
+    """Write a random-weight GPT-2 (`GPT2LMHeadModel`, 2 layers) and its tokenizer to `path`:
+    a causal LM whose class name does not end in ForCausalLM."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    fast = _tokenizer(path, vocab_size)
+    torch.manual_seed(seed)
+    config = GPT2Config(vocab_size=len(fast), n_positions=512, n_embd=64, n_layer=2, n_head=2,
+                        bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
+                        pad_token_id=fast.pad_token_id)
+    GPT2LMHeadModel(config).save_pretrained(path)
+    return path
+
+
 def build_tiny_llama(path: str, *, vocab_size: int = 512, max_position_embeddings: int = 2048,
                      seed: int = 0) -> str:
     """Write a random-weight Llama model (2 layers, head size 64) and its tokenizer to `path`.
@@ -36,23 +71,9 @@ def build_tiny_llama(path: str, *, vocab_size: int = 512, max_position_embedding
     generated id falls outside what the tokenizer can decode.
     """
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    os.makedirs(path, exist_ok=True)
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    specials = ["<s>", "</s>", "<pad>"]
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=specials,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
-                                   pad_token="<pad>")
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(path)
-
+    fast = _tokenizer(path, vocab_size)
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(fast), hidden_size=128, intermediate_size=256, num_hidden_layers=2,

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from raylite.data._internal import expr_context
 from raylite.data._internal.rows import (
     LazyRow,
     apply_per_row,
@@ -365,10 +366,18 @@ class WithColumnsStage(Stage):
     name: str = "WithColumns"
 
     def apply(self, tables: Iterator[Block]) -> Iterator[Block]:
-        from raylite.data.expressions import eval_column
+        from raylite.data.expressions import expand_named
 
-        for table in tables:
-            values = [(n, eval_column(e, table, f"Operator {self.name}: expression")) for n, e in self.exprs]
+        rows_before = 0
+        for block_index, table in enumerate(tables):
+            token = expr_context.set_current(
+                expr_context.EvalContext(current_task_index(), rows_before, block_index))
+            try:
+                values = [pair for n, e in self.exprs
+                          for pair in expand_named(n, e, table, f"Operator {self.name}: expression")]
+            finally:
+                expr_context.reset(token)
+            rows_before += table.num_rows
             for col, arr in values:  # all evaluated on the input block, as one projection
                 if col in table.column_names:
                     table = table.set_column(table.column_names.index(col), col, arr)

@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol
 from raylite.train._internal.callbacks import CallbackDispatcher, CallbackFailed
 from raylite.train._internal.checkpoints import CheckpointManager, TrackedCheckpoint
 from raylite.train._internal.dashboard_feed import RunFeed
+from raylite.train._internal.filesystems import to_pyarrow
 from raylite.train._internal.messages import (
     RankInfo,
     WorkerError,
@@ -37,7 +38,12 @@ from raylite.train._internal.state import RunState
 from raylite.train._internal.storage import STATE_FILE, StorageContext, checkpoint_dir_name
 from raylite.train.checkpoint import Checkpoint
 from raylite.train.config import CheckpointConfig, DataConfig, FailureConfig
-from raylite.train.error import TrainingFailedError, TrainingResourcesError
+from raylite.train.error import (
+    ControllerError,
+    TrainingFailedError,
+    TrainingResourcesError,
+    WorkerGroupError,
+)
 from raylite.train.result import Result
 
 SHIP_WARN_BYTES = 256 * 2**20
@@ -395,12 +401,13 @@ class TrainController:
             f"{self.spec.trainer_name} failed: {decision.reason}. Last failure: "
             f"{error.describe()}"
         )
-        exc = TrainingFailedError(
-            message,
-            rank=error.rank if error.rank >= 0 else None,
-            traceback_str=error.traceback_str,
-            worker_failures={error.rank: error.exception} if error.exception else {},
-        )
+        exc: TrainingFailedError
+        if error.rank >= 0:
+            exc = WorkerGroupError(message, {error.rank: error.exception} if error.exception else {},
+                                   rank=error.rank, traceback_str=error.traceback_str)
+        else:
+            exc = ControllerError(error.exception or RuntimeError(error.describe()), message)
+            exc.traceback_str = error.traceback_str
         exc.__cause__ = error.exception
         self._reporter.failed(error.describe(), "giving up")
         self._fail_run(exc, message)
@@ -444,7 +451,7 @@ def build_result(
         path=storage.experiment_path,
         metrics_history=state.history,
         best_checkpoints=[(ckpt(t), dict(t.metrics)) for t in manager.best_first],
-        filesystem=storage.fs,
+        filesystem=to_pyarrow(storage.fs),
     )
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raylite.train._internal.messages import RankInfo, WorkerReport
+from raylite.train._internal.reported import CheckpointConsistencyMode, ReportedCheckpoint
 from raylite.train._internal.storage import StorageContext, checkpoint_dir_name, pack_directory
 from raylite.train.checkpoint import Checkpoint
 
@@ -113,6 +114,7 @@ class TrainSession:
         self._count = 0
         self._lock = threading.Lock()
         self._resume = spec.checkpoint
+        self._reported: list[tuple[str, dict[str, Any]]] = []  # (checkpoint dir, metrics)
 
     def get_checkpoint(self) -> Checkpoint | None:
         return self._resume
@@ -151,6 +153,20 @@ class TrainSession:
         clean = {str(k): _plain(v) for k, v in metrics.items()}
         rank = self.spec.rank.world_rank
         self._sink(WorkerReport(rank, index, clean, dir_name, packed, time.time()))
+        if dir_name is not None:
+            with self._lock:
+                self._reported.append((dir_name, dict(clean)))
+
+    def reported_checkpoints(self) -> list[ReportedCheckpoint]:
+        storage = self.spec.storage
+        with self._lock:
+            reported = list(self._reported)
+        out = []
+        for dir_name, metrics in reported:
+            path = storage.checkpoint_fs_path(dir_name)
+            if self.spec.ship_checkpoints or storage.fs.exists(path):  # still kept by the run
+                out.append(ReportedCheckpoint(Checkpoint(path, storage.fs), metrics))
+        return out
 
     def _persist(self, checkpoint: Checkpoint, dir_name: str) -> bytes | None:
         """Write the files to storage now (the caller's temp dir may vanish after report)."""
@@ -212,3 +228,11 @@ def get_context() -> TrainContext:
 def get_dataset_shard(name: str = "train") -> Any:
     """This worker's shard of the dataset passed as ``datasets={name: ds}``."""
     return _require("train.get_dataset_shard()").get_dataset_shard(name)
+
+
+def get_all_reported_checkpoints(
+    consistency_mode: CheckpointConsistencyMode = CheckpointConsistencyMode.VALIDATED,
+    timeout_s: float | None = None,
+) -> list[ReportedCheckpoint]:
+    """The checkpoints reported so far in this run (with their metrics), oldest first."""
+    return _require("train.get_all_reported_checkpoints()").reported_checkpoints()

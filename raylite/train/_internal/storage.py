@@ -27,6 +27,7 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from raylite.train._internal.filesystems import to_fsspec
 from raylite.train.checkpoint import upload_dir
 from raylite.util._storage import explain_storage_error, fsspec_filesystem
 
@@ -67,7 +68,7 @@ class StorageContext:
         path = storage_path or DEFAULT_STORAGE_PATH
         if filesystem is None and "://" not in path:
             path = os.path.abspath(os.path.expanduser(path))
-        return cls(path, experiment_name, filesystem)
+        return cls(path, experiment_name, None if filesystem is None else to_fsspec(filesystem))
 
     # -- resolved filesystem ------------------------------------------------------
     def _resolved(self) -> tuple[fsspec.AbstractFileSystem, str]:

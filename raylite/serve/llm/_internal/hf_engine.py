@@ -19,6 +19,21 @@ from raylite.serve.llm._internal.engine_base import ChoiceDelta, Engine, Samplin
 from raylite.serve.llm._internal.tokenizer import Tokenizer
 
 
+def is_causal_lm(config: Any) -> bool:
+    """Whether a checkpoint's config describes a text-generating (causal) model, asked of
+    transformers' own causal-LM class mapping rather than of class-name suffixes: GPT-2's
+    `GPT2LMHeadModel` generates, `BertModel` embeds though BERT also has a causal variant."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    causal_classes: set[str] = set()
+    for names in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values():
+        causal_classes.update((names,) if isinstance(names, str) else names)
+    architectures = list(getattr(config, "architectures", None) or [])
+    if architectures:
+        return any(a in causal_classes or a.endswith("ForCausalLM") for a in architectures)
+    return getattr(config, "model_type", None) in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+
 @dataclass
 class _Request:
     request_id: str
@@ -74,7 +89,7 @@ class TransformersEngine(Engine):
         trust = bool(self._config.engine_kwargs.get("trust_remote_code", False))
         self.tokenizer = Tokenizer(loading.tokenizer_source or source, trust_remote_code=trust)
         config = AutoConfig.from_pretrained(source, trust_remote_code=trust)
-        causal = any(a.endswith("ForCausalLM") for a in (config.architectures or []))
+        causal = is_causal_lm(config)
         cls = AutoModelForCausalLM if causal else AutoModel
         self._model = cls.from_pretrained(source, trust_remote_code=trust,
                                           dtype=torch.float32).eval()

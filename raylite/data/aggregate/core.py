@@ -1,4 +1,5 @@
-"""Aggregations (Ray's names): Count, Sum, Min, Max, Mean, Std, AbsMax, Unique, AggregateFn.
+"""The aggregation engine and the vectorized built-ins: Count, Sum, Min, Max, Mean, Std, AbsMax,
+Unique, and Ray's original user-defined AggregateFn.
 
 Each aggregation runs in two vectorized phases over Arrow:
 
@@ -8,7 +9,10 @@ Each aggregation runs in two vectorized phases over Arrow:
   to combine partial states, then finalized into the result column.
 
 ``AggregateFn(init, merge, accumulate_row=..., finalize=...)`` runs user
-Python per group instead; it is correct but slower than the built-ins.
+Python per group instead; it is correct but slower than the built-ins. An aggregation tells
+the engine what it needs through ``map_specs`` / ``partial`` (map phase) and
+``combine_specs`` / ``finalize_states`` (reduce phase); see `custom.py` for Ray's
+AggregateFnV2 on the same protocol.
 """
 
 from __future__ import annotations
@@ -70,7 +74,7 @@ class AggregateFn:
     def combine_specs(self) -> dict[str, str]:
         return {"state": "list"}
 
-    def finalize(self, reduced: dict[str, pa.Array]) -> pa.Array:
+    def finalize_states(self, reduced: dict[str, pa.Array]) -> pa.Array:
         out = []
         for states in reduced["state"].to_pylist():
             accs = [pickle.loads(s) for s in states]
@@ -111,12 +115,17 @@ class _Builtin(AggregateFn):
     def combine_specs(self) -> dict[str, str]:
         raise NotImplementedError
 
-    def finalize(self, reduced: dict[str, pa.Array]) -> pa.Array:
+    def finalize_states(self, reduced: dict[str, pa.Array]) -> pa.Array:
         raise NotImplementedError
 
 
 class Count(_Builtin):
+    """Rows (``on=None``) or values of a column; nulls count unless ``ignore_nulls=True`` (Ray)."""
+
     label = "count"
+
+    def __init__(self, on: str | None = None, ignore_nulls: bool = False, alias_name: str | None = None) -> None:
+        super().__init__(on, ignore_nulls, alias_name)
 
     def map_specs(self) -> list[Spec]:
         if self.on is None:
@@ -130,7 +139,7 @@ class Count(_Builtin):
     def combine_specs(self):
         return {"n": "sum"}
 
-    def finalize(self, reduced):
+    def finalize_states(self, reduced):
         return pc.cast(reduced["n"], pa.int64())
 
 
@@ -146,7 +155,7 @@ class Sum(_Builtin):
     def combine_specs(self):
         return {"s": "sum"}
 
-    def finalize(self, reduced):
+    def finalize_states(self, reduced):
         return reduced["s"]
 
 
@@ -162,7 +171,7 @@ class Min(_Builtin):
     def combine_specs(self):
         return {"m": "min"}
 
-    def finalize(self, reduced):
+    def finalize_states(self, reduced):
         return reduced["m"]
 
 
@@ -193,7 +202,7 @@ class AbsMax(_Builtin):
     def combine_specs(self):
         return {"m": "max"}
 
-    def finalize(self, reduced):
+    def finalize_states(self, reduced):
         return reduced["m"]
 
 
@@ -210,7 +219,7 @@ class Mean(_Builtin):
     def combine_specs(self):
         return {"s": "sum", "n": "sum"}
 
-    def finalize(self, reduced):
+    def finalize_states(self, reduced):
         n = pc.cast(reduced["n"], pa.float64())
         return pc.if_else(pc.equal(n, 0.0), pa.scalar(None, pa.float64()), pc.divide(reduced["s"], n))
 
@@ -243,7 +252,7 @@ class Std(_Builtin):
     def combine_specs(self):
         return {"n": "sum", "s": "sum", "q": "sum"}
 
-    def finalize(self, reduced):
+    def finalize_states(self, reduced):
         n = reduced["n"].to_numpy(zero_copy_only=False).astype(float)
         s = reduced["s"].to_numpy(zero_copy_only=False).astype(float)
         q = reduced["q"].to_numpy(zero_copy_only=False).astype(float)
@@ -260,8 +269,11 @@ class Std(_Builtin):
 class Unique(_Builtin):
     label = "unique"
 
+    def __init__(self, on: str | None = None, ignore_nulls: bool = False, alias_name: str | None = None) -> None:
+        super().__init__(on, ignore_nulls, alias_name)
+
     def map_specs(self):
-        return [(self.on, "distinct", None)]
+        return [(self.on, "distinct", pc.CountOptions(mode="only_valid" if self.ignore_nulls else "all"))]
 
     def partial(self, grouped, cols, block, keys, groups):
         # Arrow cannot list-aggregate lists, so each group's distinct values travel pickled
@@ -271,7 +283,7 @@ class Unique(_Builtin):
     def combine_specs(self):
         return {"u": "list"}
 
-    def finalize(self, reduced):
+    def finalize_states(self, reduced):
         out = []
         for parts in reduced["u"].to_pylist():
             seen: dict[Any, None] = {}
@@ -353,11 +365,12 @@ def combine_and_finalize(partials: pa.Table, keys: list[str], aggs: list[Aggrega
     out: dict[str, Any] = {k: reduced.column(k) for k in keys}
     for i, agg in enumerate(aggs):
         states = {name: reduced.column(f"__a{i}_{name}_{func}") for name, func in agg.combine_specs().items()}
-        out[agg.name] = agg.finalize({k: v.combine_chunks() for k, v in states.items()})
+        out[agg.name] = agg.finalize_states({k: v.combine_chunks() for k, v in states.items()})
     table = pa.table(out)
     if keys and table.num_rows:
         table = table.sort_by([(k, "ascending") for k in keys])
     return table
 
 
-__all__ = ["AbsMax", "AggregateFn", "Count", "Max", "Mean", "Min", "Std", "Sum", "Unique"]
+__all__ = ["AbsMax", "AggregateFn", "Count", "Max", "Mean", "Min", "Std", "Sum", "Unique",
+           "combine_and_finalize", "partial_aggregate"]

@@ -1,0 +1,150 @@
+"""Generator tasks whose values go into a fixed number of returns, and errors part way through.
+
+Ray's contract (doc "Generators"): with a static `num_returns=N`, yielded value i is return i;
+an error after k values leaves the first k returns readable and puts the error in the rest;
+with `num_returns="dynamic"` the error becomes the generator's final ref.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import raylite as ray
+
+
+class Boom(Exception):
+    pass
+
+
+@ray.remote
+def two_then_raise():
+    yield "a"
+    yield "b"
+    raise Boom("after two")
+
+
+@ray.remote
+def yields(n):
+    yield from range(n)
+
+
+def test_static_returns_keep_values_yielded_before_the_error(cluster):
+    r1, r2, r3, r4 = two_then_raise.options(num_returns=4).remote()
+    assert ray.get([r1, r2], timeout=30) == ["a", "b"]
+    for ref in (r3, r4):
+        with pytest.raises(Boom, match="after two"):
+            ray.get(ref, timeout=30)
+
+
+def test_error_after_every_return_is_filled_is_only_logged(cluster):
+    r1, r2 = two_then_raise.options(num_returns=2).remote()
+    assert ray.get([r1, r2], timeout=30) == ["a", "b"]
+
+
+def test_more_values_than_returns_keeps_the_first_ones(cluster):
+    r1, r2 = yields.options(num_returns=2).remote(5)
+    assert ray.get([r1, r2], timeout=30) == [0, 1]
+
+
+def test_fewer_values_than_returns_fills_the_rest_with_an_error(cluster):
+    r1, r2, r3 = yields.options(num_returns=3).remote(1)
+    assert ray.get(r1, timeout=30) == 0
+    for ref in (r2, r3):
+        with pytest.raises(ValueError, match="returned 1 objects, but num_returns=3"):
+            ray.get(ref, timeout=30)
+
+
+def test_dynamic_generator_error_is_the_final_ref(cluster):
+    dynamic_ref = two_then_raise.options(num_returns="dynamic").remote()
+    refs = list(ray.get(dynamic_ref, timeout=30))
+    assert len(refs) == 3
+    assert ray.get(refs[:2], timeout=30) == ["a", "b"]
+    with pytest.raises(Boom, match="after two"):
+        ray.get(refs[2], timeout=30)
+
+
+def test_actor_generator_method_with_static_returns(cluster):
+    @ray.remote
+    class Source:
+        @ray.method(num_returns=3)
+        def two_then_raise(self):
+            yield 1
+            yield 2
+            raise Boom("actor after two")
+
+    @ray.remote
+    class AsyncSource:
+        @ray.method(num_returns=3)
+        async def two_then_raise(self):
+            yield 1
+            yield 2
+            raise Boom("async actor after two")
+
+    for cls, text in ((Source, "actor after two"), (AsyncSource, "async actor after two")):
+        a, b, c = cls.remote().two_then_raise.remote()
+        assert ray.get([a, b], timeout=30) == [1, 2]
+        with pytest.raises(Boom, match=text):
+            ray.get(c, timeout=30)
+
+
+@ray.remote
+def slow_yields(n, gate):
+    for i in range(n):
+        ray.get(gate.wait.remote(i))
+        yield i
+
+
+@ray.remote
+class Gate:
+    """Lets the generator above produce item i once open(i) was called."""
+
+    def __init__(self):
+        import asyncio
+
+        self.events = {}
+        self.asyncio = asyncio
+
+    def _event(self, i):
+        return self.events.setdefault(i, self.asyncio.Event())
+
+    async def wait(self, i):
+        await self._event(i).wait()
+
+    async def open(self, i):
+        self._event(i).set()
+
+
+def test_wait_on_a_streaming_generator_tracks_its_next_item(cluster):
+    gate = Gate.remote()
+    gen = slow_yields.remote(2, gate)
+    ready, unready = ray.wait([gen], timeout=0)
+    assert (ready, unready) == ([], [gen])
+    ray.get(gate.open.remote(0))
+    ready, unready = ray.wait([gen], timeout=30)
+    assert ready == [gen] and unready == []
+    assert ray.get(next(gen)) == 0
+    assert ray.wait([gen], timeout=0) == ([], [gen])  # item 1 not produced yet
+    ray.get(gate.open.remote(1))
+    assert ray.get(next(gen)) == 1
+    ready, _ = ray.wait([gen], timeout=30)  # ended: ready, and next() stops at once
+    assert ready == [gen]
+    with pytest.raises(StopIteration):
+        next(gen)
+
+
+def test_wait_mixes_generators_and_refs(cluster):
+    gate = Gate.remote()
+    gen = slow_yields.remote(1, gate)
+    plain = ray.put("ready now")
+    ready, unready = ray.wait([gen, plain], num_returns=1, timeout=30)
+    assert ready == [plain] and unready == [gen]
+    ray.get(gate.open.remote(0))
+    ready, unready = ray.wait([gen, plain], num_returns=2, timeout=30)
+    assert ready == [gen, plain] and unready == []
+
+
+def test_ray_raylet_names_from_the_docs():
+    from raylite import _raylet
+
+    assert _raylet.ObjectRefGenerator is ray.ObjectRefGenerator
+    assert _raylet.ObjectRef is ray.ObjectRef
