@@ -106,6 +106,24 @@ class NodeProcess:
     address: str
 
 
+def read_token(path: str) -> str:
+    """The token in a head's token file, or "" where it cannot be read."""
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def dashboard_link(url: str, token: str) -> str:
+    """The dashboard URL a browser opens on the first click: `http://HOST:PORT/?token=...`
+    (the server then moves the token into a cookie and drops it from the address bar)."""
+    if not url:
+        return ""
+    url = url if "://" in url else "http://" + url
+    return f"{url.rstrip('/')}/?token={token}" if token else url.rstrip("/")
+
+
 def write_node_file(session_dir: str, pid: int, head: bool, address: str) -> None:
     with open(os.path.join(session_dir, NODE_FILE), "w") as f:
         json.dump({"pid": pid, "hostname": socket.gethostname(), "head": head, "address": address}, f)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 
 import click
 
 from raylite._core import cluster as C
+from raylite._core import cluster_files as CF
 from raylite._core.config import get_config
 from raylite.cli.ray_start_flags import node_overrides, ray_start_flags
 
@@ -78,7 +80,9 @@ def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: f
                    f"raylite.init(address='{node.address}')\n"
                    f"  Stop it with:              raylite stop")
         if node.dashboard_url:
-            click.echo(f"  Jobs, state and logs API:  {node.dashboard_url}  (send the token: Authorization: "
+            token = CF.read_token(os.path.join(node.session_dir, "token"))
+            click.echo(f"  Dashboard:                 {CF.dashboard_link(node.dashboard_url, token)}\n"
+                       f"  Jobs, state and logs API:  {node.dashboard_url}  (send the token: Authorization: "
                        "Bearer <token>; `raylite job submit` does)")
     else:
         click.echo(f"raylite node joined {node.address} (pid {node.pid}, node {node.node_id[:12]}).")
