@@ -121,20 +121,21 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
 
 def _announce_dashboard(info: Any, logging_level: int | str) -> None:
     """One line on stderr with the dashboard's link, token included (as Jupyter prints its
-    URL), so a browser gets in on the first click. Not in a submitted job's driver (the job's
-    submitter has the link) and not when `logging_level` is above INFO."""
+    URL), so a browser gets in on the first click: once, by the process that started the
+    cluster (`raylite start --head` prints it for the clusters it starts), and not when
+    `logging_level` is above INFO."""
     from raylite._core.cluster_files import dashboard_link
 
     level = logging_level if isinstance(logging_level, int) else logging.getLevelName(
         str(logging_level).upper())
-    if not getattr(info, "dashboard_url", "") or os.environ.get("RAYLITE_JOB_SUBMISSION_ID"):
-        return
+    if not info.local or not getattr(info, "dashboard_url", ""):
+        return  # a running cluster's link was printed by whoever started it
     if isinstance(level, int) and level > logging.INFO:
         return
     import sys
 
-    verb = "Started a local raylite cluster" if info.local else "Connected to the raylite cluster"
-    print(f"{verb}. View the dashboard at {dashboard_link(info.dashboard_url, info.token)}",
+    print("Started a local raylite cluster. View the dashboard at "
+          f"{dashboard_link(info.dashboard_url, info.token)}",
           file=sys.stderr, flush=True)
 
 

@@ -115,6 +115,12 @@ def read_token(path: str) -> str:
         return ""
 
 
+def local_head_token(unix_address: str) -> str:
+    """The token of the local cluster whose head listens on `unix://<session>/sockets/head`."""
+    session = os.path.dirname(os.path.dirname(unix_address[len("unix://"):]))
+    return read_token(os.path.join(session, "token"))
+
+
 def dashboard_link(url: str, token: str) -> str:
     """The dashboard URL a browser opens on the first click: `http://HOST:PORT/?token=...`
     (the server then moves the token into a cookie and drops it from the address bar)."""

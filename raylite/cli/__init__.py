@@ -20,7 +20,15 @@ def _fail(message: str) -> None:
     sys.exit(1)
 
 
+def _version() -> str:
+    import raylite
+
+    return raylite.__version__
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(_version(), "--version", "-V", prog_name="raylite",
+                      message="%(prog)s %(version)s")
 def main() -> None:
     """raylite: a small, fast, Ray-compatible distributed framework."""
 
@@ -126,7 +134,7 @@ def memory(address: str, limit: int) -> None:
     from raylite._state import format_objects, list_objects, summarize_objects
 
     try:
-        raylite.init(address=address, log_to_driver=False)
+        raylite.init(address=C.local_address(get_config(), address), log_to_driver=False)
     except Exception as e:  # noqa: BLE001  no cluster there, or a refused token
         _fail(f"could not connect to a raylite cluster at {address!r}: {e}")
     try:
