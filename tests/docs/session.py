@@ -87,6 +87,8 @@ class PageSession:
             with open(script, "w") as f:
                 f.write("#!/bin/sh\n" + body.format(exe=sys.executable) + "\n")
             os.chmod(script, 0o755)
+        for shared in ("bench", "examples"):  # a reader's checkout has them next to the docs
+            os.symlink(os.path.join(REPO, shared), os.path.join(work, shared))
         env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
         env.update({
             "PATH": bindir + os.pathsep + env.get("PATH", ""),
@@ -140,6 +142,8 @@ class PageSession:
         return self.results[index]
 
     def _run_block(self, block: Block) -> Outcome:
+        if not (block.runner or block.directive or block.error):
+            return Outcome("skipped", "shown, not run")  # ```text, ```yaml, ...: no test of its own
         if block.error:
             return Outcome("failed", f"{block.id}: {block.error}")
         if block.directive == "skip":

@@ -130,3 +130,17 @@ def test_output_matching() -> None:
     assert output_matches("took ... ms\ndone", "took 12.5 ms\ndone")
     assert output_matches("first\n...\nlast", "first\na\nb\nlast")
     assert not output_matches("[0, 1, 4, 9]", "[0, 1, 4]")
+
+
+def test_only_code_blocks_run_and_a_failure_skips_the_rest_of_its_page() -> None:
+    text = "\n".join(["```text", "exit 1", "```", "```python", "print('ran')", "```",
+                      "<!-- docs-test: output -->", "```text", "ran", "```",
+                      "```bash", "false", "```", "```python", "print('after')", "```"])
+    session = PageSession("t.md", parse(text, "t.md"))
+    try:
+        assert session.outcome(0).status == "skipped"        # ```text: shown, not run
+        assert session.outcome(1).status == "passed" and session.outcome(2).status == "passed"
+        assert session.outcome(3).status == "failed" and "exit status 1" in session.outcome(3).message
+        assert session.outcome(4).message == "not run: the block at t.md:11 failed"
+    finally:
+        session.close()
