@@ -46,7 +46,8 @@ def main() -> None:
 @click.option("--object-store-memory", type=int, default=None, help="Object store size in bytes.")
 @click.option("--dashboard-host", default="127.0.0.1", show_default=True, help="Head: address the HTTP "
               "API (jobs, state, logs, dashboard) listens on; 0.0.0.0 for all interfaces (token required).")
-@click.option("--dashboard-port", type=int, default=8265, show_default=True, help="Head: port of the HTTP API.")
+@click.option("--dashboard-port", type=int, default=None, help="Head: port of the HTTP API "
+              "[default: RAYLITE_DASHBOARD_PORT, else 8265].")
 @click.option("--include-dashboard", type=bool, default=True, show_default=True,
               help="Head: serve the HTTP API (jobs, state, logs, dashboard).")
 @click.option("--block", is_flag=True, help="Stay in the foreground until the node stops (Ctrl-C stops it).")
@@ -59,7 +60,7 @@ def main() -> None:
 @click.option("--tls-key", default="", help="PEM private key of --tls-cert.")
 def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: float | None,
           num_gpus: float | None, resources: str, object_store_memory: int | None, dashboard_host: str,
-          dashboard_port: int, include_dashboard: bool, block: bool, persist: str, token: str, tls_cert: str, tls_key: str) -> None:
+          dashboard_port: int | None, include_dashboard: bool, block: bool, persist: str, token: str, tls_cert: str, tls_key: str) -> None:
     """Start a head node (--head) or join a worker node to a cluster (--address)."""
     if head == bool(address):
         _fail("pass exactly one of --head (new cluster) or --address=HOST:PORT (join one)")
@@ -70,6 +71,8 @@ def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: f
         assert isinstance(custom, dict)
     except Exception:  # noqa: BLE001
         _fail(f"--resources must be a JSON object such as '{{\"accel\": 2}}', not {resources!r}")
+    if dashboard_port is None:
+        dashboard_port = get_config().dashboard_port
     try:
         node = C.start_node(get_config(), head=head, port=port, address=address, node_ip=node_ip_address,
                             num_cpus=num_cpus, num_gpus=num_gpus, resources=custom,
