@@ -15,6 +15,16 @@ os.environ.setdefault("RAYLITE_DASHBOARD_PORT", "0")
 import raylite  # noqa: E402
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _no_cluster_left_from_another_module():
+    """Each module starts without a cluster, whatever ran before it (modules run in any order
+    under `make test-random`): a test that left its driver connected cannot leak into the next
+    module's counts, ports or `init()` calls."""
+    if raylite.is_initialized():
+        raylite.shutdown()
+    yield
+
+
 @pytest.fixture(scope="module")
 def cluster():
     """A local 2-CPU cluster for the module; torn down after it."""

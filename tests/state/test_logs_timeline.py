@@ -104,10 +104,16 @@ def test_util_state_list_logs_and_get_log(api):
 
 def test_timeline_writes_a_chrome_trace(api, tmp_path):
     raylite.get([shout.options(name="traced").remote(f"t{i}") for i in range(3)])
+
+    def spans(events):
+        return [e for e in events if e.get("ph") == "X" and e["name"] == "traced"]
+
+    # workers send their task events on a timer: wait for the three, however loaded the machine
+    wait_for(lambda: len(spans(raylite.timeline())) == 3, 60, 0.2, "the three spans in the timeline")
     path = tmp_path / "trace.json"
     assert raylite.timeline(str(path)) is None
     events = json.loads(path.read_text())
-    traced = [e for e in events if e.get("ph") == "X" and e["name"] == "traced"]
+    traced = spans(events)
     assert len(traced) == 3
     for e in traced:
         assert e["dur"] > 0 and e["ts"] > 0 and e["pid"].startswith("Node ") and e["tid"].startswith("worker ")
