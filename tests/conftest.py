@@ -15,11 +15,13 @@ os.environ.setdefault("RAYLITE_DASHBOARD_PORT", "0")
 import raylite  # noqa: E402
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _no_cluster_left_from_another_module():
-    """Each module starts without a cluster, whatever ran before it (modules run in any order
-    under `make test-random`): a test that left its driver connected cannot leak into the next
-    module's counts, ports or `init()` calls."""
+@pytest.fixture(scope="package", autouse=True)
+def _no_cluster_left_from_another_package():
+    """Each test package (directory) starts without a cluster, whatever ran before it (they run
+    in any order under `make test-random`): a test that left its driver connected cannot leak
+    into another package's counts, ports or `init()` calls. (Package, not module: tests/state
+    shares one cluster between its modules; within a package the `cluster` fixtures start
+    from a fresh cluster themselves.)"""
     if raylite.is_initialized():
         raylite.shutdown()
     yield
