@@ -128,3 +128,13 @@ def test_chromium_opens_the_printed_link_and_sees_the_dashboard(init_process):
             assert response.status == 401 and "?token=" in fresh.inner_text("body")
         finally:
             browser.close()
+
+
+def test_a_quiet_init_and_one_without_a_dashboard_print_no_link(short_tmp):
+    env = {**os.environ, "RAYLITE_TEMP_DIR": str(short_tmp / "sessions")}
+    env.pop("RAYLITE_ADDRESS", None)
+    code = ("import raylite; raylite.init(num_cpus=1, logging_level='WARNING'); raylite.shutdown(); "
+            "raylite.init(num_cpus=1, include_dashboard=False); raylite.shutdown()")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "View the dashboard" not in r.stderr
