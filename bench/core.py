@@ -202,7 +202,7 @@ def measure_api(context, name: str) -> None:
     process tree's memory with the server running. Ray's dashboard runs from init() on."""
     import urllib.request
 
-    url = "http://" + str(context.dashboard_url or "127.0.0.1:8265")
+    url = "http://" + str(context.dashboard_url or "127.0.0.1:8265").split("/?")[0]  # raylite adds ?token=
     request = urllib.request.Request(url + "/api/version")
     token_file = os.path.join(str(context.get("session_dir") or ""), "token")
     if os.path.exists(token_file):

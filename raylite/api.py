@@ -31,8 +31,13 @@ class RayContext(dict):
     """What init() returns: address info; usable as a context manager that shuts down on exit."""
 
     def __init__(self, info: Any) -> None:
-        url = getattr(info, "dashboard_url", "") or ""
-        url = url.split("://", 1)[-1] or None  # Ray's form: "127.0.0.1:8265"
+        from raylite._core.cluster_files import dashboard_link
+
+        # Ray's form has no scheme ("127.0.0.1:8265"); raylite's carries the token, so
+        # f"http://{ctx.dashboard_url}" opens the dashboard in a browser and works as a
+        # JobSubmissionClient address (which takes the token from it).
+        link = dashboard_link(getattr(info, "dashboard_url", "") or "", getattr(info, "token", "") or "")
+        url = link.split("://", 1)[-1] or None
         super().__init__(address=info.head_address, node_id=info.node_id, session_dir=info.session_dir,
                          node_ip_address="127.0.0.1", dashboard_url=url)
         self.address_info = dict(self)
@@ -105,6 +110,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                                      labels=kwargs.get("labels"), include_dashboard=include_dashboard,
                                      dashboard_host=kwargs.get("dashboard_host"),
                                      dashboard_port=kwargs.get("dashboard_port"))
+        _announce_dashboard(info, logging_level)
         if runtime_env and (runtime_env.get("working_dir") or runtime_env.get("py_modules")):
             # now there is a cluster to ship them to
             try:
@@ -113,6 +119,26 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                 driver.shutdown()
                 raise
         return RayContext(info)
+
+
+def _announce_dashboard(info: Any, logging_level: int | str) -> None:
+    """One line on stderr with the dashboard's link, token included (as Jupyter prints its
+    URL), so a browser gets in on the first click: once, by the process that started the
+    cluster (`raylite start --head` prints it for the clusters it starts), and not when
+    `logging_level` is above INFO."""
+    from raylite._core.cluster_files import dashboard_link
+
+    level = logging_level if isinstance(logging_level, int) else logging.getLevelName(
+        str(logging_level).upper())
+    if not info.local or not getattr(info, "dashboard_url", ""):
+        return  # a running cluster's link was printed by whoever started it
+    if isinstance(level, int) and level > logging.INFO:
+        return
+    import sys
+
+    print("Started a local raylite cluster. View the dashboard at "
+          f"{dashboard_link(info.dashboard_url, info.token)}",
+          file=sys.stderr, flush=True)
 
 
 class _WorkerInfo:

@@ -80,4 +80,4 @@ def start_api_cluster(num_cpus: int = 2) -> Api:
     session = ctx["session_dir"]
     with open(os.path.join(session, "token")) as f:
         token = f.read().strip()
-    return Api("http://" + ctx.dashboard_url, token, session)
+    return Api("http://" + ctx.dashboard_url.split("/?")[0], token, session)  # no ?token= link

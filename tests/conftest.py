@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 
-import raylite
+# Every cluster the tests start, by init() or `raylite start --head`, serves its HTTP API on a
+# free port unless the test picks one: 8265 may be held by anything else on the machine. Tests
+# of the default port set RAYLITE_DASHBOARD_PORT themselves.
+os.environ.setdefault("RAYLITE_DASHBOARD_PORT", "0")
+
+import raylite  # noqa: E402
+
+
+@pytest.fixture(scope="package", autouse=True)
+def _no_cluster_left_from_another_package():
+    """Each test package (directory) starts without a cluster, whatever ran before it (they run
+    in any order under `make test-random`): a test that left its driver connected cannot leak
+    into another package's counts, ports or `init()` calls. (Package, not module: tests/state
+    shares one cluster between its modules; within a package the `cluster` fixtures start
+    from a fresh cluster themselves.)"""
+    if raylite.is_initialized():
+        raylite.shutdown()
+    yield
 
 
 @pytest.fixture(scope="module")
@@ -19,8 +37,11 @@ def cluster():
     raylite.shutdown()
 
 
-def wait_for(predicate, timeout_s: float = 10.0, interval_s: float = 0.02, what: str = "condition"):
-    """Poll `predicate` until it is truthy; fail the test with `what` after the timeout."""
+def wait_for(predicate, timeout_s: float = 30.0, interval_s: float = 0.02, what: str = "condition"):
+    """Poll `predicate` until it is truthy; fail the test with `what` after the timeout.
+
+    The timeout only bounds a failure: a condition that holds returns at once, so it is
+    generous, for a machine loaded by other work."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = predicate()

@@ -208,11 +208,31 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def local_address(config: Config, address: str = "auto") -> str:
+    """What "auto" means to the CLI on this machine: the cluster `raylite start` left running,
+    else the newest live local cluster that a driver's `init()` started (its head's unix
+    socket, `unix://<session>/sockets/head`), as `raylite list` and `raylite job list` find it.
+    Any other address is returned as it is."""
+    from raylite._core import sessions
+
+    if address != "auto" or CF.running_cluster_address(config.temp_dir):
+        return address
+    for session in reversed(sessions.sessions(config.temp_dir)):
+        head = os.path.join(session, "sockets", "head")
+        if os.path.exists(head) and sessions.is_live(session):
+            return "unix://" + head
+    return address
+
+
 def cluster_status(config: Config, address: str = "auto") -> dict:
     """Nodes, resources and demands as the head sees them (facts for `raylite status`)."""
     from raylite._core.driver import query_cluster
 
-    hostport, token = CF.resolve(address, config.temp_dir, config.token)
+    address = local_address(config, address)
+    if address.startswith("unix://"):
+        hostport, token = address, config.token or CF.local_head_token(address)
+    else:
+        hostport, token = CF.resolve(address, config.temp_dir, config.token)
     nodes = query_cluster(hostport, token)
     alive = [n for n in nodes if n["alive"]]
     total: dict[str, int] = {}

@@ -115,6 +115,30 @@ class NodeProcess:
     address: str
 
 
+def read_token(path: str) -> str:
+    """The token in a head's token file, or "" where it cannot be read."""
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def local_head_token(unix_address: str) -> str:
+    """The token of the local cluster whose head listens on `unix://<session>/sockets/head`."""
+    session = os.path.dirname(os.path.dirname(unix_address[len("unix://"):]))
+    return read_token(os.path.join(session, "token"))
+
+
+def dashboard_link(url: str, token: str) -> str:
+    """The dashboard URL a browser opens on the first click: `http://HOST:PORT/?token=...`
+    (the server then moves the token into a cookie and drops it from the address bar)."""
+    if not url:
+        return ""
+    url = url if "://" in url else "http://" + url
+    return f"{url.rstrip('/')}/?token={token}" if token else url.rstrip("/")
+
+
 def write_node_file(session_dir: str, pid: int, head: bool, address: str) -> None:
     with open(os.path.join(session_dir, NODE_FILE), "w") as f:
         json.dump({"pid": pid, "hostname": socket.gethostname(), "head": head, "address": address}, f)

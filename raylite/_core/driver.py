@@ -138,7 +138,7 @@ def init_remote(address: str, *, namespace: str, log_to_driver: bool) -> DriverI
 
     config = get_config()
     if address.startswith("unix://"):  # a local cluster's head (a submitted job's driver joins it so)
-        hostport, token = address, config.token
+        hostport, token = address, config.token or CF.local_head_token(address)
         my_ip = config.node_ip_address or "127.0.0.1"
         nodes = query_cluster(hostport, token)
     else:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 
 import click
 
 from raylite._core import cluster as C
+from raylite._core import cluster_files as CF
 from raylite._core.config import get_config
 from raylite.cli.ray_start_flags import node_overrides, ray_start_flags
 
@@ -18,7 +20,15 @@ def _fail(message: str) -> None:
     sys.exit(1)
 
 
+def _version() -> str:
+    import raylite
+
+    return raylite.__version__
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(_version(), "--version", "-V", prog_name="raylite",
+                      message="%(prog)s %(version)s")
 def main() -> None:
     """raylite: a small, fast, Ray-compatible distributed framework."""
 
@@ -36,7 +46,8 @@ def main() -> None:
 @click.option("--object-store-memory", type=int, default=None, help="Object store size in bytes.")
 @click.option("--dashboard-host", default="127.0.0.1", show_default=True, help="Head: address the HTTP "
               "API (jobs, state, logs, dashboard) listens on; 0.0.0.0 for all interfaces (token required).")
-@click.option("--dashboard-port", type=int, default=8265, show_default=True, help="Head: port of the HTTP API.")
+@click.option("--dashboard-port", type=int, default=None, help="Head: port of the HTTP API "
+              "[default: RAYLITE_DASHBOARD_PORT, else 8265].")
 @click.option("--include-dashboard", type=bool, default=True, show_default=True,
               help="Head: serve the HTTP API (jobs, state, logs, dashboard).")
 @click.option("--block", is_flag=True, help="Stay in the foreground until the node stops (Ctrl-C stops it).")
@@ -49,7 +60,7 @@ def main() -> None:
 @click.option("--tls-key", default="", help="PEM private key of --tls-cert.")
 def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: float | None,
           num_gpus: float | None, resources: str, object_store_memory: int | None, dashboard_host: str,
-          dashboard_port: int, include_dashboard: bool, block: bool, persist: str, token: str, tls_cert: str, tls_key: str) -> None:
+          dashboard_port: int | None, include_dashboard: bool, block: bool, persist: str, token: str, tls_cert: str, tls_key: str) -> None:
     """Start a head node (--head) or join a worker node to a cluster (--address)."""
     if head == bool(address):
         _fail("pass exactly one of --head (new cluster) or --address=HOST:PORT (join one)")
@@ -60,6 +71,8 @@ def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: f
         assert isinstance(custom, dict)
     except Exception:  # noqa: BLE001
         _fail(f"--resources must be a JSON object such as '{{\"accel\": 2}}', not {resources!r}")
+    if dashboard_port is None:
+        dashboard_port = get_config().dashboard_port
     try:
         node = C.start_node(get_config(), head=head, port=port, address=address, node_ip=node_ip_address,
                             num_cpus=num_cpus, num_gpus=num_gpus, resources=custom,
@@ -78,7 +91,9 @@ def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: f
                    f"raylite.init(address='{node.address}')\n"
                    f"  Stop it with:              raylite stop")
         if node.dashboard_url:
-            click.echo(f"  Jobs, state and logs API:  {node.dashboard_url}  (send the token: Authorization: "
+            token = CF.read_token(os.path.join(node.session_dir, "token"))
+            click.echo(f"  Dashboard:                 {CF.dashboard_link(node.dashboard_url, token)}\n"
+                       f"  Jobs, state and logs API:  {node.dashboard_url}  (send the token: Authorization: "
                        "Bearer <token>; `raylite job submit` does)")
     else:
         click.echo(f"raylite node joined {node.address} (pid {node.pid}, node {node.node_id[:12]}).")
@@ -122,7 +137,7 @@ def memory(address: str, limit: int) -> None:
     from raylite._state import format_objects, list_objects, summarize_objects
 
     try:
-        raylite.init(address=address, log_to_driver=False)
+        raylite.init(address=C.local_address(get_config(), address), log_to_driver=False)
     except Exception as e:  # noqa: BLE001  no cluster there, or a refused token
         _fail(f"could not connect to a raylite cluster at {address!r}: {e}")
     try:

@@ -83,7 +83,7 @@ def submit(address: str | None, submission_id: str | None, working_dir: str | No
     resources = _json_arg(entrypoint_resources, "--entrypoint-resources", dict) if entrypoint_resources else None
     client = _client(address, headers)
     sid = _call(lambda: client.submit_job(
-        entrypoint=" ".join(entrypoint), submission_id=submission_id, runtime_env=env or None,
+        entrypoint=_entrypoint(entrypoint), submission_id=submission_id, runtime_env=env or None,
         metadata=metadata, entrypoint_num_cpus=entrypoint_num_cpus, entrypoint_num_gpus=entrypoint_num_gpus,
         entrypoint_memory=entrypoint_memory, entrypoint_resources=resources))
     click.echo(f"Job '{sid}' submitted successfully")
@@ -94,6 +94,15 @@ def submit(address: str | None, submission_id: str | None, working_dir: str | No
         return
     _follow(client, sid)
     _exit_with_status(client, sid)
+
+
+def _entrypoint(argv: tuple[str, ...] | list[str]) -> str:
+    """The shell command of `raylite job submit -- ARGV...`: several arguments are quoted as the
+    shell gave them (`-- python -c "import os; print(1)"`), as Ray's CLI does; one argument is
+    taken as a command line (`-- "python a.py && python b.py"`)."""
+    import shlex
+
+    return argv[0] if len(argv) == 1 else shlex.join(argv)
 
 
 def _load_yaml(path: str) -> dict[str, Any]:

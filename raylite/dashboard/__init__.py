@@ -27,8 +27,9 @@ Shape (for everyone who adds routes):
   and `ctx.log_files()`; `ctx.extras` is a dict where route modules keep their own state
   (e.g. the job manager under "jobs").
 - Auth. Every request, on every route, must carry the cluster token: `Authorization: Bearer
-  <token>`, or the `raylite_token` cookie that a visit to any page with `?token=<token>` sets
-  (for browsers). A missing or wrong token is answered 401 before any route runs (a websocket
+  <token>`, `?token=<token>` in the URL, or the `raylite_token_<port>` cookie that such a URL
+  sets (a browser's page load is redirected to the URL without the token; see auth.py). A
+  browser without the token gets an HTML page saying where to find it. A missing or wrong token is answered 401 before any route runs (a websocket
   is closed with code 4401 before it is accepted). RAYLITE_DASHBOARD_LOOPBACK_WITHOUT_TOKEN=1
   lets clients on 127.0.0.1 skip it when the server binds only to loopback; off loopback the
   token is always required. raylite's own clients (CLI, JobSubmissionClient, util.state) find

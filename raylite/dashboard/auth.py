@@ -1,18 +1,35 @@
 """Token check for every request, before any route runs (plain ASGI middleware).
 
-Accepted: `Authorization: Bearer <token>`, the `raylite_token` cookie, or `?token=<token>` in
-the URL (which also sets the cookie, so a browser needs it once). Anything else is a 401
-(HTTP) or a close with code 4401 before accept (websocket).
+Accepted, in this order: `Authorization: Bearer <token>`, `?token=<token>` in the URL, or the
+`raylite_token_<port>` cookie (HttpOnly, SameSite=Lax). Anything else is a 401 (HTTP) or a close with code 4401 before
+accept (websocket).
+
+Browsers get in the way Jupyter's users do: `init()` and `raylite start --head` print
+`http://HOST:PORT/?token=<token>`. A browser that opens it (a GET asking for text/html) is
+answered with a redirect to the same URL without the token, which sets the cookie; so the
+token leaves the address bar and the history at once, and every later page and API call of
+that browser carries the cookie. A browser that arrives without a token (or with a stale one)
+gets a small HTML page saying where to find the link; API clients keep getting the JSON 401.
+The cookie's name carries the server's port, so two clusters on one machine (one host name,
+two ports) do not overwrite each other's cookie. The token in the URL wins over a cookie, so
+a link to a restarted cluster replaces the old cluster's cookie instead of being refused.
 """
 
 from __future__ import annotations
 
 import hmac
+import html
 from http.cookies import SimpleCookie
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qsl, quote, urlencode
 
-COOKIE = "raylite_token"
+COOKIE_PREFIX = "raylite_token"
+
+
+def cookie_name(scope: dict) -> str:
+    """`raylite_token_<port>`: the port this server listens on (cookies ignore ports)."""
+    port = (scope.get("server") or ("", None))[1]
+    return f"{COOKIE_PREFIX}_{port}" if port else COOKIE_PREFIX
 
 
 class TokenAuth:
@@ -34,15 +51,25 @@ class TokenAuth:
             await _refuse(scope, receive, send, presented is not None)
             return
         if from_query and scope["type"] == "http":
-            send = _with_cookie(send, self.token)
+            if _is_browser_page_load(scope):
+                await _redirect_without_token(scope, send, self.token)
+                return
+            send = _with_cookie(send, cookie_name(scope), self.token)
         await self.app(scope, receive, send)
 
 
+def _headers(scope: dict) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+
 def _presented(scope: dict) -> tuple[str | None, bool]:
-    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+    headers = _headers(scope)
     auth = headers.get("authorization", "")
     if auth.lower().startswith("bearer "):
         return auth[7:].strip(), False
+    query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+    if query.get("token"):
+        return query["token"], True
     cookie = headers.get("cookie")
     if cookie:
         jar: SimpleCookie = SimpleCookie()
@@ -50,12 +77,16 @@ def _presented(scope: dict) -> tuple[str | None, bool]:
             jar.load(cookie)
         except Exception:  # noqa: BLE001  a malformed cookie header is no token
             jar = SimpleCookie()
-        if COOKIE in jar:
-            return jar[COOKIE].value, False
-    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-    if query.get("token"):
-        return query["token"][0], True
+        name = cookie_name(scope)
+        if name in jar:
+            return jar[name].value, False
     return None, False
+
+
+def _is_browser_page_load(scope: dict) -> bool:
+    """A browser navigating to a page (not a script's fetch, not an API client)."""
+    return (scope["type"] == "http" and scope.get("method") in ("GET", "HEAD")
+            and "text/html" in _headers(scope).get("accept", ""))
 
 
 def _from_loopback(scope: dict) -> bool:
@@ -64,26 +95,82 @@ def _from_loopback(scope: dict) -> bool:
     return client[0] in ("127.0.0.1", "::1") and server[0] in ("127.0.0.1", "::1")
 
 
+def _clean_location(scope: dict) -> str:
+    """The request's own path and query, minus `token`: always a path on this server."""
+    path = "/" + scope.get("path", "/").lstrip("/")  # never "//host": no open redirect
+    query = [(k, v) for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1"),
+                                          keep_blank_values=True) if k != "token"]
+    location = quote(path, safe="/:@!$&'()*+,;=-._~")
+    return location + ("?" + urlencode(query) if query else "")
+
+
+async def _redirect_without_token(scope: dict, send: Any, token: str) -> None:
+    location = _clean_location(scope)
+    body = f'<a href="{html.escape(location)}">Continue</a>'.encode()
+    await send({"type": "http.response.start", "status": 303,
+                "headers": [(b"location", location.encode("latin-1")),
+                            (b"set-cookie", _cookie_header(cookie_name(scope), token)),
+                            (b"cache-control", b"no-store"),
+                            (b"referrer-policy", b"no-referrer"),
+                            (b"content-type", b"text/html; charset=utf-8"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _cookie_header(name: str, token: str) -> bytes:
+    # Lax, not Strict: a link opened from another site (a chat, a notebook on another host)
+    # still gets in after the redirect; cross-site POSTs, fetches and websockets still do not
+    # carry it.
+    return f"{name}={token}; HttpOnly; SameSite=Lax; Path=/".encode()
+
+
+_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>raylite dashboard: token needed</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:42em;margin:3em auto;padding:0 1em;
+line-height:1.5;color:#222}}code{{background:#f2f2f2;padding:0 .25em}}</style></head>
+<body><h1>raylite dashboard</h1>
+<p>{why} This dashboard opens with the cluster's token in the link, the way Jupyter does.</p>
+<ul>
+<li>Open the link printed when the cluster started: <code>raylite.init()</code> and
+<code>raylite start --head</code> print <code>http://HOST:PORT/?token=...</code> (one line on
+standard error / in the start message).</li>
+<li>Or add <code>?token=&lt;token&gt;</code> to this address yourself. The token is in the file
+<code>session_latest/token</code> under the head's temp dir (<code>RAYLITE_TEMP_DIR</code>,
+by default <code>/tmp/raylite-sessions</code>) on the head's machine, readable only by the
+user who started the cluster; a driver has it as <code>RAYLITE_TOKEN</code>.</li>
+</ul>
+<p>The browser keeps it in a cookie for this port, and the address bar is cleaned of it.</p>
+</body></html>
+"""
+
+
 async def _refuse(scope: dict, receive: Any, send: Any, presented: bool) -> None:
     if scope["type"] == "websocket":
         await send({"type": "websocket.close", "code": 4401, "reason": "missing or wrong cluster token"})
         return
     why = "wrong cluster token" if presented else "missing cluster token"
-    body = (f'{{"result": false, "msg": "401 Unauthorized: {why}. Send the header '
-            '\\"Authorization: Bearer <token>\\"; the token is in the head\'s session directory '
-            '(<temp dir>/session_*/token) or RAYLITE_TOKEN."}').encode()
+    if _is_browser_page_load(scope):
+        text = ("The token this browser sent is not this cluster's (an older cluster's link or "
+                "cookie?)." if presented else "This browser has not sent the cluster token yet.")
+        body = _PAGE.format(why=text).encode()
+        content_type = b"text/html; charset=utf-8"
+    else:
+        body = (f'{{"result": false, "msg": "401 Unauthorized: {why}. Send the header '
+                '\\"Authorization: Bearer <token>\\"; the token is in the head\'s session directory '
+                '(<temp dir>/session_*/token) or RAYLITE_TOKEN."}').encode()
+        content_type = b"application/json"
     await send({"type": "http.response.start", "status": 401,
-                "headers": [(b"content-type", b"application/json"),
+                "headers": [(b"content-type", content_type),
                             (b"www-authenticate", b'Bearer realm="raylite"'),
                             (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
 
 
-def _with_cookie(send: Any, token: str) -> Any:
+def _with_cookie(send: Any, name: str, token: str) -> Any:
     async def wrapped(message: dict) -> None:
         if message["type"] == "http.response.start":
             headers = list(message.get("headers", []))
-            headers.append((b"set-cookie", f"{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/".encode()))
+            headers.append((b"set-cookie", _cookie_header(name, token)))
             message = {**message, "headers": headers}
         await send(message)
 

@@ -6,7 +6,9 @@
   the cluster this process is connected to, else the cluster `raylite start` left running
   here, else the newest live local cluster, else http://127.0.0.1:8265;
 - "HOST:PORT" of a head (`raylite start`'s address): its API's URL from the address file;
-  any other "HOST:PORT" is taken as the API's own address (as Ray does).
+  any other "HOST:PORT" is taken as the API's own address (as Ray does);
+- any of these followed by "/?token=TOKEN" (the dashboard link `init()` prints, which is
+  `"http://" + ctx.dashboard_url`): that token, over every other source.
 The token is RAYLITE_TOKEN if set, else read from the head's token file on this machine
 (only its user can read it). Headers passed explicitly win over both.
 """
@@ -27,6 +29,10 @@ def resolve(address: str | None = None) -> tuple[str, str]:
 
     config = get_config()
     env_token = os.environ.get("RAYLITE_TOKEN", "")
+    if address and "?token=" in address:  # the dashboard link init() prints (ctx.dashboard_url)
+        address, _, link_token = address.partition("?token=")
+        url, token = resolve(address.rstrip("/"))
+        return url, link_token.split("&", 1)[0] or token
     if not address or address == "auto":
         for var in ("RAY_API_SERVER_ADDRESS", "RAYLITE_ADDRESS", "RAY_ADDRESS"):
             value = os.environ.get(var, "")

@@ -136,6 +136,8 @@ def run(target: Application, blocking: bool = False, name: str = DEFAULT_APP_NAM
     _ensure_core()
     http = _http_from_host_port(host, port)
     existed = _controller_or_none() is not None
+    if not existed:  # this run starts Serve, and with it an HTTP proxy on every node
+        _require_http_dependencies()
     controller = _get_or_create_controller(_opts.http_options(http or {}), "EveryNode", http is not None)
     # proxies start while the replicas do
     proxies_ref = controller.ensure_proxies.remote()

@@ -122,6 +122,19 @@ def _http_options(config: Any | None, host: str | None, port: int | None) -> dic
     return options or None
 
 
+def _start_or_fail(kwargs: dict[str, Any]) -> None:
+    """serve.start(**kwargs), or one line saying why not (never a traceback)."""
+    from raylite.serve.exceptions import RayServeException
+
+    try:
+        _serve().start(**kwargs)
+    except RayServeException as e:  # e.g. Serve already runs with other HTTP options
+        _fail(f"{e} From the command line: `serve shutdown -y` stops Serve and its applications "
+              "(then deploy again); or ask for the HTTP options it runs with (`serve status`).")
+    except (OSError, ValueError, RuntimeError, ImportError) as e:
+        _fail(str(e))
+
+
 def _start_serve(config: Any | None, host: str | None, port: int | None) -> None:
     kwargs: dict[str, Any] = {}
     http_options = _http_options(config, host, port)
@@ -129,10 +142,7 @@ def _start_serve(config: Any | None, host: str | None, port: int | None) -> None
         kwargs["http_options"] = http_options
     if config is not None and "proxy_location" in config.model_fields_set:
         kwargs["proxy_location"] = config.proxy_location
-    try:
-        _serve().start(**kwargs)
-    except (OSError, ValueError, RuntimeError) as e:
-        _fail(str(e))
+    _start_or_fail(kwargs)
 
 
 def _deploy_app(app: Any, name: str, route_prefix: str | None, autoscaling_policy: Any = None) -> None:
@@ -534,10 +544,7 @@ def start(address: str | None, http_host: str | None, http_port: int | None, pro
         kwargs["http_options"] = options
     if proxy_location:
         kwargs["proxy_location"] = proxy_location
-    try:
-        _serve().start(**kwargs)
-    except (OSError, ValueError, RuntimeError) as e:
-        _fail(str(e))
+    _start_or_fail(kwargs)
     click.echo("Serve started.")
 
 

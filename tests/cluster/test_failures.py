@@ -17,7 +17,11 @@ def _node_ids(c) -> dict[str, bool]:
     return {n["node_id"].hex(): n["alive"] for n in c.node_table()}
 
 
-def test_killed_node_is_detected_and_its_task_and_actor_move(make_cluster, tmp_path):
+def test_killed_node_is_detected_and_its_task_and_actor_move(make_cluster, tmp_path, monkeypatch):
+    # Heartbeats would declare the node dead only after 10 minutes here: a death noticed
+    # before that was noticed by its connection dropping, at once. (A wall-clock bound on the
+    # detection would measure the machine's load, not raylite; bench/cluster.py times it.)
+    monkeypatch.setenv("RAYLITE_NODE_DEAD_TIMEOUT_S", "600")
     c = make_cluster()
     head = c.add_head(num_cpus=2)
     victim = c.add_node(num_cpus=2, resources={"victim": 1})
@@ -42,11 +46,8 @@ def test_killed_node_is_detected_and_its_task_and_actor_move(make_cluster, tmp_p
     actor = Pinger.options(scheduling_strategy=NodeAffinitySchedulingStrategy(victim.node_id, soft=True)).remote()
     assert ray.get(actor.node.remote()) == victim.node_id
     wait_until(lambda: started.exists() and victim.node_id in started.read_text(), what="task started")
-    t0 = time.monotonic()
     c.kill_node(victim)
-    wait_until(lambda: _node_ids(c).get(victim.node_id) is False, timeout_s=3.0, what="node declared dead")
-    detect_s = time.monotonic() - t0
-    assert detect_s < 3.0
+    wait_until(lambda: _node_ids(c).get(victim.node_id) is False, timeout_s=120, what="node declared dead")
     assert ray.get(ref, timeout=30) == head.node_id  # retried on the surviving node
     assert ray.get(actor.node.remote(), timeout=30) == head.node_id  # restarted there
     dead = [n for n in ray.nodes() if n["NodeID"] == victim.node_id][0]
@@ -67,7 +68,7 @@ def test_object_on_dead_node_raises_object_lost(make_cluster):
     ref = big.remote()
     ray.wait([ref], timeout=30, fetch_local=False)  # (fetch_local would copy it here first)
     c.kill_node(victim)
-    wait_until(lambda: _node_ids(c).get(victim.node_id) is False, timeout_s=5, what="node dead")
+    wait_until(lambda: _node_ids(c).get(victim.node_id) is False, timeout_s=120, what="node dead")
     with pytest.raises(ray.exceptions.ObjectLostError):
         ray.get(ref, timeout=30)
 

@@ -145,7 +145,9 @@ def test_one_copy_when_a_large_object_goes_to_many_tasks(cluster):
     for path, writeable, total, _pid in results:
         assert path == os.path.join(_store_dir(), ref.hex())
         assert not writeable and total == float(arr.size)
-    assert _node_info().store_used_bytes == before  # no per-task copies were stored
+    # no per-task copies were stored (objects of earlier tests may still be freed meanwhile,
+    # so the store may shrink; it must not grow)
+    assert _node_info().store_used_bytes <= before
 
 
 def test_store_capacity_and_usage_are_reported(cluster):

@@ -35,7 +35,7 @@ def dashboard():
         pytest.skip("this cluster runs without its HTTP server (include_dashboard is off)")
     from raylite import api
 
-    yield Dashboard("http://" + ctx.dashboard_url, api.ensure_initialized().token)
+    yield Dashboard("http://" + ctx.dashboard_url.split("/?")[0], api.ensure_initialized().token)
     raylite.shutdown()
 
 

@@ -190,6 +190,9 @@ def test_serve_app_shows_its_replicas(browser, artifacts):
         def __call__(self, request) -> str:
             return "hello"
 
+    from tests.api_fixtures import free_port
+
+    serve.start(http_options={"host": "127.0.0.1", "port": free_port()})  # 8000 may be taken here
     handle = serve.run(Hello.bind(), name="dash_app", route_prefix="/hello")
     try:
         assert [handle.remote(None).result() for _ in range(5)] == ["hello"] * 5

@@ -51,7 +51,7 @@ def test_default_port_in_use_falls_back_with_a_warning(tmp_path):
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0, r.stderr
     assert f"port {port} on 127.0.0.1 is in use" in r.stderr and "dashboard_port=" in r.stderr
-    url = r.stdout.split("URL ", 1)[1].strip()
+    url = r.stdout.split("URL ", 1)[1].strip().split("/?token=")[0]
     assert url.startswith("127.0.0.1:") and not url.endswith(f":{port}")
 
 
@@ -183,7 +183,7 @@ def test_job_records_survive_a_head_restart_with_persistence(short_tmp):
         addr = ["--address", f"http://127.0.0.1:{port}"]
         code = "import raylite; raylite.init(address='auto'); print('persisted', raylite.get(raylite.put(7)))"
         out = subprocess.run([*cli, "submit", *addr, "--submission-id", "kept", "--", sys.executable, "-c",
-                              f'"{code}"'], capture_output=True, text=True, env=env, timeout=120)
+                              code], capture_output=True, text=True, env=env, timeout=120)
         assert out.returncode == 0 and "persisted 7" in out.stdout, out.stdout + out.stderr
     finally:
         _stop(tmp_path)

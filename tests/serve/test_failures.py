@@ -1,7 +1,6 @@
 """Failures: a constructor that raises, replicas no node can host, dead replicas, failed health
 checks and a killed controller -- each ends in a clear error or a recovered app, never a hang."""
 
-import time
 
 import httpx
 import pytest
@@ -41,12 +40,12 @@ def test_unplaceable_replicas_fail_fast_naming_the_request(serve_instance):
     def gpu(request) -> str:
         return "never"
 
-    t0 = time.monotonic()
+    # It fails because no node can ever host the replica (the message says so), not after
+    # waiting out a deadline: serve.run's own timeout is far away.
     with pytest.raises(RuntimeError) as info:
-        serve.run(gpu.bind(), name="gpu", route_prefix="/gpu")
-    assert time.monotonic() - t0 < 30
+        serve.run(gpu.bind(), name="gpu", route_prefix="/gpu", timeout_s=3600)
     msg = str(info.value)
-    assert "gpu" in msg and "GPU" in msg
+    assert "gpu" in msg and "GPU" in msg and "timed out" not in msg.lower()
     serve.delete("gpu")
 
     @serve.deployment(num_replicas=3, ray_actor_options={"num_cpus": 4})

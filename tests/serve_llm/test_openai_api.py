@@ -131,23 +131,26 @@ def test_chat_stream_with_usage(app):
 
 
 def test_stream_is_sent_as_generated(app):
-    """SSE events come in many network reads (not one buffered body) and end with [DONE]."""
+    """SSE events, one per generation step, ending with [DONE].
+
+    How many network reads carry them depends on how fast this process reads on a loaded
+    machine, so it is not asserted here: test_stream_gated.py proves that the first token
+    reaches the client while the engine is still held.
+    """
     _, base_url, _ = app
     body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 48, "temperature": 0,
             "stream": True}
-    reads, raw = 0, b""
+    raw = b""
     with httpx.stream("POST", f"{base_url}/completions", json=body, timeout=120) as resp:
         assert resp.status_code == 200
         assert resp.headers["content-type"].startswith("text/event-stream")
         for piece in resp.iter_raw():
-            if piece:
-                reads += 1
-                raw += piece
+            raw += piece
     events = [e for e in raw.decode().split("\n\n") if e]
     assert events[-1] == "data: [DONE]"
-    tokens = sum(len(json.loads(e[6:])["choices"]) for e in events[:-1])
-    assert tokens >= 40
-    assert reads >= 4, f"the whole stream came in {reads} read(s): it was buffered"
+    chunks = [json.loads(e[6:]) for e in events[:-1]]
+    assert all(c["object"] == "text_completion" for c in chunks)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
 
 
 def test_eight_concurrent_streams(app):

@@ -47,7 +47,7 @@ def test_cli_logs_list_actor_task_tail_and_errors(api):
                      10, 0.1, "the actor")[0]
     r = api.here("logs", check=True)
     assert "worker_out" in r.stdout and "node.err" in r.stdout
-    wait_for(lambda: "line 4" in api.here("logs", "--actor-id", actor.actor_id).stdout, 20, 0.2,
+    wait_for(lambda: "line 4" in api.here("logs", "--actor-id", actor.actor_id).stdout, 60, 0.2,
              "the actor's output")
     r = api.cli("logs", "--actor-id", actor.actor_id, "--tail", "2", check=True)  # a real subprocess
     assert "line 3" in r.stdout and "line 4" in r.stdout and "line 1" not in r.stdout
@@ -97,17 +97,23 @@ def test_util_state_list_logs_and_get_log(api):
     by_category = state.list_logs()
     assert by_category["worker_out"] and by_category["node"] == ["node.err"]
     actor = [a for a in state.list_actors() if a.state == "ALIVE" and a.class_name == "Talker"][-1]
-    text = wait_for(lambda: "".join(state.get_log(actor_id=actor_id or actor.actor_id, tail=-1)), 10, 0.2,
+    text = wait_for(lambda: "".join(state.get_log(actor_id=actor_id or actor.actor_id, tail=-1)), 60, 0.2,
                     "the actor's log")
     assert "via-get-log" in text or text
 
 
 def test_timeline_writes_a_chrome_trace(api, tmp_path):
     raylite.get([shout.options(name="traced").remote(f"t{i}") for i in range(3)])
+
+    def spans(events):
+        return [e for e in events if e.get("ph") == "X" and e["name"] == "traced"]
+
+    # workers send their task events on a timer: wait for the three, however loaded the machine
+    wait_for(lambda: len(spans(raylite.timeline())) == 3, 60, 0.2, "the three spans in the timeline")
     path = tmp_path / "trace.json"
     assert raylite.timeline(str(path)) is None
     events = json.loads(path.read_text())
-    traced = [e for e in events if e.get("ph") == "X" and e["name"] == "traced"]
+    traced = spans(events)
     assert len(traced) == 3
     for e in traced:
         assert e["dur"] > 0 and e["ts"] > 0 and e["pid"].startswith("Node ") and e["tid"].startswith("worker ")

@@ -98,12 +98,12 @@ def test_task_waiting_for_its_args_is_pending_args_avail(api, work):
         return 2
 
     ref = square.options(name="waits-for-slow").remote(slow.remote())
-    (pending,) = wait_for(lambda: state.list_tasks(filters=[("name", "=", "waits-for-slow")]), 10, 0.2,
+    (pending,) = wait_for(lambda: state.list_tasks(filters=[("name", "=", "waits-for-slow")]), 60, 0.2,
                           "the pending task to be reported")
     assert pending.state in ("PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "RUNNING", "FINISHED")
     assert raylite.get(ref) == 4
     done = wait_for(lambda: [t for t in state.list_tasks(filters=[("name", "=", "waits-for-slow")])
-                             if t.state == "FINISHED"], 10, 0.2, "the task to finish")
+                             if t.state == "FINISHED"], 60, 0.2, "the task to finish")
     assert [e["state"] for e in done[0].events][0] == "PENDING_ARGS_AVAIL"
 
 

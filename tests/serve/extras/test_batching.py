@@ -23,6 +23,15 @@ class Doubler:
         return [2 * x for x in items]
 
 
+@pytest.fixture(autouse=True)
+def _doubler_settings_as_decorated():
+    """Several tests change Doubler's batch settings, which its instances share (one set per
+    decorated function, as in Ray): each test starts from the decorator's, in any order."""
+    Doubler.double.set_max_batch_size(4)
+    Doubler.double.set_batch_wait_timeout_s(10)
+    Doubler.double.set_max_concurrent_batches(1)
+
+
 def test_concurrent_calls_share_one_batch_and_get_their_own_result():
     d = Doubler()
 
