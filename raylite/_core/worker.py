@@ -505,7 +505,10 @@ class Worker:
             oid = ObjectID.for_return(spec.task_id, index + 2)
             item = self._store(oid, value, spec)
             msg = P.GeneratorItem(spec.task_id, index, item)
-            self.client.loop.call_soon_threadsafe(_send_quietly, conn, msg)
+            # the same FIFO as the task's reply (_reply): an item sent by its own loop callback
+            # could leave after a reply drained by an already scheduled batch, and the owner
+            # would close the generator without it
+            self.client.call_soon(_send_quietly, conn, msg)
             index += 1
         return P.PushTaskReply(spec.task_id, [[b"", "n", index]], [])
 
