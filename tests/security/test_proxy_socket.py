@@ -12,6 +12,8 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 import pytest
 
@@ -76,6 +78,49 @@ def test_close_ends_the_serving_thread_and_removes_the_file(share):
     assert not share._thread.is_alive()
     assert not os.path.exists(share.path)
     assert PS.fetch_socket(share.path) is None
+
+
+def test_a_burst_of_connections_does_not_lock_out_a_real_fetch(share, monkeypatch):
+    """Peers that fill the accept queue (the serving thread busy meanwhile): a restarting
+    proxy's fetch waits its turn instead of failing (a Unix connect fails at once on a full
+    queue), and gets the socket once the queue drains."""
+    busy = threading.Event()
+    release = threading.Event()
+    real_offer = share.offer
+
+    def slow_offer(conn):
+        busy.set()
+        release.wait(30)
+        return real_offer(conn)
+
+    share.offer = slow_offer
+    socks = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)]
+    socks[0].connect(share.path)
+    assert busy.wait(10)  # the thread holds the first connection; the rest queue
+    for _ in range(PS.LISTEN_BACKLOG + 8):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(share.path)
+        except BlockingIOError:  # the queue is full now
+            s.close()
+            break
+        socks.append(s)
+    else:
+        pytest.fail("the accept queue never filled")
+    result: list = []
+    waited = threading.Event()  # the fetch found the queue full and waits its turn
+    real_sleep = time.sleep
+    monkeypatch.setattr(PS.time, "sleep", lambda s: (waited.set(), real_sleep(s)))
+    fetcher = threading.Thread(target=lambda: result.append(PS.fetch_socket(share.path, timeout_s=30)))
+    fetcher.start()
+    waited.wait(10)
+    for s in socks:  # the flood goes away; the thread drains the queue
+        s.close()
+    release.set()
+    fetcher.join(60)
+    assert result and result[0] is not None and result[0].getsockname() == share.sock.getsockname()
+    result[0].close()
 
 
 OTHER_USER = """

@@ -21,9 +21,13 @@ import os
 import socket
 import struct
 import threading
+import time
 from typing import Any
 
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+# connections the share's socket queues before its thread accepts them: a burst of them must not
+# make a restarting proxy's connect fail (a Unix socket's connect fails at once when it is full)
+LISTEN_BACKLOG = 1024
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -73,7 +77,7 @@ class SocketShare:
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server.bind(path)
         os.chmod(path, 0o600)
-        self._server.listen(16)
+        self._server.listen(LISTEN_BACKLOG)
         self._closed = False
         self._thread = threading.Thread(target=self._serve, name="serve-socket-share", daemon=True)
         self._thread.start()
@@ -118,10 +122,18 @@ def fetch_socket(path: str, timeout_s: float = 2.0) -> socket.socket | None:
     """The listening socket offered at `path`, or None when nobody offers it there."""
     if not path or not os.path.exists(path):
         return None
+    deadline = time.monotonic() + timeout_s
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(timeout_s)
-            conn.connect(path)
+            while True:  # a full accept queue fails a Unix connect at once (EAGAIN): wait our turn
+                conn.settimeout(max(0.01, deadline - time.monotonic()))
+                try:
+                    conn.connect(path)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        return None
+                    time.sleep(0.005)
             _msg, fds, _flags, _addr = socket.recv_fds(conn, 4, 1)
     except OSError:
         return None
