@@ -1,11 +1,18 @@
-"""Run a directory of Ray programs on Ray and on raylite, and tell which ones raylite runs too.
+"""Run directories of Ray programs on Ray and on raylite, and tell which ones raylite runs too.
 
     python bench/conformance.py /work/conformance/core /work/conformance/data \\
         --ray-python /opt/rayvenv/bin/python --results /tmp/conformance.json
+    python bench/conformance.py serve=/work/conformance/serve/examples --recursive --siblings \\
+        --results /tmp/serve-conformance.json
 
-Each `*.py` file (or `*.rst` page, run as its `.. testcode::` blocks) in each directory is one example, run unchanged in a fresh process and a
-fresh working directory, first with Ray's interpreter, then (when it passed on Ray) with
-raylite's interpreter and `import ray` pointing at raylite. An example "runs" when it exits 0
+Each `*.py` file (or `*.rst` page, run as its `.. testcode::` blocks) in each directory is one
+example (files whose name starts with `_` are helpers, not examples), run unchanged in a fresh
+process and a fresh temporary working directory, first with Ray's interpreter, then (when it
+passed on Ray) with raylite's interpreter and `import ray` pointing at raylite. A directory is
+named by its last component, or `NAME=DIR` names it. `--recursive` takes the examples of
+subdirectories too (named by their path, e.g. `http_guide/streaming_example.py`);
+`--siblings` copies the example's directory (files and subdirectories) into its working
+directory first, for examples that import a sibling module or read a sibling file (Serve's). An example "runs" when it exits 0
 within the time limit. The aliasing is a small shim package written at run time (see
 `write_shim`): `ray`, `ray.util`, `ray.data`, ... resolve to `raylite`, `raylite.util`,
 `raylite.data`, ..., and a `ray` command on PATH runs raylite's CLI. Nothing of Ray's code is
@@ -14,13 +21,15 @@ needed by this script; the examples live wherever the caller keeps them (outside
 A directory may hold `SKIP.txt` with lines `name.py: reason` for examples that must not run
 here (for instance ones that would stop every Ray cluster on a shared machine); they are listed
 in the summary with their reason. `--reuse-ray` keeps Ray's verdicts from an earlier results
-file, so a second run only re-runs raylite. The summary (one table per directory, then each
+file, so a second run only re-runs raylite (a verdict is reused only while the example's
+content is what it was: each verdict records the file's SHA-1). The summary (one table per directory, then each
 failure with the tail of its output) goes to stdout; `--results` saves every verdict as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -104,17 +113,35 @@ class Verdict:
 
     library: str
     name: str
+    sha: str = ""  # SHA-1 of the example's file: Ray's verdict is reused only for the same content
     skipped: str = ""
     ray: Run | None = None
     raylite: Run | None = None
     notes: list[str] = field(default_factory=list)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """Kill the example's process group, and (while it still runs) every descendant, daemons
+    that left the group included."""
+    children = []
+    try:
+        import psutil
+
+        try:
+            children = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            pass
+    except ImportError:  # pragma: no cover - the group alone
+        pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    for child in children:
+        try:
+            child.kill()
+        except Exception:  # noqa: BLE001 - gone already
+            pass
 
 
 def rst_testcode(text: str) -> str:
@@ -123,10 +150,14 @@ def rst_testcode(text: str) -> str:
     return "\n".join(testcode_blocks(text))
 
 
-def run_one(python: str, script: Path, env: dict[str, str], timeout_s: float) -> Run:
-    """Run `script` with `python` in a fresh temporary directory; kill its process group at the limit.
-    A `.rst` page runs as the program made of its testcode blocks."""
+def run_one(python: str, script: Path, env: dict[str, str], timeout_s: float, siblings: bool = False) -> Run:
+    """Run `script` with `python` in a fresh temporary directory; kill its process tree at the limit.
+    A `.rst` page runs as the program made of its testcode blocks. `siblings`: the directory
+    starts as a copy of the script's own directory."""
     with tempfile.TemporaryDirectory(prefix="conformance-") as cwd:
+        if siblings:
+            shutil.copytree(script.parent, cwd, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "SKIP.txt"))
         if script.suffix == ".rst":
             target = Path(cwd) / (script.stem.replace("-", "_") + "_rst.py")
             target.write_text(rst_testcode(script.read_text()))
@@ -143,7 +174,7 @@ def run_one(python: str, script: Path, env: dict[str, str], timeout_s: float) ->
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
-            _kill_group(proc)
+            _kill_tree(proc)
             proc.wait()
             seconds = time.monotonic() - start
             out.seek(0)
@@ -174,6 +205,25 @@ def stop_raylite(python: str, env: dict[str, str]) -> None:
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60, check=False)
 
 
+def find_examples(directory: Path, recursive: bool) -> list[Path]:
+    """The examples of `directory` (subdirectories too when `recursive`), helpers (`_*`) left out."""
+    pattern = "**/*" if recursive else "*"
+    found = [*directory.glob(pattern + ".py"), *directory.glob(pattern + ".rst")]
+    return sorted(p for p in found if not p.name.startswith("_") and "__pycache__" not in p.parts)
+
+
+def named_directory(arg: str) -> tuple[str, Path]:
+    """`NAME=DIR` or `DIR` (named by its last component)."""
+    name, sep, path = arg.partition("=")
+    if sep and name and "/" not in name:
+        return name, Path(path)
+    return Path(arg).name, Path(arg)
+
+
+def file_sha(path: Path) -> str:
+    return hashlib.sha1(path.read_bytes()).hexdigest()
+
+
 def read_skips(directory: Path) -> dict[str, str]:
     skips: dict[str, str] = {}
     path = directory / "SKIP.txt"
@@ -189,8 +239,13 @@ def _load_previous(path: Path | None) -> dict[tuple[str, str], Verdict]:
     if path is None or not path.exists():
         return {}
     out: dict[tuple[str, str], Verdict] = {}
-    for item in json.loads(path.read_text()):
-        v = Verdict(library=item["library"], name=item["name"], skipped=item.get("skipped", ""))
+    items = json.loads(path.read_text())
+    if not isinstance(items, list):
+        raise SystemExit(f"{path} is not a results file of this runner (a JSON list of verdicts); "
+                         "pass another --results file, or run without --reuse-ray")
+    for item in items:
+        v = Verdict(library=item["library"], name=item["name"], sha=item.get("sha", ""),
+                    skipped=item.get("skipped", ""))
         if item.get("ray"):
             v.ray = Run(**item["ray"])
         if item.get("raylite"):
@@ -229,8 +284,8 @@ def summarize(verdicts: list[Verdict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("directories", nargs="+", type=Path,
-                        help="directories of examples; each directory's name is its library")
+    parser.add_argument("directories", nargs="+",
+                        help="directories of examples, `DIR` (named by its last component) or `NAME=DIR`")
     parser.add_argument("--ray-python", default="/opt/rayvenv/bin/python")
     parser.add_argument("--raylite-python", default=sys.executable)
     parser.add_argument("--raylite-root", type=Path, default=REPO,
@@ -241,6 +296,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="take Ray's verdicts from --results instead of running Ray again")
     parser.add_argument("--only", nargs="*", default=None, help="run only these example names")
     parser.add_argument("--shim-dir", type=Path, help="where to write the `ray` alias (default: a temp dir)")
+    parser.add_argument("--recursive", action="store_true",
+                        help="take examples from subdirectories too (named by their relative path)")
+    parser.add_argument("--siblings", action="store_true",
+                        help="start each example's working directory as a copy of the example's own "
+                             "directory (examples that import or read sibling files)")
     args = parser.parse_args(argv)
 
     shim = write_shim(args.shim_dir or Path(tempfile.mkdtemp(prefix="ray-shim-")),
@@ -251,34 +311,36 @@ def main(argv: list[str] | None = None) -> int:
     else:
         kept = {}
     verdicts: list[Verdict] = []
-    for directory in args.directories:
-        library = directory.name
+    for arg in args.directories:
+        library, directory = named_directory(arg)
         skips = read_skips(directory)
-        for script in sorted([*directory.glob("*.py"), *directory.glob("*.rst")]):
-            key = (library, script.name)
-            if args.only is not None and script.name not in args.only and script.stem not in args.only:
+        for script in find_examples(directory, args.recursive):
+            name = str(script.relative_to(directory))
+            key = (library, name)
+            if args.only is not None and not {name, script.name, script.stem} & set(args.only):
                 if key in kept:
                     verdicts.append(kept[key])
                 continue
-            v = Verdict(library=library, name=script.name, skipped=skips.get(script.name, ""))
+            v = Verdict(library=library, name=name, sha=file_sha(script), skipped=skips.get(name, ""))
             verdicts.append(v)
             if v.skipped:
                 continue
-            if key in previous and previous[key].ray is not None:
-                v.ray = previous[key].ray
+            before = previous.get(key)
+            if before is not None and before.ray is not None and before.sha in ("", v.sha):
+                v.ray = before.ray
             else:
-                v.ray = run_one(args.ray_python, script, ray_env(args.ray_python), args.timeout)
+                v.ray = run_one(args.ray_python, script, ray_env(args.ray_python), args.timeout, args.siblings)
             if not v.ray.ok:
-                print(f"[ray fails ] {library}/{script.name}", flush=True)
+                print(f"[ray fails ] {library}/{name}", flush=True)
                 continue
             temp_dir = Path(tempfile.mkdtemp(prefix="raylite-conf-"))
             env = raylite_env(shim, args.raylite_root, temp_dir)
-            v.raylite = run_one(args.raylite_python, script, env, args.timeout)
+            v.raylite = run_one(args.raylite_python, script, env, args.timeout, args.siblings)
             stop_raylite(args.raylite_python, env)
             if v.raylite.ok:
                 shutil.rmtree(temp_dir, ignore_errors=True)
             state = "pass" if v.raylite.ok else "FAIL"
-            print(f"[{state:10}] {library}/{script.name} (ray {v.ray.seconds}s, "
+            print(f"[{state:10}] {library}/{name} (ray {v.ray.seconds}s, "
                   f"raylite {v.raylite.seconds}s)", flush=True)
     if args.results:
         args.results.write_text(json.dumps([asdict(v) for v in verdicts], indent=1))

@@ -234,10 +234,11 @@ class GraphHost:
     itself when the runner ends (teardown, or a broken graph).
     """
 
-    def __init__(self, token: str, host_ip: str, pid: int) -> None:
+    def __init__(self, token: str, host_ip: str, pid: int, socket_dir: str | None = None) -> None:
         self.token = token
         self.host_ip = host_ip
         self.pid = pid
+        self.socket_dir = socket_dir  # the session's private sockets directory (the listener's Unix socket)
         self._lock = threading.Lock()
         self._graph = ""
         self._listener: C.ChannelListener | None = None
@@ -249,7 +250,7 @@ class GraphHost:
                 raise ValueError(f"Actor {actor_name} already takes part in a compiled graph; an actor "
                                  "can run one at a time. Call teardown() on that graph first.")
             self._graph = graph_id
-            self._listener = C.ChannelListener(self.token, self.host_ip)
+            self._listener = C.ChannelListener(self.token, self.host_ip, socket_dir=self.socket_dir)
             return {**self._listener.address(), "name": actor_name}
 
     def start(self, plan: dict, actor: Any, actor_loop: Any) -> bool:

@@ -7,10 +7,13 @@ both ways. A frame is a small header `(payload length, channel id, status)` foll
 payload, so several logical channels share one connection and a reader can ask for one
 channel while frames of others are set aside (`Endpoint.recv`).
 
-Security: a listener binds a Unix socket in the abstract namespace (same node) and a TCP
-socket on the node's address (other nodes). Before it decodes or buffers anything from a
-peer, the peer must send the cluster token, compared in constant time; a peer that does not
-within `HANDSHAKE_TIMEOUT_S` is dropped. Frames are bounded by `MAX_FRAME_BYTES`.
+Security: a listener binds a Unix socket (a file of mode 0600 in the session's private
+sockets directory: same node) and a TCP socket on the node's address (other nodes; TLS when
+the cluster uses TLS). Before it decodes or buffers anything from a peer, the peer must send
+the cluster token, compared in constant time, then its id (at most `MAX_PEER_ID_BYTES`); one
+thread runs every pending handshake, a peer that does not finish within the cluster's
+`handshake_timeout_s` is dropped, and at most `max_pending_handshakes` are held at once.
+Frames of an authenticated peer are bounded by `MAX_FRAME_BYTES`.
 
 Blocking, thread-based I/O on purpose: the sender and receiver of a compiled graph each have a
 thread that does nothing else, and a blocking `recv` wakes with one system call, which is
@@ -22,18 +25,28 @@ from __future__ import annotations
 import collections
 import contextlib
 import hmac
+import logging
 import os
 import selectors
 import socket
+import ssl
 import struct
+import tempfile
 import threading
 import time
 from typing import Any
 
+from raylite._core.config import get_config
+from raylite._core.transport.gate import HandshakeGate
+from raylite._core.transport.rpc import tls_contexts
+
+log = logging.getLogger("raylite.channels")
+
 HEADER = struct.Struct("!IIB")  # payload length, channel id, status
 HELLO = struct.Struct("!H")  # length of the peer id that follows the token
-HANDSHAKE_TIMEOUT_S = 5.0
-MAX_FRAME_BYTES = 1 << 31
+MAX_PEER_ID_BYTES = 4096
+MAX_FRAME_BYTES = 1 << 31  # an authenticated peer's frame (a compiled graph's value)
+LISTEN_BACKLOG = 1024
 
 # frame statuses
 OK = 0  # a value
@@ -93,7 +106,7 @@ class Endpoint:
         """Write what the socket takes now (the socket is in non-blocking mode)."""
         try:
             sent = self.sock.send(self._pending)
-        except BlockingIOError:
+        except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
             return
         except OSError as e:
             raise ChannelClosedError(f"channel to {self.peer} is closed: {e}") from e
@@ -117,7 +130,7 @@ class Endpoint:
         """Read what is there (blocking sockets wait for some). False: nothing now."""
         try:
             data = self.sock.recv(1 << 20)
-        except BlockingIOError:
+        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return False
         except OSError as e:
             raise ChannelClosedError(f"channel from {self.peer} broke: {e}") from e
@@ -153,79 +166,197 @@ class Endpoint:
             self.sock.close()
 
 
-def _recv_exact(sock: socket.socket, n: int, deadline: float) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        sock.settimeout(max(0.01, deadline - time.monotonic()))
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ChannelClosedError("peer closed during the handshake")
-        out += chunk
-    return bytes(out)
+class _Handshake:
+    """A connection that has not presented the token and its id yet (owned by the accept thread).
+
+    `need` is how many bytes of the hello to read in all: the token first; then the token, the
+    length of the id and the id. Exactly that many are read, never more, so a frame the peer
+    sends right behind its hello stays in the socket for its Endpoint."""
+
+    __slots__ = ("sock", "fd", "deadline", "buf", "need", "tls_done", "events")
+
+    def __init__(self, sock: socket.socket, deadline: float, need: int, tls_done: bool) -> None:
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.deadline = deadline
+        self.buf = bytearray()
+        self.need = need
+        self.tls_done = tls_done
+        self.events = selectors.EVENT_READ
 
 
 class ChannelListener:
     """Accepts authenticated connections from the peers of one compiled graph.
 
     Each peer sends the cluster token, then its id; `wait_peer(id)` gives its Endpoint.
+
+    One thread accepts and runs every handshake non-blocking under a selector (TLS included on
+    TCP), so a stranger costs no thread; at most `max_pending_handshakes` strangers are held
+    (the oldest goes first, see transport/gate.py), each for at most `handshake_timeout_s`
+    (the cluster's settings). The Unix socket is a file of mode 0600 in `socket_dir` (the
+    session's private sockets directory; a fresh private temporary directory without one).
     """
 
-    def __init__(self, token: str, host: str) -> None:
+    def __init__(self, token: str, host: str, *, socket_dir: str | None = None,
+                 ssl_context: ssl.SSLContext | None | bool = True) -> None:
+        cfg = get_config()
         self._token = token.encode()
+        self._timeout_s = cfg.handshake_timeout_s
+        self._tls = tls_contexts()[0] if ssl_context is True else (ssl_context or None)
         self._peers: dict[str, Endpoint] = {}
         self._cond = threading.Condition()
         self._closed = False
+        self._own_dir = socket_dir is None
+        directory = tempfile.mkdtemp(prefix="raylite-ch-") if socket_dir is None else socket_dir
+        self._unix_path = os.path.join(directory, f"ch-{os.urandom(6).hex()}")
         self._unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._unix_name = f"\0raylite-channel-{os.getpid()}-{os.urandom(8).hex()}"
-        self._unix.bind(self._unix_name)
-        self._unix.listen(64)
-        self._tcp = socket.create_server((host, 0), backlog=64)
+        self._unix.bind(self._unix_path)
+        os.chmod(self._unix_path, 0o600)
+        self._unix.listen(LISTEN_BACKLOG)
+        self._tcp = socket.create_server((host, 0), backlog=LISTEN_BACKLOG)
         self._host = host
+        self.gate = HandshakeGate(f"compiled-graph channel listener {host}:{self._tcp.getsockname()[1]}",
+                                  cfg.max_pending_handshakes)
+        self._pending: dict[int, _Handshake] = {}  # fd -> state, in accept order
         self._sel = selectors.DefaultSelector()
-        self._sel.register(self._unix, selectors.EVENT_READ)
-        self._sel.register(self._tcp, selectors.EVENT_READ)
+        for server in (self._unix, self._tcp):
+            server.setblocking(False)
+            self._sel.register(server, selectors.EVENT_READ, server)
         self._wake_r, self._wake_w = socket.socketpair()
-        self._sel.register(self._wake_r, selectors.EVENT_READ)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
         self._thread = threading.Thread(target=self._accept_loop, name="raylite-channel-accept",
                                         daemon=True)
         self._thread.start()
 
     def address(self) -> dict[str, Any]:
-        return {"unix": self._unix_name, "host": self._host, "port": self._tcp.getsockname()[1],
+        return {"unix": self._unix_path, "host": self._host, "port": self._tcp.getsockname()[1],
                 "hostname": socket.gethostname()}
 
+    # ------------------------------------------------------------------ the accept thread
     def _accept_loop(self) -> None:
-        while not self._closed:
-            for key, _ in self._sel.select():
-                if key.fileobj is self._wake_r:
-                    return
-                try:
-                    sock, _addr = key.fileobj.accept()  # type: ignore[union-attr]
-                except OSError:
-                    continue
-                threading.Thread(target=self._handshake, args=(sock,), daemon=True,
-                                 name="raylite-channel-handshake").start()
-
-    def _handshake(self, sock: socket.socket) -> None:
-        deadline = time.monotonic() + HANDSHAKE_TIMEOUT_S
         try:
-            token = _recv_exact(sock, len(self._token), deadline)
-            if not hmac.compare_digest(token, self._token):
-                raise PermissionError("bad cluster token")
-            (size,) = HELLO.unpack(_recv_exact(sock, HELLO.size, deadline))
-            peer = _recv_exact(sock, size, deadline).decode()
-            sock.settimeout(None)
-        except (OSError, ValueError, PermissionError, ChannelClosedError):
-            with contextlib.suppress(OSError):
-                sock.close()
+            while not self._closed:
+                wait = None
+                if self._pending:  # in accept order: the first one expires first
+                    wait = max(0.0, next(iter(self._pending.values())).deadline - time.monotonic())
+                for key, _ in self._sel.select(wait):
+                    if key.data == "wake":
+                        return
+                    if isinstance(key.data, _Handshake):
+                        self._advance(key.data)
+                    else:
+                        self._accept(key.data)
+                self._expire()
+        finally:
+            for h in list(self._pending.values()):
+                self._drop(h)
+            self._sel.close()
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                sock, _addr = server.accept()
+            except OSError:  # nothing more now (BlockingIOError), or the listener is closing
+                return
+            sock.setblocking(False)
+            tls_done = self._tls is None or server is self._unix
+            if not tls_done:
+                try:
+                    sock = self._tls.wrap_socket(sock, server_side=True,  # type: ignore[union-attr]
+                                                 do_handshake_on_connect=False)
+                except (OSError, ValueError):
+                    sock.close()
+                    continue
+            h = _Handshake(sock, time.monotonic() + self._timeout_s, len(self._token), tls_done)
+            oldest = self.gate.admit(h)
+            if oldest is not None:  # full: the oldest stranger goes
+                self._drop(oldest)  # type: ignore[arg-type]
+            self._pending[h.fd] = h
+            self._sel.register(sock, selectors.EVENT_READ, h)
+            self._advance(h)
+
+    def _advance(self, h: _Handshake) -> None:
+        """Move one handshake on as far as the bytes that arrived allow."""
+        if not self._token:  # a listener without a token admits no one
+            return self._drop(h)
+        try:
+            if not h.tls_done:
+                h.sock.do_handshake()  # type: ignore[attr-defined]
+                h.tls_done = True
+            while len(h.buf) < h.need:
+                chunk = h.sock.recv(h.need - len(h.buf))
+                if not chunk:
+                    return self._drop(h)
+                h.buf += chunk
+                if not self._check(h):
+                    return self._drop(h)
+        except ssl.SSLWantReadError:
+            return self._wait_for(h, selectors.EVENT_READ)
+        except ssl.SSLWantWriteError:
+            return self._wait_for(h, selectors.EVENT_WRITE)
+        except (BlockingIOError, InterruptedError):
+            return self._wait_for(h, selectors.EVENT_READ)
+        except (OSError, ValueError):
+            return self._drop(h)
+        self._forget(h)
+        peer = bytes(h.buf[len(self._token) + HELLO.size:]).decode(errors="replace")
+        try:
+            h.sock.setblocking(True)
+        except OSError:
+            h.sock.close()
             return
         with self._cond:
             if self._closed:
-                sock.close()
+                h.sock.close()
                 return
-            self._peers[peer] = Endpoint(sock, peer)
+            self._peers[peer] = Endpoint(h.sock, peer)
             self._cond.notify_all()
 
+    def _check(self, h: _Handshake) -> bool:
+        """After each read: is what arrived so far acceptable? Grows `need` past the token."""
+        n = len(self._token)
+        if len(h.buf) == n and h.need == n:
+            if not hmac.compare_digest(bytes(h.buf), self._token):
+                return False
+            h.need = n + HELLO.size
+        elif len(h.buf) == n + HELLO.size and h.need == n + HELLO.size:
+            (size,) = HELLO.unpack_from(h.buf, n)
+            if not 0 < size <= MAX_PEER_ID_BYTES:
+                return False
+            h.need += size
+        return True
+
+    def _wait_for(self, h: _Handshake, events: int) -> None:
+        if events != h.events:
+            h.events = events
+            self._sel.modify(h.sock, events, h)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        late = []
+        for h in self._pending.values():
+            if h.deadline > now:
+                break
+            late.append(h)
+        for h in late:
+            log.info("compiled-graph channel: closing a connection that did not present the token within %ss",
+                     self._timeout_s)
+            self._drop(h)
+
+    def _forget(self, h: _Handshake) -> None:
+        """Out of the handshake: unregister and free the gate slot (the socket stays open)."""
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self._sel.unregister(h.sock)
+        if self._pending.get(h.fd) is h:
+            del self._pending[h.fd]
+        self.gate.release(h)
+
+    def _drop(self, h: _Handshake) -> None:
+        self._forget(h)
+        with contextlib.suppress(OSError):
+            h.sock.close()
+
+    # ------------------------------------------------------------------ the graph's side
     def wait_peer(self, peer: str, timeout_s: float) -> Endpoint:
         deadline = time.monotonic() + timeout_s
         with self._cond:
@@ -238,6 +369,8 @@ class ChannelListener:
 
     def close(self) -> None:
         with self._cond:
+            if self._closed:
+                return
             self._closed = True
             peers = list(self._peers.values())
             self._cond.notify_all()
@@ -247,13 +380,21 @@ class ChannelListener:
         for sock in (self._unix, self._tcp, self._wake_r, self._wake_w):
             with contextlib.suppress(OSError):
                 sock.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self._unix_path)
+        if self._own_dir:
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.dirname(self._unix_path))
         for ep in peers:
             ep.close()
 
 
-def connect(address: dict[str, Any], token: str, me: str, timeout_s: float = 30.0) -> Endpoint:
-    """Connect to a listener: its Unix socket when it is on this machine (and in this network
-    namespace), else its TCP port."""
+def connect(address: dict[str, Any], token: str, me: str, timeout_s: float = 30.0, *,
+            ssl_context: ssl.SSLContext | None | bool = True) -> Endpoint:
+    """Connect to a listener: its Unix socket when it is on this machine (and the socket file is
+    reachable here), else its TCP port, over TLS when the cluster uses TLS (`ssl_context` True:
+    the cluster's client context; None: plain)."""
+    tls = tls_contexts()[1] if ssl_context is True else (ssl_context or None)
     targets: list[tuple[int, Any]] = []
     if address.get("hostname") == socket.gethostname():
         targets.append((socket.AF_UNIX, address["unix"]))
@@ -265,6 +406,8 @@ def connect(address: dict[str, Any], token: str, me: str, timeout_s: float = 30.
         sock.settimeout(timeout_s)
         try:
             sock.connect(target)
+            if tls is not None and family != socket.AF_UNIX:
+                sock = tls.wrap_socket(sock, server_hostname=None)
             ident = me.encode()
             sock.sendall(token.encode() + HELLO.pack(len(ident)) + ident)
         except OSError as e:

@@ -365,7 +365,8 @@ class Worker:
     # ------------------------------------------------------------ compiled graphs
     def _graph_host(self) -> GraphHost:
         if self.cgraph is None:
-            self.cgraph = GraphHost(self.client.token, self.client.node_ip, os.getpid())
+            self.cgraph = GraphHost(self.client.token, self.client.node_ip, os.getpid(),
+                                    os.path.join(self.client.session_dir, "sockets"))
         return self.cgraph
 
     def _cgraph_open(self, graph_id: str) -> dict:

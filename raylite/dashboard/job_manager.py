@@ -43,6 +43,8 @@ _LOG_TAIL_CHARS = 20000
 MAX_RUNTIME_ENV_BYTES = 256 * 1024
 MAX_METADATA_BYTES = 16 * 1024
 MAX_ENTRYPOINT_BYTES = 128 * 1024  # exec limits one argument (`sh -c <entrypoint>`) to 128 KiB
+# a submission's JSON body: room for all three above, JSON escaping included; read no further
+MAX_SUBMIT_BODY_BYTES = 2 * 1024 * 1024
 
 
 class JobError(Exception):

@@ -68,6 +68,40 @@ def test_oversized_runtime_env_metadata_or_entrypoint_is_refused_at_submit(api):
     assert r.status_code == 400 and "unknown field" in r.text, r.text
 
 
+def _raw_request(api, head: bytes, body: bytes = b"", timeout_s: float = 20.0) -> bytes:
+    """Send a request head (and some body) on a raw socket; what the server answers before the
+    timeout (the status line is all the tests need)."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(api.url)
+    with socket.create_connection((url.hostname, url.port), timeout=timeout_s) as s:
+        s.sendall(head.replace(b"TOKEN", api.token.encode()) + body)
+        try:
+            return s.recv(4096)
+        except TimeoutError:
+            return b"(no answer)"
+
+
+@pytest.mark.parametrize("path, method", [("/api/jobs/", b"POST"), ("/api/packages/gcs/_ray_pkg_big.zip", b"PUT")])
+def test_a_declared_oversized_body_is_refused_before_it_is_read(api, path, method):
+    """An authenticated client announcing 600 MiB gets 413 at once: the server does not wait
+    for (or buffer) the body before it checks the size."""
+    head = (method + b" " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer TOKEN\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 629145600\r\n\r\n")
+    answer = _raw_request(api, head, b"{")
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+
+
+def test_a_chunked_submission_is_cut_off_at_its_limit(api):
+    head = (b"POST /api/jobs/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer TOKEN\r\n"
+            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+    chunk = b"x" * (1 << 20)
+    body = b"".join(b"%x\r\n" % len(chunk) + chunk + b"\r\n" for _ in range(3))  # 3 MiB, never ended
+    answer = _raw_request(api, head, body)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+
+
 def test_listing_stays_small_when_a_job_carries_a_large_runtime_env(api):
     c = api.client()
     env = {"env_vars": {"BULKY": "b" * 100_000}}

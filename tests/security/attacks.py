@@ -186,9 +186,12 @@ def flood_prefix(target: Target, n: int, length: int = 0xFFFFFFFF, data_bytes: i
     close_all(socks)
 
 
-def refused(target: Target, sock: socket.socket, timeout_s: float = 3.0) -> bool:
-    """Was what `sock` sent refused? Binary listeners must close the connection; an HTTP listener
-    (`target.extra["http"]`) must answer 4xx (or close). Closes `sock`."""
+def refused(target: Target, sock: socket.socket, timeout_s: float | None = None) -> bool:
+    """Was what `sock` sent refused? Binary listeners must close the connection (at once, or at
+    the handshake deadline when what was sent is shorter than the hello they wait for); an HTTP
+    listener (`target.extra["http"]`) must answer 4xx (or close). Closes `sock`."""
+    if timeout_s is None:
+        timeout_s = target.handshake_timeout_s + 3
     if not target.extra.get("http"):
         return closed_within(sock, timeout_s)
     data = _status_line(sock, timeout_s)

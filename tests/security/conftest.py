@@ -1,7 +1,10 @@
 """One real cluster for the security battery: a head started as `raylite start --head` does (head
-RPC, node RPC and object transfer on TCP, the API server), this process as its driver, and Serve
-with one deployment (its replica's TCP port and Unix socket). Each listener is a `Target`
-(attacks.py). Handshakes time out after 2 s here, so the half-sent-frame checks stay short."""
+RPC and node RPC on TCP and on their Unix sockets, object transfer, the API server), this
+process as its driver, an actor (its worker's RPC port, and a compiled-graph channel listener
+opened in it as a compiled graph opens one), and Serve with one deployment (its replica's TCP
+port and Unix socket, the HTTP proxy, and the proxy socket holder's and the proxy's Unix
+sockets). Each listener is a `Target` (attacks.py). Handshakes time out after 2 s here, and so
+do the HTTP proxy's header and keep-alive timeouts, so the half-sent-frame checks stay short."""
 
 from __future__ import annotations
 
@@ -54,6 +57,17 @@ def serve_hello(token: bytes) -> bytes:
     return struct.pack("!I", len(data)) + data
 
 
+def channel_hello(token: bytes) -> bytes:
+    from raylite._core import channels
+
+    return token + channels.HELLO.pack(len(b"driver")) + b"driver"
+
+
+def no_hello(token: bytes) -> bytes:
+    """Listeners that take no token (the proxy socket share checks the peer's uid instead)."""
+    return b""
+
+
 def http_hello(token: bytes) -> bytes:
     return (b"GET /api/version HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token + b"\r\n\r\n")
 
@@ -78,6 +92,39 @@ def bulk_served(address: str, token: str) -> bool:
         return client.pull(os.urandom(20), os.path.join(tempfile.gettempdir(), "unused")) is None
     finally:
         client.close()
+
+
+def channel_served(probe, address: dict, token: str) -> bool:
+    """An authenticated channel connection, one frame each way through the listener's process."""
+    from raylite._core import channels
+
+    peer = f"probe-{os.urandom(4).hex()}"
+    ep = channels.connect(address, token, peer, timeout_s=10)
+    try:
+        echoed = probe.echo_once.remote(peer)
+        ep.send(1, channels.OK, b"ping")
+        assert ep.recv(1) == (channels.OK, b"gnip")
+        import raylite
+
+        return raylite.get(echoed, timeout=30)
+    finally:
+        ep.close()
+
+
+def share_served(path: str, port: int) -> bool:
+    from raylite.serve._internal.proxy_socket import fetch_socket
+
+    sock = fetch_socket(path)
+    try:
+        return sock is not None and sock.getsockname()[1] == port
+    finally:
+        if sock is not None:
+            sock.close()
+
+
+def proxy_served(port: int) -> bool:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/sec", timeout=10) as r:
+        return r.status == 200 and r.read().startswith(b"echo:")
 
 
 def http_served(url: str, token: str) -> bool:
@@ -129,7 +176,9 @@ def secure_cluster():
                             include_dashboard=True, dashboard_port=free_port())
         token = open(os.path.join(head.session_dir, "token")).read().strip()
         raylite.init(address=head.address)
-        serve.start(http_options={"host": "127.0.0.1", "port": free_port()})
+        serve.start(http_options={"host": "127.0.0.1", "port": free_port(),
+                                  "header_read_timeout_s": HANDSHAKE_TIMEOUT_S,
+                                  "keep_alive_timeout_s": HANDSHAKE_TIMEOUT_S})
 
         @serve.deployment
         class Echo:
@@ -142,8 +191,14 @@ def secure_cluster():
 
         replica = serve_client.state().routers[("sec", "Echo")].replicas[0]
         nodes = _nodes(head.address, token)
+        node_id = nodes[0]["node_id"].hex()
+        holder = raylite.get(raylite.get_actor(f"SERVE_PROXY_SOCKET::{node_id}", namespace="serve").ready.remote())
+        proxy = raylite.get(raylite.get_actor(f"SERVE_PROXY::{node_id}", namespace="serve").ready.remote())
+        assert holder["ok"] and proxy["ok"], (holder, proxy)
+        probe = raylite.remote(num_cpus=0)(_Probe).remote()
         yield {"head": head, "token": token, "config": cfg, "nodes": nodes, "replica": replica,
-               "handle": handle, "dashboard_url": head.dashboard_url}
+               "handle": handle, "dashboard_url": head.dashboard_url, "holder": holder, "proxy": proxy,
+               "probe": probe, "probe_info": raylite.get(probe.where.remote())}
     finally:
         with contextlib.suppress(Exception):
             serve.shutdown()
@@ -161,6 +216,31 @@ def secure_cluster():
                 shutil.rmtree(path, ignore_errors=True)
         mp.undo()
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+class _Probe:
+    """An actor: its worker's RPC listener, and a compiled-graph channel listener opened the
+    way a compiled graph opens one on its actors (raylite._core.cgraph_runner.GraphHost)."""
+
+    def __init__(self) -> None:
+        from raylite._core import runtime
+        from raylite._core.cgraph_runner import GraphHost
+
+        client = runtime.client()
+        self.host = GraphHost(client.token, client.node_ip, os.getpid(),
+                              os.path.join(client.session_dir, "sockets"))
+        self.channel = self.host.open("battery", "Probe")
+        self.rpc = client.address
+
+    def where(self) -> dict:
+        return {"pid": os.getpid(), "rpc": self.rpc, "channel": self.channel}
+
+    def echo_once(self, peer: str) -> bool:
+
+        ep = self.host._listener.wait_peer(peer, 10)  # type: ignore[union-attr]
+        status, payload = ep.recv(1)
+        ep.send(1, status, payload[::-1])
+        return True
 
 
 def _nodes(address: str, token: str) -> list[dict]:
@@ -216,4 +296,36 @@ def build_targets(c: dict) -> dict[str, Target]:
         "api-http": Target("API/dashboard HTTP", (dh, int(dp)), 0, http_hello,
                            lambda: http_served(c["dashboard_url"], token), t, extra={"http": True}),
     }
+    head_unix = os.path.join(head.session_dir, "sockets", "head")
+    node_unix = node["local_address"].split("://", 1)[-1]
+    info, probe = c["probe_info"], c["probe"]
+    worker_rpc = info["rpc"].split("://", 1)[1]
+    wh, wp = worker_rpc.rsplit(":", 1)
+    chan = info["channel"]
+    chan_tcp = {**chan, "hostname": "another-machine"}  # as a node elsewhere reaches it: TCP
+    holder, proxy = c["holder"], c["proxy"]
+    proxy_share = holder["path"][:-len(".h")] + ".p"
+    no_token = "takes no token: the peer's uid is checked (test_proxy_socket.py)"
+    public = "public by design: no token (its limits: test_serve_proxy.py)"
+    targets.update({
+        "head-rpc-unix": Target("head RPC Unix socket", head_unix, head.pid, core_hello,
+                                lambda: core_served("unix://" + head_unix, token), t),
+        "node-rpc-unix": Target("node RPC Unix socket", node_unix, head.pid, core_hello,
+                                lambda: core_served("unix://" + node_unix, token), t),
+        "worker-rpc": Target("worker RPC", (wh, int(wp)), info["pid"], core_hello,
+                             lambda: core_served(worker_rpc, token), t),
+        "channel-tcp": Target("compiled-graph channel TCP", (chan["host"], chan["port"]), info["pid"],
+                              channel_hello, lambda: channel_served(probe, chan_tcp, token), t),
+        "channel-unix": Target("compiled-graph channel Unix socket", chan["unix"], info["pid"], channel_hello,
+                               lambda: channel_served(probe, chan, token), t),
+        "serve-http-proxy": Target("Serve HTTP proxy", ("127.0.0.1", proxy["port"]), proxy["pid"], http_hello,
+                                   lambda: proxy_served(proxy["port"]), t,
+                                   extra={"http": True, "no_token": public}),
+        "serve-socket-holder": Target("Serve proxy socket holder", holder["path"], holder["pid"], no_hello,
+                                      lambda: share_served(holder["path"], holder["port"]), t,
+                                      extra={"no_token": no_token}),
+        "serve-proxy-share": Target("Serve proxy's socket share", proxy_share, proxy["pid"], no_hello,
+                                    lambda: share_served(proxy_share, holder["port"]), t,
+                                    extra={"no_token": no_token}),
+    })
     return targets

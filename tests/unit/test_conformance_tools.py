@@ -3,6 +3,7 @@ bench/docstring_examples.py (the conformance suite's own tooling, without Ray)."
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -88,3 +89,48 @@ def test_docstring_examples_are_written_per_docstring(tmp_path):
     assert sorted(p.name for p in written) == ["mod__C.m.py", "mod__f.py"]
     assert (tmp_path / "out" / "mod__f.py").read_text() == "a = 2\na * 3\n"
     assert (tmp_path / "out" / "mod__C.m.py").read_text() == 'print("hi")\n'
+
+
+def test_examples_of_subdirectories_run_beside_their_siblings(tmp_path):
+    """Serve's examples import a sibling module: `--siblings` copies the example's directory into
+    its fresh working directory; `--recursive` finds examples in subdirectories; `_` files are helpers."""
+    (tmp_path / "guide").mkdir()
+    (tmp_path / "guide" / "helper_mod.py").write_text("VALUE = 7\n")
+    (tmp_path / "guide" / "uses_sibling.py").write_text(
+        "import os, helper_mod\nassert helper_mod.VALUE == 7\nopen('left_behind', 'w').close()\n")
+    (tmp_path / "_private.py").write_text("raise SystemExit(1)\n")
+    (tmp_path / "top.py").write_text("pass\n")
+    assert [p.name for p in conformance.find_examples(tmp_path, recursive=False)] == ["top.py"]
+    found = conformance.find_examples(tmp_path, recursive=True)
+    assert [str(p.relative_to(tmp_path)) for p in found] == ["guide/helper_mod.py", "guide/uses_sibling.py",
+                                                              "top.py"]
+    script = tmp_path / "guide" / "uses_sibling.py"
+    env = dict(os.environ)
+    assert conformance.run_one(sys.executable, script, env, 60, siblings=True).ok
+    alone = conformance.run_one(sys.executable, script, env, 60, siblings=False)
+    assert not alone.ok and "helper_mod" in alone.tail
+    assert not (tmp_path / "guide" / "left_behind").exists()  # the example's own directory is untouched
+
+
+def test_directories_are_named_and_ray_verdicts_reused_only_for_the_same_file(tmp_path):
+    assert conformance.named_directory("serve=/x/examples") == ("serve", Path("/x/examples"))
+    assert conformance.named_directory("/x/core") == ("core", Path("/x/core"))
+    examples = tmp_path / "lib"
+    examples.mkdir()
+    (examples / "a.py").write_text("pass\n")
+    results = tmp_path / "results.json"
+    fake_ray = tmp_path / "fake_ray_python"  # Ray's verdict must come from the file, never a run
+    fake_ray.write_text("#!/bin/sh\nexit 3\n")
+    fake_ray.chmod(0o755)
+    sha = conformance.file_sha(examples / "a.py")
+    run = {"ok": True, "returncode": 0, "seconds": 1.0, "timed_out": False, "tail": ""}
+    results.write_text(json.dumps([{"library": "lib", "name": "a.py", "sha": sha, "ray": run}]))
+    args = [str(examples), "--ray-python", str(fake_ray), "--results", str(results), "--reuse-ray",
+            "--shim-dir", str(tmp_path / "shim")]
+    conformance.main(args)
+    [v] = json.loads(results.read_text())
+    assert v["ray"]["ok"] and v["raylite"]["ok"]
+    (examples / "a.py").write_text("pass  # changed\n")
+    conformance.main(args)
+    [v] = json.loads(results.read_text())
+    assert not v["ray"]["ok"] and v["ray"]["returncode"] == 3 and v["raylite"] is None

@@ -25,8 +25,15 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from raylite._core import packaging
 from raylite._core import protocol as P
-from raylite.dashboard.job_manager import TERMINAL, JobError, JobManager, JobRecord
+from raylite.dashboard.job_manager import (
+    MAX_SUBMIT_BODY_BYTES,
+    TERMINAL,
+    JobError,
+    JobManager,
+    JobRecord,
+)
 
 MAX_LISTED_RUNTIME_ENV_BYTES = 8 * 1024
 
@@ -44,6 +51,22 @@ async def shutdown(ctx: Any) -> None:
     manager = ctx.extras.get("jobs")
     if manager is not None:
         await manager.shutdown()
+
+
+async def _body(request: Request, limit: int, what: str) -> bytes:
+    """The request's body, refused with 413 past `limit` bytes: by its Content-Length before a
+    byte of it is read, else (chunked) as soon as the count passes the limit."""
+    declared = request.headers.get("content-length", "")
+    too_big = JobError(f"{what} may be at most {limit / 2**20:.0f} MiB; this request's body is larger", 413)
+    if declared.isdigit() and int(declared) > limit:
+        raise too_big
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _error(e: JobError) -> PlainTextResponse:
@@ -106,7 +129,9 @@ def routes(ctx: Any) -> list:
 
     async def submit(request: Request) -> Response:
         try:
-            body = await request.json()
+            body = json.loads(await _body(request, MAX_SUBMIT_BODY_BYTES, "a job submission"))
+        except JobError as e:
+            return _error(e)
         except ValueError:
             return PlainTextResponse("the request body is not JSON; send a JobSubmitRequest object", 400)
         if not isinstance(body, dict):
@@ -176,7 +201,8 @@ def routes(ctx: Any) -> list:
 
     async def package_put(request: Request) -> Response:
         try:
-            await manager().store_package(request.path_params["name"], await request.body())
+            data = await _body(request, packaging.MAX_PACKAGE_BYTES, "a working_dir or py_modules package")
+            await manager().store_package(request.path_params["name"], data)
         except JobError as e:
             return _error(e)
         return PlainTextResponse("Successfully uploaded.")

@@ -21,9 +21,13 @@ import os
 import socket
 import struct
 import threading
+import time
 from typing import Any
 
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+# connections the share's socket queues before its thread accepts them: a burst of them must not
+# make a restarting proxy's connect fail (a Unix socket's connect fails at once when it is full)
+LISTEN_BACKLOG = 1024
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -51,8 +55,19 @@ def share_paths(socket_dir: str, token: str) -> tuple[str, str]:
     return os.path.join(socket_dir, f"listen-{token}.h"), os.path.join(socket_dir, f"listen-{token}.p")
 
 
+def peer_uid(conn: socket.socket) -> int:
+    """The user id of the process at the other end of a Unix socket (SO_PEERCRED: set by the
+    kernel when the peer connected, so the peer cannot forge it)."""
+    _pid, uid, _gid = _CRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))
+    return uid
+
+
 class SocketShare:
-    """Offers one listening socket's descriptor to same-user processes on a Unix socket path."""
+    """Offers one listening socket's descriptor to same-user processes on a Unix socket path.
+
+    Nothing is ever read from a peer: each connection is answered at once (the descriptor, or
+    a close for a peer of another user), so a peer that sends garbage, or nothing, holds no
+    memory and no thread."""
 
     def __init__(self, sock: socket.socket, path: str) -> None:
         self.sock = sock
@@ -62,29 +77,36 @@ class SocketShare:
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server.bind(path)
         os.chmod(path, 0o600)
-        self._server.listen(16)
+        self._server.listen(LISTEN_BACKLOG)
         self._closed = False
-        threading.Thread(target=self._serve, name="serve-socket-share", daemon=True).start()
+        self._thread = threading.Thread(target=self._serve, name="serve-socket-share", daemon=True)
+        self._thread.start()
 
     def _serve(self) -> None:
-        uid = os.getuid()
         while not self._closed:
             try:
                 conn, _ = self._server.accept()
             except OSError:
                 return
             with conn:
-                try:
-                    _pid, peer_uid, _gid = _CRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                                        _CRED.size))
-                    if peer_uid != uid:
-                        continue
-                    socket.send_fds(conn, [b"L"], [self.sock.fileno()])
-                except OSError:
-                    continue
+                self.offer(conn)
+
+    def offer(self, conn: socket.socket) -> bool:
+        """Send the listening socket to `conn` if its process runs as this user; True if sent."""
+        try:
+            if peer_uid(conn) != os.getuid():
+                return False
+            socket.send_fds(conn, [b"L"], [self.sock.fileno()])
+        except OSError:  # the peer left already
+            return False
+        return True
 
     def close(self) -> None:
         self._closed = True
+        try:  # wakes the thread blocked in accept() (a plain close would leave it blocked)
+            self._server.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         try:
             self._server.close()
         except OSError:
@@ -93,16 +115,25 @@ class SocketShare:
             os.unlink(self.path)
         except OSError:
             pass
+        self._thread.join(timeout=5)
 
 
 def fetch_socket(path: str, timeout_s: float = 2.0) -> socket.socket | None:
     """The listening socket offered at `path`, or None when nobody offers it there."""
     if not path or not os.path.exists(path):
         return None
+    deadline = time.monotonic() + timeout_s
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(timeout_s)
-            conn.connect(path)
+            while True:  # a full accept queue fails a Unix connect at once (EAGAIN): wait our turn
+                conn.settimeout(max(0.01, deadline - time.monotonic()))
+                try:
+                    conn.connect(path)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        return None
+                    time.sleep(0.005)
             _msg, fds, _flags, _addr = socket.recv_fds(conn, 4, 1)
     except OSError:
         return None
