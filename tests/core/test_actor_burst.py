@@ -21,16 +21,10 @@ def tiny_backlog():
         ray.shutdown()
     # 64 workers connecting at once to a queue of 2
     env = {"RAYLITE_LISTEN_BACKLOG": "2", "RAYLITE_WORKER_START_CONCURRENCY": "64"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with pytest.MonkeyPatch.context() as mp:  # set for the cluster's start only
+        for k, v in env.items():
+            mp.setenv(k, v)
         ray.init(num_cpus=2, include_dashboard=False)
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     yield ray
     ray.shutdown()
 

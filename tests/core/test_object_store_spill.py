@@ -24,16 +24,10 @@ def small_store():
     if ray.is_initialized():
         ray.shutdown()
     env = {"RAYLITE_OBJECT_SPILL_BYTES": str(SPILL), "RAYLITE_RECYCLED_SEGMENT_IDLE_S": "1"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with pytest.MonkeyPatch.context() as mp:  # set for the cluster's start only
+        for k, v in env.items():
+            mp.setenv(k, v)
         ray.init(num_cpus=2, object_store_memory=STORE)
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     yield ray
     ray.shutdown()
 
