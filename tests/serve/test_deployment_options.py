@@ -5,6 +5,8 @@ autoscaling policies fed by replicas' own metrics, and serve.status() in Ray's s
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 
 import httpx
@@ -150,14 +152,11 @@ def test_gangs_share_a_placement_group_and_restart_together(serve_instance):
         gang_size=2, gang_placement_strategy=GangPlacementStrategy.SPREAD))
     class Member:
         def __call__(self) -> tuple:
-            ctx = serve.get_replica_context()
-            g = ctx.gang_context
-            return g.gang_id, g.rank, g.world_size, tuple(g.member_replica_ids), ctx.replica_tag
-
-        def crash(self) -> None:
             import os
 
-            os._exit(1)
+            ctx = serve.get_replica_context()
+            g = ctx.gang_context
+            return g.gang_id, g.rank, g.world_size, tuple(g.member_replica_ids), ctx.replica_tag, os.getpid()
 
     with pytest.raises(ValueError, match="multiple of gang_size"):
         Member.options(num_replicas=3)
@@ -166,13 +165,13 @@ def test_gangs_share_a_placement_group_and_restart_together(serve_instance):
     def members() -> dict:
         seen: dict = {}
         for _ in range(40):
-            gang_id, rank, size, ids, tag = handle.remote().result()
-            seen[tag] = (gang_id, rank, size, ids)
+            gang_id, rank, size, ids, tag, pid = handle.remote().result()
+            seen[tag] = (gang_id, rank, size, ids, pid)
         return seen
 
     seen = wait_for(lambda: m if len(m := members()) == 4 else None, what="all four replicas answering")
     gangs: dict = {}
-    for tag, (gang_id, rank, size, ids) in seen.items():
+    for tag, (gang_id, rank, size, ids, _pid) in seen.items():
         assert size == 2 and ids[rank] == tag  # members listed by rank
         gangs.setdefault(gang_id, set()).add(tag)
     assert sorted(len(v) for v in gangs.values()) == [2, 2]
@@ -183,7 +182,7 @@ def test_gangs_share_a_placement_group_and_restart_together(serve_instance):
     # RESTART_GANG: one member dies -> its whole gang is replaced; the other gang keeps running
     victim_gang, victims = next(iter(gangs.items()))
     other_gang = next(g for g in gangs if g != victim_gang)
-    handle.crash.remote()  # lands on some member; find out which gang it was in afterwards
+    os.kill(seen[sorted(victims)[0]][4], signal.SIGKILL)
 
     def replaced() -> bool:
         running = {r["replica_id"] for r in raylite.get(get_controller().list_replicas.remote("gang", "Member"))
@@ -192,9 +191,7 @@ def test_gangs_share_a_placement_group_and_restart_together(serve_instance):
 
     wait_for(replaced, timeout_s=60, what="the crashed member's gang to be replaced")
     now = members()
-    survivors = set(seen) & set(now)
-    assert len(survivors) == 2 and {seen[t][0] for t in survivors} == (
-        {other_gang} if survivors & gangs[other_gang] else {victim_gang})  # the untouched gang stays whole
+    assert set(seen) & set(now) == gangs[other_gang]  # the untouched gang stays whole, the victim's is new
     names = {v["name"] for v in placement_group_table().values() if v["state"] == "CREATED"}
     assert len([n for n in names if n.startswith("SERVE_GANG::gang#")]) == 2  # the dead gang's group is gone
     serve.delete("gang")

@@ -11,6 +11,7 @@ import threading
 import time
 
 import httpx
+import pytest
 
 import raylite
 from raylite.serve._internal.client import get_controller
@@ -162,6 +163,46 @@ def test_killed_replica_fails_only_the_request_running_in_it(serve_instance):
     for status, text in failures:
         assert status == 500 and "died while running this request" in text, failures
     serve.delete("slow")
+
+
+def test_a_request_that_kills_its_replica_runs_at_most_twice(serve_instance, tmp_path):
+    """A fast handler is not acknowledged, so its request is resent when its replica dies -- but
+    only once, acknowledged: a request that kills every replica it reaches takes down two, not
+    the whole deployment, and then fails with an error saying so (HTTP and handle alike)."""
+    serve, url = serve_instance
+    runs = tmp_path / "runs"
+
+    @serve.deployment(num_replicas=3, ray_actor_options={"num_cpus": 0.1})
+    class Fragile:
+        def __call__(self, request) -> int:
+            if request.query_params.get("die"):
+                self.die()
+            return os.getpid()
+
+        def die(self) -> None:
+            with open(runs, "a") as f:
+                f.write(f"{os.getpid()}\n")
+            os._exit(1)
+
+    handle = serve.run(Fragile.bind(), name="fragile", route_prefix="/fragile")
+
+    def running() -> set:
+        return {r["pid"] for r in raylite.get(get_controller().list_replicas.remote("fragile", "Fragile"))
+                if r["state"] == "RUNNING"}
+
+    before = wait_for(lambda: p if len(p := running()) == 3 else None, what="three replicas")
+    r = httpx.get(f"{url}/fragile?die=1", timeout=60)
+    assert r.status_code == 500 and "died while running this request" in r.text, r.text
+    killed = runs.read_text().split()
+    assert len(killed) == 2 and len(set(killed)) == 2 and {int(p) for p in killed} <= before
+    assert httpx.get(f"{url}/fragile", timeout=60).status_code == 200  # the third replica serves on
+
+    wait_for(lambda: len(running()) == 3, timeout_s=60, what="replacements for the two dead replicas")
+    runs.unlink()
+    with pytest.raises(Exception, match="died while running this request"):
+        handle.die.remote().result()
+    assert len(runs.read_text().split()) == 2
+    serve.delete("fragile")
 
 
 def test_killed_controller_costs_no_request(serve_instance):

@@ -20,7 +20,17 @@ from raylite.serve._internal.proxy_socket import SocketShare, bind_socket, fetch
 from raylite.serve._internal.proxy_ws import WebSocketBridge
 from raylite.serve._internal.replica import start_loop_thread
 from raylite.serve._internal.router import ReplicaDiedError, cancel
-from raylite.serve._internal.wire import KIND_HTTP, R_CHUNK, R_END, R_ERR, R_OK, R_REJECT, R_START
+from raylite.serve._internal.wire import (
+    ACK_FIRST,
+    KIND_HTTP,
+    R_CHUNK,
+    R_END,
+    R_ERR,
+    R_LOST,
+    R_OK,
+    R_REJECT,
+    R_START,
+)
 from raylite.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
 _TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
@@ -106,7 +116,9 @@ class ProxyImpl:
         bridge = WebSocketBridge(self, req, self.state.router(app_name, dep), meta, payload, req.conn.body_limit)
         return bridge if bridge.start() else None
 
-    def _send(self, req: Any, router: Any, meta: tuple, payload: tuple, attempt: int) -> None:
+    def _send(self, req: Any, router: Any, meta: tuple, payload: tuple, attempt: int, kind: int = KIND_HTTP) -> None:
+        """Send `req` to a replica of `router`; resend it on R_REJECT/R_LOST (after R_LOST with
+        ACK_FIRST: a request that may have run gets one acknowledged run more, not four)."""
         def on_reply(code: int, data: Any, last: bool) -> None:
             if code == R_OK:
                 req.respond(*data)
@@ -116,13 +128,14 @@ class ProxyImpl:
                 req.start_stream(*data)
             elif code == R_END:
                 req.end_stream()
-            elif code == R_REJECT:
+            elif code == R_REJECT or code == R_LOST:
                 if attempt >= 4:
                     req.respond(503, _TEXT, (f"no replica of deployment {router.deployment_name!r} could take this "
                                              "request (they were shutting down or died before starting it); "
                                              "retry").encode())
                 elif not req.done:
-                    self._send(req, router, meta, payload, attempt + 1)
+                    self._send(req, router, meta, payload, attempt + 1,
+                               kind | ACK_FIRST if code == R_LOST else kind)
             elif req.streaming:
                 req.end_stream(ok=False)
             elif code == R_ERR:
@@ -132,7 +145,7 @@ class ProxyImpl:
                                          "this request (it had reached the deployment's code, so it was not sent "
                                          "to another replica); retry (Serve is starting a replacement)").encode())
 
-        sent = router.send_nowait(KIND_HTTP, meta, payload, on_reply, req.model_id)
+        sent = router.send_nowait(kind, meta, payload, on_reply, req.model_id)
         if sent is not None:
             conn, rid = sent
             req.cancel_cb = lambda: cancel(conn, rid)
@@ -143,18 +156,19 @@ class ProxyImpl:
             req.cancel_cb = lambda: cancel(conn, rid)
 
         try:
-            entry = router.queue_send(KIND_HTTP, meta, payload, on_reply, req.model_id, on_sent)
+            entry = router.queue_send(kind, meta, payload, on_reply, req.model_id, on_sent)
         except BackPressureError as e:
             return req.respond(*backpressure_reply(e))
         if entry is not None:
             req.cancel_cb = lambda: entry.__setitem__(6, True)
             return
-        task = self.loop.create_task(self._send_slow(req, router, meta, payload, on_reply))
+        task = self.loop.create_task(self._send_slow(req, router, kind, meta, payload, on_reply))
         req.cancel_cb = task.cancel
 
-    async def _send_slow(self, req: Any, router: Any, meta: tuple, payload: tuple, on_reply: Any) -> None:
+    async def _send_slow(self, req: Any, router: Any, kind: int, meta: tuple, payload: tuple,
+                         on_reply: Any) -> None:
         try:
-            conn, rid = await router.send(KIND_HTTP, meta, payload, on_reply, req.model_id)
+            conn, rid = await router.send(kind, meta, payload, on_reply, req.model_id)
         except BackPressureError as e:
             return req.respond(*backpressure_reply(e))
         except (DeploymentUnavailableError, ReplicaDiedError) as e:

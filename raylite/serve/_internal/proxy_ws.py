@@ -30,6 +30,7 @@ from raylite.serve._internal.wire import (
     R_CHUNK,
     R_CREDIT,
     R_END,
+    R_LOST,
     R_OK,
     R_REJECT,
     R_START,
@@ -130,14 +131,15 @@ class WebSocketBridge:
                 self._http_answer(*data)
             else:
                 self._close_client(1011, "")
-        elif code == R_REJECT and self.ws is None and self.attempt < 4 and not self.left:
-            self.attempt += 1  # the replica is shutting down (or died before taking it): another one
+        elif code in (R_REJECT, R_LOST) and self.ws is None and self.attempt < 4 and not self.left:
+            self.attempt += 1  # the replica is shutting down (or died before taking it: WebSockets are
+            # always acknowledged, so R_LOST means it never ran): another one
             self.sent = None
             self._send()
-        else:  # R_ERR, R_REJECT, or -1 (the replica died)
+        else:  # R_ERR, R_REJECT/R_LOST after 4 attempts, or -1 (the replica died)
             self.done = True
             if self.ws is None:
-                self._http_answer(500 if code != R_REJECT else 503, _TEXT,
+                self._http_answer(503 if code in (R_REJECT, R_LOST) else 500, _TEXT,
                                   f"The replica of deployment {self.router.deployment_name!r} serving this "
                                   "WebSocket failed; retry".encode())
             else:

@@ -25,6 +25,7 @@ import cloudpickle
 from raylite.serve import context as serve_context
 from raylite.serve._internal import http_util, logs, wire, ws_session
 from raylite.serve._internal.wire import (
+    ACK_FIRST,
     CANCEL,
     KIND_CALL,
     KIND_HTTP,
@@ -378,14 +379,20 @@ class ReplicaImpl:
         code runs, which costs a write (and a wake-up of the proxy) per request -- measured 30%
         more CPU per request for a trivial handler. So a replica whose requests take under
         _ACK_AFTER_S on average (a moving average) sends none: if it is killed, every request
-        it had not answered is retried elsewhere -- exact for the unread ones, and only a
-        request killed within its few microseconds of user code could run twice. Slower
+        it had not answered is resent elsewhere with ACK_FIRST -- exact for the unread ones; the
+        one that was running (or that killed the replica) runs once more, acknowledged, so it
+        can run at most twice and take down at most one more replica. WebSockets are always
+        acknowledged (one write per session). Slower
         handlers, where a kill lands during user code, are acknowledged one by one (the write
         also carries earlier replies, and costs a few percent of the handler at most), so the
         request running at the kill fails with a clear error and the others are retried. A
         task's ack leaves with the flush already scheduled, before the task's first step.
         """
-        slow = self.cost_s >= _ACK_AFTER_S
+        if kind & ACK_FIRST:  # resent after its first replica died without acknowledging it
+            kind ^= ACK_FIRST
+            slow = True
+        else:
+            slow = self.cost_s >= _ACK_AFTER_S or kind == KIND_WS
         if kind == KIND_HTTP and self.inline_http:
             if slow:
                 proto.send((rid, R_STARTED, None, self.ongoing))

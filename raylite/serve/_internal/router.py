@@ -20,12 +20,14 @@ import cloudpickle
 
 from raylite.serve._internal import wire
 from raylite.serve._internal.wire import (
+    ACK_FIRST,
     CANCEL,
     KIND_CALL,
     R_CHUNK,
     R_CREDIT,
     R_END,
     R_ERR,
+    R_LOST,
     R_OK,
     R_REJECT,
     R_START,
@@ -45,9 +47,10 @@ class Connection(wire.ClientProtocol):
     """A client connection to one replica; replies are matched to callbacks by request id.
 
     When the connection breaks (the replica died), a request the replica had acknowledged
-    (R_STARTED: it entered user code) fails with code -1; any other gets R_REJECT, which callers
-    answer by sending it to another replica (replicas acknowledge requests only while their
-    handlers are slow: see ReplicaImpl._start).
+    (R_STARTED: it entered user code) fails with code -1; any other gets R_LOST, which callers
+    answer by sending it to another replica with ACK_FIRST (replicas acknowledge requests only
+    while their handlers are slow: see ReplicaImpl._start; an unacknowledged request may have
+    been running, so it gets one more run that is acknowledged, not an unbounded number).
     """
 
     def __init__(self, replica_id: str, router_set: ConnectionPool) -> None:
@@ -80,7 +83,7 @@ class Connection(wire.ClientProtocol):
         pending, self.pending = self.pending, {}
         started, self.started = self.started, set()
         for rid, cb in pending.items():
-            cb(-1 if rid in started else R_REJECT, None, 0, True)
+            cb(-1 if rid in started else R_LOST, None, 0, True)
 
 
 class ConnectionPool:
@@ -421,6 +424,8 @@ async def call(router: Router, meta: tuple, method_args: tuple, model_id: str) -
             fut.set_result(data)
         elif code == R_REJECT:
             fut.set_result(_RETRY)
+        elif code == R_LOST:
+            fut.set_result(_RESEND)
         elif code == R_ERR:
             fut.set_exception(cloudpickle.loads(data) if data else ReplicaDiedError("replica failed"))
         else:
@@ -429,14 +434,17 @@ async def call(router: Router, meta: tuple, method_args: tuple, model_id: str) -
                 "reached the deployment's code, so it was not sent to another replica)"))
 
     payload = cloudpickle.dumps(method_args)
+    kind = KIND_CALL
     for _ in range(5):
-        conn, rid = await router.send(KIND_CALL, meta, payload, on_reply, model_id)
+        conn, rid = await router.send(kind, meta, payload, on_reply, model_id)
         try:
             data = await fut
         except asyncio.CancelledError:
             cancel(conn, rid)
             raise
-        if data is _RETRY:
+        if data is _RETRY or data is _RESEND:
+            if data is _RESEND:
+                kind = KIND_CALL | ACK_FIRST  # it may have run: the next run is acknowledged
             fut = loop.create_future()
             continue
         return cloudpickle.loads(data)
@@ -444,7 +452,8 @@ async def call(router: Router, meta: tuple, method_args: tuple, model_id: str) -
                                      "(shutting down)")
 
 
-_RETRY = object()
+_RETRY = object()   # the replica refused it (shutting down): send it elsewhere
+_RESEND = object()  # the replica died without acknowledging it (R_LOST)
 _STREAM_END = object()
 
 
@@ -460,6 +469,9 @@ async def stream(router: Router, meta: tuple, method_args: tuple, model_id: str,
             queue.put_nowait(cloudpickle.loads(data) if data else ReplicaDiedError("replica failed"))
         elif code == R_REJECT:
             queue.put_nowait(DeploymentUnavailableError("replica is shutting down; retry"))
+        elif code == R_LOST:
+            queue.put_nowait(ReplicaDiedError(
+                f"the replica of deployment {router.deployment_name!r} died before streaming this response; retry"))
         else:
             queue.put_nowait(ReplicaDiedError(
                 f"the replica of deployment {router.deployment_name!r} streaming this response died"))

@@ -57,6 +57,8 @@ MSG = 2
 KIND_HTTP = 0
 KIND_CALL = 1
 KIND_WS = 2       # a WebSocket: ASGI websocket messages both ways until one side closes
+ACK_FIRST = 0x10  # or'ed into a kind: acknowledge (R_STARTED) before user code, whatever the
+                  # handler's speed -- set on a request resent after R_LOST (see R_LOST)
 
 R_OK = 0          # payload: cloudpickled result (call) or (status, headers, body) (http)
 R_ERR = 1         # payload: cloudpickled exception
@@ -67,6 +69,10 @@ R_REJECT = 5      # replica is shutting down: retry elsewhere
 R_STARTED = 6     # the request is about to enter user code (on the wire before it does): if the
                   # replica dies, requests without it are retried elsewhere (see replica._start)
 R_CREDIT = 7      # ws: the app consumed this many of the client's messages (flow control)
+R_LOST = 8        # never on the wire: a client's verdict on a request its replica died without
+                  # acknowledging. It may have been running (fast handlers are not acknowledged),
+                  # so it is resent once more with ACK_FIRST: a request that kills its replica
+                  # runs at most twice and then fails, instead of killing every replica in turn
 
 # a flood of connections fills the kernel's accept queue before the loop drains it; a full queue
 # refuses a Unix-socket connect outright (EAGAIN), so real clients need room behind a flood

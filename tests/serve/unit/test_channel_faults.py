@@ -1,6 +1,6 @@
 """When a replica's connection breaks, a request it acknowledged (R_STARTED: it entered user
 code) or that was already answering (a stream) fails, and any other is handed back for another
-replica (R_REJECT)."""
+replica (R_LOST: it may have been running, so it is resent with ACK_FIRST)."""
 
 import asyncio
 import os
@@ -9,7 +9,7 @@ import tempfile
 from raylite.experimental import ChannelSecurity
 from raylite.serve._internal import wire
 from raylite.serve._internal.router import Connection, ConnectionPool
-from raylite.serve._internal.wire import KIND_HTTP, R_OK, R_REJECT, R_START, R_STARTED, REQ
+from raylite.serve._internal.wire import KIND_HTTP, R_LOST, R_OK, R_START, R_STARTED, REQ
 
 
 def test_unacknowledged_requests_come_back_for_a_retry():
@@ -47,4 +47,4 @@ def test_unacknowledged_requests_come_back_for_a_retry():
         return outcomes
 
     outcomes = asyncio.run(main())
-    assert outcomes == {1: R_OK, 2: -1, 3: R_REJECT, 4: -1}
+    assert outcomes == {1: R_OK, 2: -1, 3: R_LOST, 4: -1}
