@@ -96,7 +96,7 @@ class ActorClass(ExportedCode):
         return _ActorClassWithOptions(self, {**self._options, **options})
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
-        from raylite.dag.class_node import ClassNode  # on first bind(): most programs build no DAG
+        from raylite.dag.class_node import ClassNode  # on first bind(): few programs use DAGs
 
         return ClassNode(self, args, kwargs, self._options)
 
@@ -156,7 +156,7 @@ class _ActorClassWithOptions:
         return _ActorClassWithOptions(self._actor_class, {**self._options, **options})
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
-        from raylite.dag.class_node import ClassNode  # on first bind(): most programs build no DAG
+        from raylite.dag.class_node import ClassNode  # on first bind(): few programs use DAGs
 
         return ClassNode(self._actor_class, args, kwargs, self._options)
 
@@ -263,7 +263,7 @@ class ActorMethod:
                            {**self._options, **options})
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
-        from raylite.dag.class_node import ClassMethodNode  # on first bind()
+        from raylite.dag.class_node import ClassMethodNode  # on first bind(): few programs use DAGs
 
         return ClassMethodNode(self._handle, self._name, args, kwargs, self._options)
 

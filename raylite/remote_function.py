@@ -139,7 +139,7 @@ class RemoteFunction(ExportedCode):
         return _FunctionWithOptions(self, {**self._options, **options})
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
-        from raylite.dag.function_node import FunctionNode  # on first bind(): most programs build no DAG
+        from raylite.dag.function_node import FunctionNode  # on first bind(): few programs use DAGs
 
         return FunctionNode(self, args, kwargs, self._options)
 
@@ -199,6 +199,6 @@ class _FunctionWithOptions:
         return _FunctionWithOptions(self._fn, {**self._options, **options})
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
-        from raylite.dag.function_node import FunctionNode  # on first bind(): most programs build no DAG
+        from raylite.dag.function_node import FunctionNode  # on first bind(): few programs use DAGs
 
         return FunctionNode(self._fn, args, kwargs, self._options)
