@@ -1,4 +1,4 @@
-"""ActorClass, ActorHandle, ActorMethod: what `@raylite.remote` makes of a class."""
+"""ActorClass, ActorHandle, ActorMethod: what `@raylite.remote` makes of a class; get_actor, kill."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import inspect
 import threading
 from typing import Any
 
+from raylite import api
 from raylite._core import options as O
+from raylite._core import protocol as P
 from raylite._core.ids import ActorID
 from raylite._core.task_spec import (
     DYNAMIC,
@@ -16,12 +18,8 @@ from raylite._core.task_spec import (
     FunctionDescriptor,
     TaskSpec,
 )
-from raylite.remote_function import (
-    ExportedCode,
-    capture_and_strategy,
-    legacy_pg_options,
-    merge_runtime_env,
-)
+from raylite._runtime_env import merge_runtime_env
+from raylite.remote_function import ExportedCode, capture_and_strategy, legacy_pg_options
 
 
 def method(*args: Any, **kwargs: Any) -> Any:
@@ -98,13 +96,11 @@ class ActorClass(ExportedCode):
         return _ActorClassWithOptions(self, {**self._options, **options})
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
-        from raylite.dag import ClassNode
+        from raylite.dag.class_node import ClassNode  # on first bind(): few programs use DAGs
 
         return ClassNode(self, args, kwargs, self._options)
 
     def _remote(self, args: tuple, kwargs: dict, opts: dict) -> ActorHandle:
-        from raylite import api
-
         client = api.ensure_initialized()
         init = getattr(self._cls, "__init__", None)
         if init is not None and init is not object.__init__:
@@ -160,7 +156,7 @@ class _ActorClassWithOptions:
         return _ActorClassWithOptions(self._actor_class, {**self._options, **options})
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
-        from raylite.dag import ClassNode
+        from raylite.dag.class_node import ClassNode  # on first bind(): few programs use DAGs
 
         return ClassNode(self._actor_class, args, kwargs, self._options)
 
@@ -230,8 +226,6 @@ class ActorHandle:
         return ActorID(self._actor_id)
 
     def _call(self, method_name: str, args: tuple, kwargs: dict, opts: dict) -> Any:
-        from raylite import api
-
         client = api.ensure_initialized()
         payload, arg_refs, pinned = client.pack_args(args, kwargs, f"{self._class_name}.{method_name}")
         nr = opts.get("num_returns", self._meta.get(method_name, 1))
@@ -269,9 +263,29 @@ class ActorMethod:
                            {**self._options, **options})
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
-        from raylite.dag import ClassMethodNode
+        from raylite.dag.class_node import ClassMethodNode  # on first bind(): few programs use DAGs
 
         return ClassMethodNode(self._handle, self._name, args, kwargs, self._options)
+
+
+def get_actor(name: str, namespace: str | None = None) -> Any:
+    if not isinstance(name, str) or not name:
+        raise ValueError("get_actor() needs the actor's name (a non-empty string).")
+    client = api.ensure_initialized()
+    ns = namespace if namespace is not None else client.namespace
+    reply = client.head_request(P.GetNamedActor(name, ns))
+    if not reply.actor_id:
+        raise ValueError(f"Failed to look up actor with name {name!r} in namespace {ns!r}. It was never "
+                         "created, it died, or it lives in another namespace (pass namespace=...).")
+    spec = TaskSpec.from_wire(reply.spec)
+    return ActorHandle(reply.actor_id, spec.function.qualname, spec.method_meta, spec.max_task_retries)
+
+
+def kill(actor: Any, *, no_restart: bool = True) -> None:
+    if not isinstance(actor, ActorHandle):
+        raise ValueError(f"raylite.kill() only supports actor handles; got {type(actor).__name__}. "
+                         "Use raylite.cancel() for tasks.")
+    api.ensure_initialized().kill_actor(actor._actor_id, no_restart)
 
 
 def exit_actor() -> None:
@@ -284,8 +298,6 @@ def exit_actor() -> None:
     if worker is None or worker.actor_spec is None:
         raise TypeError("exit_actor() can only be called inside an actor.")
     client = runtime.client()
-    from raylite._core import protocol as P
-
     try:
         client.run_sync(client.head.request(P.KillActor(worker.actor_spec.actor_id, True)), timeout=5)
     except Exception:  # noqa: BLE001

@@ -1,4 +1,7 @@
-"""Bodies of the Core API: init, shutdown, get, put, wait, kill, cancel, get_actor, nodes, ..."""
+"""Bodies of the Core API: init, shutdown, get, put, wait, cancel, nodes, ...
+
+Actors build on this module: `get_actor` and `kill` live with ActorHandle in `actor.py`.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core import runtime
 from raylite._core.refs import ObjectRef, ObjectRefGenerator
+from raylite._runtime_env import merge_runtime_env
 from raylite.experimental.compiled_dag_ref import CompiledDAGRef
 
 _RAY_INIT_KWARGS = {
@@ -97,8 +101,6 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
         from raylite._core import driver
 
         global _job_runtime_env
-        from raylite.remote_function import merge_runtime_env
-
         _job_runtime_env = merge_runtime_env(None, runtime_env) if runtime_env else {}
         if address and address not in ("local",):
             info = driver.init_remote(address, namespace=namespace or _anon_namespace(),
@@ -269,35 +271,10 @@ def wait(object_refs: Sequence[ObjectRef], *, num_returns: int = 1, timeout: flo
     return client.wait(list(object_refs), num_returns, timeout, fetch_local)
 
 
-def kill(actor: Any, *, no_restart: bool = True) -> None:
-    from raylite.actor import ActorHandle
-
-    if not isinstance(actor, ActorHandle):
-        raise ValueError(f"raylite.kill() only supports actor handles; got {type(actor).__name__}. "
-                         "Use raylite.cancel() for tasks.")
-    ensure_initialized().kill_actor(actor._actor_id, no_restart)
-
-
 def cancel(ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
     if not isinstance(ref, ObjectRef):
         raise TypeError(f"raylite.cancel() expects an ObjectRef, got {type(ref).__name__}.")
     ensure_initialized().cancel(ref, force, recursive)
-
-
-def get_actor(name: str, namespace: str | None = None) -> Any:
-    from raylite._core.task_spec import TaskSpec
-    from raylite.actor import ActorHandle
-
-    if not isinstance(name, str) or not name:
-        raise ValueError("get_actor() needs the actor's name (a non-empty string).")
-    client = ensure_initialized()
-    ns = namespace if namespace is not None else client.namespace
-    reply = client.head_request(P.GetNamedActor(name, ns))
-    if not reply.actor_id:
-        raise ValueError(f"Failed to look up actor with name {name!r} in namespace {ns!r}. It was never "
-                         "created, it died, or it lives in another namespace (pass namespace=...).")
-    spec = TaskSpec.from_wire(reply.spec)
-    return ActorHandle(reply.actor_id, spec.function.qualname, spec.method_meta, spec.max_task_retries)
 
 
 def list_named_actors(all_namespaces: bool = False) -> list:
@@ -372,5 +349,5 @@ def get_gpu_ids() -> list[int]:
     return []
 
 
-__all__ = ["init", "shutdown", "is_initialized", "get", "put", "wait", "kill", "cancel", "get_actor",
-           "nodes", "cluster_resources", "available_resources", "get_gpu_ids"]
+__all__ = ["init", "shutdown", "is_initialized", "get", "put", "wait", "cancel", "nodes",
+           "cluster_resources", "available_resources", "get_gpu_ids"]

@@ -25,9 +25,16 @@ from raylite._core.client_records import (
 )
 from raylite._core.ids import ObjectID
 from raylite._core.refs import DynamicObjectRefGenerator, ObjectRef, ObjectRefGenerator
-from raylite._core.task_spec import DYNAMIC, KIND_ACTOR_CALL, STREAMING, TaskSpec
+from raylite._core.task_spec import (
+    DYNAMIC,
+    KIND_ACTOR_CALL,
+    STREAMING,
+    ArgPlaceholder,
+    PackedArgs,
+    TaskSpec,
+    env_key,
+)
 from raylite._core.transport.base import ConnectionBrokenError, RemoteError
-from raylite._core.worker_pool import env_key
 
 
 class TaskSubmitter:
@@ -69,17 +76,17 @@ class TaskSubmitter:
             args = list(args)
             for i, a in enumerate(args):
                 if isinstance(a, ObjectRef):
-                    args[i] = _ArgPlaceholder(len(arg_refs))
+                    args[i] = ArgPlaceholder(len(arg_refs))
                     arg_refs.append([len(arg_refs), a._id, a._owner])
             kwargs = dict(kwargs)
             for k, v in kwargs.items():
                 if isinstance(v, ObjectRef):
-                    kwargs[k] = _ArgPlaceholder(len(arg_refs))
+                    kwargs[k] = ArgPlaceholder(len(arg_refs))
                     arg_refs.append([len(arg_refs), v._id, v._owner])
         so = ser.serialize((tuple(args), kwargs), what=f"the arguments of {what}", arguments=True)
         pinned = [r[1] for r in arg_refs] + [r._id for r in so.contained_refs]
         if so.total_bytes() > self.config.inline_threshold_bytes:
-            ref = self.put(_PackedArgs(so.meta, [memoryview(b) for b in so.buffers]))
+            ref = self.put(PackedArgs(so.meta, [memoryview(b) for b in so.buffers]))
             pinned.append(ref._id)
             payload = ["ref", ref._id, self.address]
         else:
@@ -787,32 +794,3 @@ def _payload_size(kind: str, entry: ObjectEntry | None) -> int:
 _NO_ARGS = ["inline", pickle.dumps(((), {}), protocol=5), []]  # shared: never mutated
 _NONE: tuple = ()  # no argument refs, nothing pinned: shared by every task without arguments
 _PLAIN = frozenset({int, float, bool, str, bytes, type(None)})
-
-
-class _ArgPlaceholder:
-    """Stands for a top-level ObjectRef argument inside the pickled (args, kwargs)."""
-
-    __slots__ = ("index",)
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-
-    def __reduce__(self):
-        return (_ArgPlaceholder, (self.index,))
-
-
-class _PackedArgs:
-    """Large pickled arguments, shipped through the object store instead of the message."""
-
-    def __init__(self, meta: bytes, buffers: list) -> None:
-        self.meta = meta
-        self.buffers = buffers
-
-    def __reduce_ex__(self, protocol):
-        return (_PackedArgs, (self.meta, [pickle_buffer(b) for b in self.buffers]))
-
-
-def pickle_buffer(b):
-    import pickle
-
-    return pickle.PickleBuffer(b)

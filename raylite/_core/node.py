@@ -26,8 +26,9 @@ from raylite._core.gpu_ids import GpuIds, gpu_amount, node_device_ids
 from raylite._core.node_stats import NodeStats
 from raylite._core.object_store import Freed, ObjectStore, default_capacity_bytes
 from raylite._core.task_spec import _FIELDS as TASK_SPEC_FIELDS
+from raylite._core.task_spec import env_key
 from raylite._core.transport import rpc
-from raylite._core.worker_pool import WorkerPool, WorkerRecord, env_key
+from raylite._core.worker_pool import WorkerPool, WorkerRecord
 
 log = logging.getLogger("raylite.node")
 

@@ -3,12 +3,17 @@
 A spec covers three kinds of calls: a normal task, an actor creation (the
 `__init__` call that makes the actor) and an actor method call. Arguments are
 pickled together; top-level ObjectRef arguments are listed in `arg_refs` so the
-executor resolves them before the call (nested refs stay refs).
+executor resolves them before the call (nested refs stay refs): in the pickle each stands as an
+`ArgPlaceholder`, and arguments too large for the message travel as one `PackedArgs` object.
+Workers are reused only between tasks of one runtime environment, keyed by `env_key`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import pickle
 from dataclasses import dataclass, field
 
 from raylite._core.ids import ObjectID
@@ -117,3 +122,37 @@ class TaskSpec:
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(TaskSpec))
+
+
+class ArgPlaceholder:
+    """Stands for a top-level ObjectRef argument inside the pickled (args, kwargs)."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __reduce__(self):
+        return (ArgPlaceholder, (self.index,))
+
+
+class PackedArgs:
+    """Large pickled arguments, shipped through the object store instead of the message."""
+
+    def __init__(self, meta: bytes, buffers: list) -> None:
+        self.meta = meta
+        self.buffers = buffers
+
+    def __reduce_ex__(self, protocol):
+        return (PackedArgs, (self.meta, [pickle.PickleBuffer(b) for b in self.buffers]))
+
+
+def env_key(runtime_env: dict) -> str:
+    """Workers are shared only between calls with the same runtime environment."""
+    if not runtime_env:
+        return ""
+    relevant = {k: runtime_env.get(k) for k in ("env_vars", "working_dir", "py_modules", "pip", "uv")
+                if runtime_env.get(k)}
+    if not relevant:
+        return ""
+    return hashlib.sha1(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]

@@ -31,7 +31,6 @@ from raylite._core import protocol as P
 from raylite._core import serialization as ser
 from raylite._core.cgraph_runner import GraphHost
 from raylite._core.client_records import ObjectEntry
-from raylite._core.client_tasks import _ArgPlaceholder, _PackedArgs
 from raylite._core.config import get_config
 from raylite._core.core_client import CoreClient
 from raylite._core.ids import ObjectID
@@ -42,6 +41,8 @@ from raylite._core.task_spec import (
     KIND_ACTOR_CREATE,
     KIND_TASK,
     STREAMING,
+    ArgPlaceholder,
+    PackedArgs,
     TaskSpec,
 )
 from raylite._core.worker_output import OutputForwarder
@@ -254,7 +255,7 @@ class Worker:
     def _resolve_args(self, spec: TaskSpec) -> tuple[tuple, dict]:
         payload = spec.args
         if payload[0] == "ref":
-            packed: _PackedArgs = self.client.get([ObjectRef(payload[1], payload[2], _borrowed=True)])[0]
+            packed: PackedArgs = self.client.get([ObjectRef(payload[1], payload[2], _borrowed=True)])[0]
             args, kwargs = ser.deserialize(packed.meta, packed.buffers)
         else:
             args, kwargs = ser.deserialize(payload[1], payload[2])
@@ -271,8 +272,8 @@ class Worker:
             refs = [ObjectRef(r[1], r[2], _borrowed=True) for r in to_fetch]
             for r, v in zip(to_fetch, self.client.get(refs)):
                 values[r[0]] = v
-        args = tuple(values[a.index] if isinstance(a, _ArgPlaceholder) else a for a in args)
-        kwargs = {k: values[v.index] if isinstance(v, _ArgPlaceholder) else v for k, v in kwargs.items()}
+        args = tuple(values[a.index] if isinstance(a, ArgPlaceholder) else a for a in args)
+        kwargs = {k: values[v.index] if isinstance(v, ArgPlaceholder) else v for k, v in kwargs.items()}
         return args, kwargs
 
     def _record(self, spec: TaskSpec, state: str, extra: Any = None) -> None:

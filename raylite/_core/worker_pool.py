@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -30,16 +29,7 @@ from raylite._core.zygote import start_zygote
 
 log = logging.getLogger("raylite.worker_pool")
 
-
-def env_key(runtime_env: dict) -> str:
-    """Workers are shared only between calls with the same runtime environment."""
-    if not runtime_env:
-        return ""
-    relevant = {k: runtime_env.get(k) for k in ("env_vars", "working_dir", "py_modules", "pip", "uv")
-                if runtime_env.get(k)}
-    if not relevant:
-        return ""
-    return hashlib.sha1(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+WORKER_MODULE = "raylite._core.worker"  # what the zygote's children run (its `main(request)`)
 
 
 @dataclass
@@ -80,7 +70,7 @@ class WorkerPool:
 
     def fork_zygote(self) -> None:
         """Call before any thread or event loop exists in this process."""
-        self._zygote_pid, self._zygote_sock = start_zygote()
+        self._zygote_pid, self._zygote_sock = start_zygote(WORKER_MODULE)
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         assert self._zygote_sock is not None

@@ -5,11 +5,16 @@ imports what every worker needs, then serves fork requests (JSON lines over a
 socketpair): each child applies the worker's environment and becomes a worker.
 The zygote reaps its children and reports their exit status, so the node can
 say *how* a worker died (exit code, signal).
+
+The zygote does not know the worker: it is given the worker's entry module by name (as a
+process is started with `python -m MODULE`) and each child runs that module's `main(request)`.
+So the node daemon, which forks the zygote, never imports the worker role.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import select
@@ -46,21 +51,22 @@ def _limit_malloc_arenas() -> None:
             _libc().mallopt(-8, 1)  # M_ARENA_MAX
 
 
-def start_zygote() -> tuple[int, socket.socket]:
-    """Fork the zygote; returns (pid, the node's end of the control socket)."""
+def start_zygote(worker_module: str) -> tuple[int, socket.socket]:
+    """Fork the zygote, whose children run `worker_module.main(request)`; returns (pid, the
+    node's end of the control socket)."""
     parent_sock, child_sock = socket.socketpair()
     pid = os.fork()
     if pid == 0:  # zygote
         try:
             parent_sock.close()
-            _zygote_main(child_sock)
+            _zygote_main(child_sock, worker_module)
         finally:
             os._exit(0)
     child_sock.close()
     return pid, parent_sock
 
 
-def _zygote_main(sock: socket.socket) -> None:
+def _zygote_main(sock: socket.socket, worker_module: str) -> None:
     set_parent_death_signal()
     with contextlib.suppress(Exception):
         os.setpgid(0, 0)  # our own process group: Ctrl-C at the driver's terminal is the driver's
@@ -91,7 +97,7 @@ def _zygote_main(sock: socket.socket) -> None:
                 line, buf = buf.split(b"\n", 1)
                 request = json.loads(line)
                 if not preimported:
-                    _preimport()
+                    _preimport(worker_module)
                     preimported = True
                 pid = os.fork()
                 if pid == 0:
@@ -99,7 +105,7 @@ def _zygote_main(sock: socket.socket) -> None:
                     os.close(rpipe)
                     os.close(wpipe)
                     sock.close()
-                    _become_worker(request)
+                    _become_worker(request, worker_module)
                     os._exit(0)
                 _send(sock, {"started": request["worker_id"], "pid": pid})
 
@@ -124,18 +130,18 @@ def _send(sock: socket.socket, obj: dict) -> None:
         sock.sendall(json.dumps(obj).encode() + b"\n")
 
 
-def _preimport() -> None:
+def _preimport(worker_module: str) -> None:
     """Import what workers will need once, here, so each forked worker starts warm.
 
     `import torch` alone costs seconds on a small machine; paid once in the template
     it costs nothing per worker (pages are shared copy-on-write).
     """
     import gc
-    import importlib
 
     import raylite._core.runtime  # noqa: F401
-    import raylite._core.worker  # noqa: F401
     from raylite._core.config import get_config
+
+    importlib.import_module(worker_module)
 
     names = ["uvloop", "numpy", *[m.strip() for m in get_config().preload_modules.split(",") if m.strip()]]
     for name in names:
@@ -150,7 +156,7 @@ def _preimport() -> None:
     gc.freeze()
 
 
-def _become_worker(request: dict) -> None:
+def _become_worker(request: dict, worker_module: str) -> None:
     set_parent_death_signal()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -162,8 +168,7 @@ def _become_worker(request: dict) -> None:
         sys.path.insert(0, cwd)
     for path in request.get("py_path") or []:
         sys.path.insert(0, path)
-    from raylite._core import worker
-
+    worker = importlib.import_module(worker_module)  # the process's entry point, as `python -m`
     code = 0
     try:
         worker.main(request)

@@ -34,16 +34,18 @@ import time
 import uuid
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import raylite
+from raylite import api
 from raylite import exceptions as E
-from raylite.actor import ActorHandle
 from raylite.dag.context import DAGContext
 from raylite.dag.dag_node import DAGNode, _walk
 from raylite.dag.input_node import InputAttributeNode, InputNode
 from raylite.experimental import channel as ch
 from raylite.experimental.compiled_dag_ref import CompiledDAGFuture, CompiledDAGRef
+
+if TYPE_CHECKING:  # handles are used here, never made: actor.py is above (its bind() makes nodes)
+    from raylite.actor import ActorHandle
 
 INPUT_CHANNEL = 0
 
@@ -114,13 +116,13 @@ class CompiledDAG:
             refs = [h.__raylite_cgraph_open__.remote(self._id) for h in handles]
             addresses = {}
             for h, ref in zip(handles, refs):
-                addresses[h._actor_id.hex()] = raylite.get(ref, timeout=60)
+                addresses[h._actor_id.hex()] = api.get(ref, timeout=60)
                 opened.append(h)
             plans = self._plans(outputs, addresses)
             starts = [h.__raylite_cgraph_start__.remote(plans[key]) for key, h in self._actors.items()]
             for key in self._actors:
                 self._endpoints[key] = ch.connect(addresses[key])
-            raylite.get(starts, timeout=90)
+            api.get(starts, timeout=90)
         except BaseException:
             for ep in self._endpoints.values():
                 ep.close()
@@ -464,7 +466,7 @@ def _topological_calls(outputs: list[DAGNode]) -> list[_Call]:
             raise TypeError(f"A compiled graph runs actor method calls only, but the DAG has "
                             f"{type(node).__name__} {node!r:.80}. Call .execute() on it instead, "
                             "or bind methods of actors made with .remote().")
-        if not isinstance(call[0], ActorHandle):
+        if isinstance(call[0], DAGNode):  # a ClassNode, not a handle of a live actor
             raise TypeError(f"{call[1]} is bound to an actor the DAG would create ({type(call[0]).__name__}); "
                             "a compiled graph needs actors created with .remote() before compiling.")
         seen[id(node)] = False

@@ -19,7 +19,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-import raylite
+from raylite.object_ref import ObjectRef
 
 
 class DAGNode:
@@ -189,7 +189,7 @@ class _Execution:
             item = stack.pop()
             if isinstance(item, (list, tuple)):
                 stack.extend(item)
-            elif isinstance(item, raylite.ObjectRef):
+            elif isinstance(item, ObjectRef):
                 weakref.finalize(item, _release, actors)
 
 

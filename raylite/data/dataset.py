@@ -44,6 +44,7 @@ from raylite.data._internal.transforms import (
     ProjectStage,
     WithColumnsStage,
 )
+from raylite.data._internal.udf_options import udf_compute, udf_name, udf_remote_args
 from raylite.data.aggregate import AggregateFn, Max, Mean, Min, Std, Sum, Unique
 from raylite.data.block import (
     BATCH_FORMATS,
@@ -52,6 +53,7 @@ from raylite.data.block import (
     table_to_pandas,
 )
 from raylite.data.context import DEFAULT_BATCH_SIZE, DataContext
+from raylite.data.grouped_data import GroupedData
 from raylite.data.iterator import (
     DataIterator,
     EpochIterable,
@@ -88,54 +90,6 @@ class Schema:
         return "\n".join(lines)
 
 
-def _fn_name(fn: Any) -> str:
-    return getattr(fn, "__name__", None) or type(fn).__name__
-
-
-def _remote_args(num_cpus: float | None, num_gpus: float | None, memory: float | None,
-                 extra: dict[str, Any]) -> dict[str, Any]:
-    args = dict(extra)
-    if num_cpus is not None:
-        args["num_cpus"] = num_cpus
-    if num_gpus is not None:
-        args["num_gpus"] = num_gpus
-    if memory is not None:
-        args["memory"] = memory
-    TaskOptions.from_ray_remote_args(args)  # validates types early
-    return args
-
-
-def _compute_for(fn: Any, compute: Any, concurrency: Any, what: str) -> Any:
-    is_class = isinstance(fn, type)
-    if compute is not None and not isinstance(compute, (L.ActorPoolStrategy, L.TaskPoolStrategy)):
-        if compute == "tasks":
-            compute = None
-        elif compute == "actors":
-            compute = L.ActorPoolStrategy(min_size=1, max_size=None)
-        else:
-            raise ValueError(f"compute must be 'tasks', ActorPoolStrategy or TaskPoolStrategy, got {compute!r}")
-    if is_class:
-        if not callable(getattr(fn, "__call__", None)):  # noqa: B004
-            raise ValueError(f"{what}: class {fn.__name__} must define __call__ to be used as a UDF")
-        if isinstance(compute, L.ActorPoolStrategy):
-            return compute
-        if concurrency is None:
-            raise ValueError(
-                f"{what}: ``concurrency`` must be specified when using a callable class "
-                f"({fn.__name__}). Use concurrency=n for a pool of n actors, or (min, max) to autoscale."
-            )
-        if isinstance(concurrency, tuple):
-            return L.ActorPoolStrategy(min_size=concurrency[0], max_size=concurrency[1])
-        return L.ActorPoolStrategy(size=int(concurrency))
-    if not callable(fn):
-        raise TypeError(f"{what}: expected a function or callable class, got {type(fn).__name__}")
-    if isinstance(concurrency, tuple):
-        raise ValueError(f"{what}: a (min, max) concurrency needs a callable class; functions take an int")
-    if concurrency is not None:
-        return L.TaskPoolStrategy(size=int(concurrency))
-    return compute
-
-
 class Dataset:
     """A distributed collection of rows, computed lazily from a logical plan."""
 
@@ -154,11 +108,11 @@ class Dataset:
             num_gpus: float | None = None, memory: float | None = None, concurrency: Any = None,
             **ray_remote_args: Any) -> Dataset:
         """Apply ``fn(row) -> row`` (a dict) to every row."""
-        name = f"Map({_fn_name(fn)})"
+        name = f"Map({udf_name(fn)})"
         udf = UDF(fn, tuple(fn_args or ()), dict(fn_kwargs or {}), tuple(fn_constructor_args or ()),
                   dict(fn_constructor_kwargs or {}))
-        return self._map_like(name, MapRowsStage(udf, name=name), _compute_for(fn, compute, concurrency, name),
-                              _remote_args(num_cpus, num_gpus, memory, ray_remote_args))
+        return self._map_like(name, MapRowsStage(udf, name=name), udf_compute(fn, compute, concurrency, name),
+                              udf_remote_args(num_cpus, num_gpus, memory, ray_remote_args))
 
     def map_batches(self, fn: Any, *, batch_size: int | None | str = "default", compute: Any = None,
                     batch_format: str | None = "default", zero_copy_batch: bool = False,
@@ -174,7 +128,7 @@ class Dataset:
         ("default"/"numpy"), pandas DataFrames ("pandas") or Arrow tables
         ("pyarrow"); ``fn`` may return any of these, or yield several.
         """
-        name = f"MapBatches({_fn_name(fn)})"
+        name = f"MapBatches({udf_name(fn)})"
         if batch_format not in BATCH_FORMATS and batch_format is not None:
             raise ValueError(f"{name}: batch_format must be one of {BATCH_FORMATS}, got {batch_format!r}")
         if batch_size == "default":
@@ -184,8 +138,8 @@ class Dataset:
         udf = UDF(fn, tuple(fn_args or ()), dict(fn_kwargs or {}), tuple(fn_constructor_args or ()),
                   dict(fn_constructor_kwargs or {}))
         stage = MapBatchesStage(udf, batch_size, batch_format, zero_copy_batch, name=name)
-        return self._map_like(name, stage, _compute_for(fn, compute, concurrency, name),
-                              _remote_args(num_cpus, num_gpus, memory, ray_remote_args), min_rows=batch_size)
+        return self._map_like(name, stage, udf_compute(fn, compute, concurrency, name),
+                              udf_remote_args(num_cpus, num_gpus, memory, ray_remote_args), min_rows=batch_size)
 
     def flat_map(self, fn: Any, *, compute: Any = None, fn_args: Sequence[Any] | None = None,
                  fn_kwargs: dict[str, Any] | None = None, fn_constructor_args: Sequence[Any] | None = None,
@@ -193,11 +147,11 @@ class Dataset:
                  num_gpus: float | None = None, memory: float | None = None, concurrency: Any = None,
                  **ray_remote_args: Any) -> Dataset:
         """Apply ``fn(row) -> list of rows`` and flatten the results."""
-        name = f"FlatMap({_fn_name(fn)})"
+        name = f"FlatMap({udf_name(fn)})"
         udf = UDF(fn, tuple(fn_args or ()), dict(fn_kwargs or {}), tuple(fn_constructor_args or ()),
                   dict(fn_constructor_kwargs or {}))
-        return self._map_like(name, FlatMapStage(udf, name=name), _compute_for(fn, compute, concurrency, name),
-                              _remote_args(num_cpus, num_gpus, memory, ray_remote_args))
+        return self._map_like(name, FlatMapStage(udf, name=name), udf_compute(fn, compute, concurrency, name),
+                              udf_remote_args(num_cpus, num_gpus, memory, ray_remote_args))
 
     def filter(self, fn: Any = None, expr: Any = None, *, compute: Any = None,
                fn_args: Sequence[Any] | None = None, fn_kwargs: dict[str, Any] | None = None,
@@ -225,12 +179,12 @@ class Dataset:
                                 f"got {type(expr).__name__}")
             name = f"Filter({predicate})"
             stage = FilterStage(expr=predicate, name=name)
-            return self._map_like(name, stage, None, _remote_args(num_cpus, num_gpus, memory, ray_remote_args))
-        name = f"Filter({_fn_name(fn)})"
+            return self._map_like(name, stage, None, udf_remote_args(num_cpus, num_gpus, memory, ray_remote_args))
+        name = f"Filter({udf_name(fn)})"
         udf = UDF(fn, tuple(fn_args or ()), dict(fn_kwargs or {}), tuple(fn_constructor_args or ()),
                   dict(fn_constructor_kwargs or {}))
-        return self._map_like(name, FilterStage(udf=udf, name=name), _compute_for(fn, compute, concurrency, name),
-                              _remote_args(num_cpus, num_gpus, memory, ray_remote_args))
+        return self._map_like(name, FilterStage(udf=udf, name=name), udf_compute(fn, compute, concurrency, name),
+                              udf_remote_args(num_cpus, num_gpus, memory, ray_remote_args))
 
     def with_column(self, column_name: str, expr: Any, *, compute: Any = None, num_cpus: float | None = None,
                     num_gpus: float | None = None, memory: float | None = None,
@@ -261,7 +215,7 @@ class Dataset:
         named = named_exprs(pairs)
         name = f"WithColumns({', '.join(n for n, _ in named)})"
         stage = WithColumnsStage(named, name=name)
-        return self._map_like(name, stage, None, _remote_args(num_cpus, num_gpus, memory, ray_remote_args),
+        return self._map_like(name, stage, None, udf_remote_args(num_cpus, num_gpus, memory, ray_remote_args),
                               preserves_rows=True)
 
     def add_column(self, col: str, fn: Callable[[Any], Any], *, batch_format: str = "pandas",
@@ -269,7 +223,7 @@ class Dataset:
         """Add (or replace) column ``col`` with ``fn(batch)``'s values."""
         name = f"AddColumn({col})"
         stage = AddColumnStage(col, UDF(fn), batch_format, name=name)
-        return self._map_like(name, stage, _compute_for(fn, compute, concurrency, name), dict(ray_remote_args),
+        return self._map_like(name, stage, udf_compute(fn, compute, concurrency, name), dict(ray_remote_args),
                               preserves_rows=True)
 
     def drop_columns(self, cols: list[str] | str, **ray_remote_args: Any) -> Dataset:
@@ -324,9 +278,7 @@ class Dataset:
         sort_key = SortKey.of(key, descending)
         return self._with(L.AllToAll(f"Sort({list(sort_key.columns)})", [self._logical], bulk_fn=sort_bulk(sort_key)))
 
-    def groupby(self, key: str | list[str] | None) -> Any:
-        from raylite.data.grouped_data import GroupedData
-
+    def groupby(self, key: str | list[str] | None) -> GroupedData:
         return GroupedData(self, key)
 
     def union(self, *other: Dataset) -> Dataset:
@@ -463,7 +415,7 @@ class Dataset:
         options = TaskOptions(num_cpus=0.0, max_concurrency=2 * n + 4)
         coord = sub.start_actor(SplitCoordinator, [self, n, equal, DataContext.get_current().copy()], options,
                                 name="SplitCoordinator")
-        return [StreamSplitDataIterator(coord, i, n) for i in range(n)]
+        return [StreamSplitDataIterator(coord, i, n, _from_blocks) for i in range(n)]
 
     # ================================================================ execution
 
@@ -497,7 +449,7 @@ class Dataset:
     # ================================================================ consumers
 
     def iterator(self) -> DataIterator:
-        return _DatasetIterator(self)
+        return _DatasetIterator(self, _from_blocks)
 
     def iter_rows(self, *, prefetch_batches: int = 1) -> EpochIterable[dict[str, Any]]:
         """Every row as a dict; each ``for`` over the result runs the plan again."""
@@ -796,3 +748,9 @@ class MaterializedDataset(Dataset):
         ctx = ExecCtx(get_submitter(), DataContext.get_current())
         bundles = slice_ranges(ctx, blocks, ranges)
         return [MaterializedDataset(L.InputData("Materialized", bundles=[b])) for b in bundles]
+
+
+def _from_blocks(blocks: list[Block]) -> MaterializedDataset:
+    """Blocks held in this process as a MaterializedDataset (``from_items``, ``from_arrow``,
+    ``DataIterator.materialize``)."""
+    return MaterializedDataset(L.InputData("FromBlocks", blocks=blocks))

@@ -16,11 +16,15 @@ import numpy as np
 from raylite.data._internal import logical as L
 from raylite.data._internal.shuffle import SortKey, aggregate_logical, sort_bulk
 from raylite.data._internal.transforms import UDF, MapBatchesStage, Stage, _call_udf
+from raylite.data._internal.udf_options import udf_compute, udf_name, udf_remote_args
 from raylite.data.aggregate import AggregateFn, Count, Max, Mean, Min, Std, Sum
 from raylite.data.block import Block, batch_to_block, table_to_batch
 
 
 class GroupedData:
+    """``ds.groupby(key)``. Each result is a Dataset made by ``ds`` itself (``ds._with(op)``):
+    this module sits under dataset.py, which imports it for ``groupby``."""
+
     def __init__(self, dataset: Any, key: str | list[str] | None) -> None:
         self._dataset = dataset
         self._keys = [] if key is None else ([key] if isinstance(key, str) else list(key))
@@ -30,10 +34,8 @@ class GroupedData:
 
     def aggregate(self, *aggs: AggregateFn) -> Any:
         """One row per group: the keys and each aggregation's result."""
-        from raylite.data.dataset import Dataset
-
-        return Dataset(aggregate_logical(f"Aggregate({self._keys})", self._dataset._logical, self._keys,
-                                         list(aggs)))
+        return self._dataset._with(aggregate_logical(f"Aggregate({self._keys})", self._dataset._logical,
+                                                     self._keys, list(aggs)))
 
     def _on(self, on: str | list[str] | None) -> list[str]:
         if on is None:
@@ -64,19 +66,17 @@ class GroupedData:
                    fn_constructor_kwargs: dict[str, Any] | None = None, num_cpus: float | None = None,
                    num_gpus: float | None = None, concurrency: Any = None, **ray_remote_args: Any) -> Any:
         """Apply ``fn(group_batch) -> batch`` to each group (each group is whole in one block)."""
-        from raylite.data.dataset import Dataset, _compute_for, _fn_name, _remote_args
-
         if not self._keys:
             raise ValueError("map_groups needs a groupby key")
         key = SortKey.of(self._keys)
         sorted_op = L.AllToAll(f"Sort({self._keys})", [self._dataset._logical], bulk_fn=sort_bulk(key))
-        name = f"MapGroups({_fn_name(fn)})"
+        name = f"MapGroups({udf_name(fn)})"
         udf = UDF(fn, tuple(fn_args or ()), dict(fn_kwargs or {}), tuple(fn_constructor_args or ()),
                   dict(fn_constructor_kwargs or {}))
         stage = _GroupsStage(self._keys, MapBatchesStage(udf, None, batch_format, False, name=name), name=name)
-        op = L.MapLike(name, [sorted_op], stage=stage, compute=_compute_for(fn, compute, concurrency, name),
-                       ray_remote_args=_remote_args(num_cpus, num_gpus, None, ray_remote_args))
-        return Dataset(op)
+        op = L.MapLike(name, [sorted_op], stage=stage, compute=udf_compute(fn, compute, concurrency, name),
+                       ray_remote_args=udf_remote_args(num_cpus, num_gpus, None, ray_remote_args))
+        return self._dataset._with(op)
 
     def with_column(self, column_name: str, expr: Any, **ray_remote_args: Any) -> Any:
         """Each group's rows with ``column_name`` added, computed by the expression ``expr``

@@ -60,7 +60,13 @@ class EpochIterable(Iterable[T], Generic[T]):
 
 
 class DataIterator:
-    """Base class: subclasses yield blocks; batching, formats and torch live here."""
+    """Base class: subclasses yield blocks; batching, formats and torch live here.
+
+    ``materialize()`` turns blocks into a MaterializedDataset with ``_to_dataset``, which the
+    Dataset making the iterator passes in (dataset.py imports this module, not the reverse).
+    """
+
+    _to_dataset: Callable[[list[Block]], Any]
 
     def _iter_blocks(self) -> Iterator[Block]:
         raise NotImplementedError
@@ -150,9 +156,7 @@ class DataIterator:
 
     def materialize(self) -> Any:
         """All of this iterator's rows as a MaterializedDataset."""
-        from raylite.data.read_api import from_arrow
-
-        return from_arrow(list(self._iter_blocks()) or [pa.table({})]).materialize()
+        return self._to_dataset(list(self._iter_blocks()) or [pa.table({})])
 
 
 def _resolve_device(device: Any) -> Any:
@@ -295,8 +299,9 @@ def _prefetch(blocks: Iterator[Block], depth: int) -> Iterator[Block]:
 class _DatasetIterator(DataIterator):
     """Iterates a whole Dataset; each iteration runs its plan anew (one epoch)."""
 
-    def __init__(self, dataset: Any) -> None:
+    def __init__(self, dataset: Any, to_dataset: Callable[[list[Block]], Any]) -> None:
         self._dataset = dataset
+        self._to_dataset = to_dataset
 
     def _iter_blocks(self) -> Iterator[Block]:
         return self._dataset._iter_blocks()
@@ -319,10 +324,12 @@ class StreamSplitDataIterator(DataIterator):
     (disjoint rows; the same row count per shard when ``equal=True``).
     """
 
-    def __init__(self, coordinator: Any, index: int, n: int) -> None:
+    def __init__(self, coordinator: Any, index: int, n: int,
+                 to_dataset: Callable[[list[Block]], Any]) -> None:
         self._coordinator = coordinator
         self._index = index
         self._n = n
+        self._to_dataset = to_dataset  # a module-level function: pickled by name
 
     def _call(self, method: str, *args: Any) -> Any:
         sub = get_submitter()

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from raylite.data._internal import logical as L
 from raylite.data.block import Block, batch_to_block, compact_block, items_to_block, to_arrow_array
-from raylite.data.dataset import Dataset, MaterializedDataset
+from raylite.data.dataset import Dataset, MaterializedDataset, _from_blocks
 from raylite.data.datasource import (
     AvroDatasource,
     BinaryDatasource,
@@ -68,10 +68,6 @@ def _split_table(table: pa.Table, num_blocks: int) -> list[Block]:
     num_blocks = max(1, min(num_blocks, table.num_rows))
     bounds = np.linspace(0, table.num_rows, num_blocks + 1).astype(np.int64)
     return [compact_block(table.slice(int(a), int(b - a))) for a, b in zip(bounds[:-1], bounds[1:])]
-
-
-def _from_blocks(blocks: list[Block]) -> MaterializedDataset:
-    return MaterializedDataset(L.InputData("FromBlocks", blocks=blocks))
 
 
 def from_items(items: list[Any], *, override_num_blocks: int | None = None, parallelism: int | None = None,

@@ -1,10 +1,19 @@
-"""Result: what ``fit()`` returns — last metrics, checkpoints, history, where it all is."""
+"""Result: what ``fit()`` returns — last metrics, checkpoints, history, where it all is.
+
+``build_result`` makes one from a run's state (the controller, at the end of a run);
+``Result.from_path`` rebuilds one from the state file a run left on storage.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
+from raylite.train._internal.checkpoints import CheckpointManager, TrackedCheckpoint
+from raylite.train._internal.filesystems import to_pyarrow
+from raylite.train._internal.state import RunState
+from raylite.train._internal.storage import STATE_FILE, StorageContext, split_run_path
 from raylite.train.checkpoint import Checkpoint
+from raylite.train.config import CheckpointConfig
 
 if TYPE_CHECKING:
     import pandas
@@ -63,9 +72,6 @@ class Result:
     @classmethod
     def from_path(cls, path: str) -> Result:
         """Rebuild the Result of a finished (or failed) run from its directory."""
-        from raylite.train._internal.controller import result_from_storage
-        from raylite.train._internal.storage import StorageContext, split_run_path
-
         storage_path, name = split_run_path(path)
         return result_from_storage(StorageContext.create(storage_path, name))
 
@@ -74,3 +80,36 @@ class Result:
             f"Result(metrics={self.metrics}, path={self.path!r}, checkpoint={self.checkpoint}, "
             f"error={self.error!r})"
         )
+
+
+def build_result(
+    storage: StorageContext,
+    state: RunState,
+    manager: CheckpointManager,
+    error: BaseException | None,
+) -> Result:
+    def ckpt(t: TrackedCheckpoint) -> Checkpoint:
+        return Checkpoint(storage.checkpoint_fs_path(t.dir_name), storage.fs)
+
+    latest = manager.latest
+    return Result(
+        metrics=dict(state.history[-1]) if state.history else None,
+        checkpoint=ckpt(latest) if latest else None,
+        error=error,
+        path=storage.experiment_path,
+        metrics_history=state.history,
+        best_checkpoints=[(ckpt(t), dict(t.metrics)) for t in manager.best_first],
+        filesystem=to_pyarrow(storage.fs),
+    )
+
+
+def result_from_storage(storage: StorageContext) -> Result:
+    """Result of a run on storage (Result.from_path)."""
+    state = RunState.from_json(storage.read_bytes(STATE_FILE))
+    order: Literal["max", "min"] = "min" if state.score_order == "min" else "max"
+    config = CheckpointConfig(
+        checkpoint_score_attribute=state.score_attribute, checkpoint_score_order=order
+    )
+    manager = CheckpointManager(config, state.checkpoints)
+    error = RuntimeError(state.error) if state.error else None
+    return build_result(storage, state, manager, error)

@@ -26,15 +26,15 @@ from typing import Any
 
 import pyarrow as pa
 
+from raylite.data._internal.arrow_columns import PythonObjectType, column_to_numpy, is_tensor_type
+
 _FAST_TYPES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean)
 
 
 def _convert_column(col: pa.ChunkedArray) -> list[Any]:
     """One column as the list of Python values ``to_pylist()`` gives, quickly where numpy can."""
-    from raylite.data.block import PythonObjectType, _is_tensor_type, column_to_numpy
-
     t = col.type
-    if _is_tensor_type(t) or isinstance(t, PythonObjectType):
+    if is_tensor_type(t) or isinstance(t, PythonObjectType):
         return list(column_to_numpy(col))
     if col.null_count == 0 and not pa.types.is_float16(t) and any(check(t) for check in _FAST_TYPES):
         return col.to_numpy().tolist()  # same Python ints/floats/bools, without per-value scalars

@@ -17,6 +17,8 @@ import tempfile
 import threading
 from typing import Any
 
+from raylite.serve._internal.event_loops import start_loop_thread
+
 CONTROLLER_NAME = "SERVE_CONTROLLER_ACTOR"
 SERVE_NAMESPACE = "serve"
 
@@ -40,8 +42,6 @@ def get_loop() -> asyncio.AbstractEventLoop:
     global _loop
     with _lock:
         if _loop is None or _loop.is_closed():
-            from raylite.serve._internal.replica import start_loop_thread
-
             _loop = start_loop_thread("serve-client")
         return _loop
 

@@ -15,10 +15,10 @@ import os
 from typing import Any
 
 from raylite.serve._internal import client as _client
+from raylite.serve._internal.event_loops import start_loop_thread
 from raylite.serve._internal.http_limits import Limits
 from raylite.serve._internal.proxy_socket import SocketShare, bind_socket, fetch_socket, share_paths
 from raylite.serve._internal.proxy_ws import WebSocketBridge
-from raylite.serve._internal.replica import start_loop_thread
 from raylite.serve._internal.router import ReplicaDiedError, cancel
 from raylite.serve._internal.wire import (
     ACK_FIRST,

@@ -14,7 +14,6 @@ import inspect
 import os
 import secrets
 import socket
-import threading
 import time
 import traceback
 from collections import deque
@@ -23,7 +22,8 @@ from typing import Any
 import cloudpickle
 
 from raylite.serve import context as serve_context
-from raylite.serve._internal import http_util, logs, wire, ws_session
+from raylite.serve._internal import client, http_util, logs, wire, ws_session
+from raylite.serve._internal.event_loops import start_loop_thread
 from raylite.serve._internal.wire import (
     ACK_FIRST,
     CANCEL,
@@ -41,30 +41,6 @@ from raylite.serve._internal.wire import (
 )
 
 _ACK_AFTER_S = 0.0002  # requests taking longer than this on average are acknowledged (see _start)
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-
-        return uvloop.new_event_loop()
-    except ImportError:  # pragma: no cover - uvloop is optional
-        return asyncio.new_event_loop()
-
-
-def start_loop_thread(name: str) -> asyncio.AbstractEventLoop:
-    """A fresh event loop running forever in a daemon thread."""
-    loop = new_event_loop()
-    ready = threading.Event()
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        loop.call_soon(ready.set)
-        loop.run_forever()
-
-    threading.Thread(target=run, name=name, daemon=True).start()
-    ready.wait()
-    return loop
 
 
 class _Stats:
@@ -122,8 +98,6 @@ class ReplicaImpl:
         self._security: Any = None  # raylite.experimental.ChannelSecurity, set when the servers open
         self._gate: wire.HandshakeGate | None = None
         self.logger = logs.replica_logger(app_name, deployment_name, replica_id, config.get("logging_config"))
-        from raylite.serve._internal import client
-
         if not self.local:
             client.set_process_loop(self.loop)
 
@@ -202,8 +176,6 @@ class ReplicaImpl:
         """The Unix socket (mode 0600, in the node's private socket directory) and, on a cluster,
         the TCP port on the node's IP (TLS where the cluster uses TLS). Both authenticate every
         connection (wire.ServerProtocol) before reading a request."""
-        from raylite.serve._internal import client
-
         sec = self._security = client.state().security
         self._gate = wire.HandshakeGate(f"Serve replica {self.replica_id}", sec.max_pending_handshakes)
         loop = asyncio.get_running_loop()

@@ -17,12 +17,11 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from raylite.train._internal.callbacks import CallbackDispatcher, CallbackFailed
 from raylite.train._internal.checkpoints import CheckpointManager, TrackedCheckpoint
 from raylite.train._internal.dashboard_feed import RunFeed
-from raylite.train._internal.filesystems import to_pyarrow
 from raylite.train._internal.messages import (
     RankInfo,
     WorkerError,
@@ -44,7 +43,7 @@ from raylite.train.error import (
     TrainingResourcesError,
     WorkerGroupError,
 )
-from raylite.train.result import Result
+from raylite.train.result import Result, build_result
 
 SHIP_WARN_BYTES = 256 * 2**20
 
@@ -432,36 +431,3 @@ class TrainController:
 
     def result(self) -> Result:
         return build_result(self.spec.storage, self.state, self.checkpoints, self.error)
-
-
-def build_result(
-    storage: StorageContext,
-    state: RunState,
-    manager: CheckpointManager,
-    error: BaseException | None,
-) -> Result:
-    def ckpt(t: TrackedCheckpoint) -> Checkpoint:
-        return Checkpoint(storage.checkpoint_fs_path(t.dir_name), storage.fs)
-
-    latest = manager.latest
-    return Result(
-        metrics=dict(state.history[-1]) if state.history else None,
-        checkpoint=ckpt(latest) if latest else None,
-        error=error,
-        path=storage.experiment_path,
-        metrics_history=state.history,
-        best_checkpoints=[(ckpt(t), dict(t.metrics)) for t in manager.best_first],
-        filesystem=to_pyarrow(storage.fs),
-    )
-
-
-def result_from_storage(storage: StorageContext) -> Result:
-    """Result of a run on storage (Result.from_path)."""
-    state = RunState.from_json(storage.read_bytes(STATE_FILE))
-    order: Literal["max", "min"] = "min" if state.score_order == "min" else "max"
-    config = CheckpointConfig(
-        checkpoint_score_attribute=state.score_attribute, checkpoint_score_order=order
-    )
-    manager = CheckpointManager(config, state.checkpoints)
-    error = RuntimeError(state.error) if state.error else None
-    return build_result(storage, state, manager, error)

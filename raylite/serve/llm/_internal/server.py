@@ -16,13 +16,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from raylite.serve.llm._internal import responses as R
-from raylite.serve.llm._internal.engine_base import (
-    Engine,
-    EngineThread,
-    ModelInfo,
-    SamplingOptions,
-    make_engine,
-)
+from raylite.serve.llm._internal.engine_base import Engine, EngineThread, ModelInfo, SamplingOptions
+from raylite.serve.llm._internal.engines import make_engine
 from raylite.serve.llm.configs import LLMConfig
 from raylite.serve.llm.openai_api_models import OpenAIHTTPError
 
