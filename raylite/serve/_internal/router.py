@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+import time
 from collections import deque
 from typing import Any
 
@@ -159,6 +160,8 @@ _random = random.random
 
 # how long a request waits for a deployment whose replica set is not published yet (starting)
 STARTING_WAIT_S = 30.0
+# how long a replica we could not connect to is left out of the published set
+UNREACHABLE_S = 10.0
 
 
 class Router:
@@ -182,6 +185,9 @@ class Router:
         self._published = False  # a replica set was seen: None from then on means deleted
         self.have_set = asyncio.Event()
         self.failed_message = ""
+        # replicas we could not connect to, and when: the controller may list a dead replica for a
+        # while after we found it gone, and re-adding it would spend a request's retries on it
+        self.unreachable: dict[str, float] = {}
 
     # ------------------------------------------------------------ replica set
     def update(self, value: dict | None) -> None:
@@ -201,7 +207,7 @@ class Router:
         self.max_queued = value.get("max_queued_requests", -1)
         self.backpressure = value.get("backpressure") or None
         self.failed_message = value.get("message", "") if value.get("failed") else ""
-        self.replicas = list(value["replicas"])
+        self.replicas = self._reachable(value["replicas"])
         self.by_id = {r["replica_id"]: r for r in self.replicas}
         for rid in list(self.inflight):
             if rid not in self.by_id:
@@ -210,6 +216,17 @@ class Router:
         self.have_set.set()
         self._wake_all()
         self._drain()
+
+    def _reachable(self, replicas: list) -> list:
+        """The published replicas minus those we failed to reach in the last UNREACHABLE_S (a
+        live replica that refused one connect, e.g. under a flood, is tried again after that)."""
+        if not self.unreachable:
+            return list(replicas)
+        now = time.monotonic()
+        listed = {r["replica_id"] for r in replicas}
+        self.unreachable = {rid: t for rid, t in self.unreachable.items()
+                            if rid in listed and now - t < UNREACHABLE_S}
+        return [r for r in replicas if r["replica_id"] not in self.unreachable]
 
     def _wake_all(self) -> None:
         while self.waiters:
@@ -312,8 +329,8 @@ class Router:
             except ReplicaDiedError:
                 self._done(rid_, None)
                 self._drop(rid_)
-                if retries <= 0:
-                    raise
+                if retries <= 0 and not self.replicas:  # past the retries, go on only while untried
+                    raise                               # replicas remain (each failure drops one)
                 retries -= 1
                 continue
             self.inflight[rid_] -= 1
@@ -402,7 +419,9 @@ class Router:
             self._wake_one()
 
     def _drop(self, replica_id: str) -> None:
-        """Stop using a replica we could not reach until the controller says otherwise."""
+        """Stop using a replica we could not reach, for UNREACHABLE_S or until the controller
+        no longer lists it."""
+        self.unreachable[replica_id] = time.monotonic()
         self.replicas = [r for r in self.replicas if r["replica_id"] != replica_id]
         self.by_id.pop(replica_id, None)
 
