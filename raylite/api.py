@@ -69,6 +69,15 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             raise TypeError(f"init() got an unexpected keyword argument {key!r}")
         if key in ("dashboard_host", "dashboard_port"):
             continue  # used below
+        if key == "_system_config":  # the keys raylite honours go to a local cluster's node
+            from raylite._core.config import system_config_env
+
+            unknown = system_config_env(kwargs[key])[1]
+            if unknown:
+                warnings.warn(f"raylite.init() ignores _system_config keys {unknown} (accepted for Ray "
+                              "compatibility; it honours memory_usage_threshold and "
+                              "memory_monitor_refresh_ms).", stacklevel=2)
+            continue
         if kwargs[key] not in (None, False):
             warnings.warn(f"raylite.init() ignores {key}={kwargs[key]!r} (accepted for Ray compatibility).",
                           stacklevel=2)
@@ -111,7 +120,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                                      object_store_memory=object_store_memory, log_to_driver=log_to_driver,
                                      labels=kwargs.get("labels"), include_dashboard=include_dashboard,
                                      dashboard_host=kwargs.get("dashboard_host"),
-                                     dashboard_port=kwargs.get("dashboard_port"))
+                                     dashboard_port=kwargs.get("dashboard_port"),
+                                     system_config=kwargs.get("_system_config"))
         _announce_dashboard(info, logging_level)
         if runtime_env and (runtime_env.get("working_dir") or runtime_env.get("py_modules")):
             # now there is a cluster to ship them to

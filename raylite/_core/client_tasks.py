@@ -667,16 +667,18 @@ class TaskSubmitter:
             if any(e.kind is not None for e in entries):
                 return
             for e in entries:
-                e.waiters.append(latch)
+                e.add_waiter(latch)
             for g in gens:
                 g.waiters.append(latch)
         try:
             latch.wait(timeout)
         finally:
             with self._lock:
-                for holder in (*entries, *gens):
-                    if latch in holder.waiters:
-                        holder.waiters.remove(latch)
+                for e in entries:
+                    e.remove_waiter(latch)
+                for g in gens:
+                    if latch in g.waiters:
+                        g.waiters.remove(latch)
 
     def generator_completed_ref(self, task_id: bytes) -> ObjectRef:
         return ObjectRef(ObjectID.for_return(task_id, 1), self.address)

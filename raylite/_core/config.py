@@ -113,6 +113,28 @@ class Config:
         return dataclasses.replace(self, **changes)
 
 
+# Ray's `init(_system_config={...})` keys that raylite honours: the Config field each sets, and
+# the factor from Ray's unit to the field's (Ray counts the monitor's period in milliseconds).
+_RAY_SYSTEM_CONFIG = {
+    "memory_usage_threshold": ("memory_usage_threshold", 1.0),
+    "memory_monitor_refresh_ms": ("memory_monitor_interval_s", 0.001),
+}
+
+
+def system_config_env(system_config: Mapping | None) -> tuple[dict[str, str], list[str]]:
+    """For Ray's `init(_system_config=...)`: the environment that gives a node daemon started
+    with it those settings (its Config is read from there), and the keys raylite does not know."""
+    env: dict[str, str] = {}
+    unknown: list[str] = []
+    for key, value in (system_config or {}).items():
+        if key not in _RAY_SYSTEM_CONFIG:
+            unknown.append(key)
+            continue
+        field, factor = _RAY_SYSTEM_CONFIG[key]
+        env[_ENV_PREFIX + field.upper()] = repr(float(value) * factor)
+    return env, unknown
+
+
 _CONFIG: Config | None = None
 
 

@@ -46,12 +46,14 @@ class DriverInfo:
 def start_local(config: Config, *, num_cpus, num_gpus, resources, namespace: str,
                 object_store_memory: int | None, log_to_driver: bool, labels: dict | None = None,
                 include_dashboard: bool | None = None, dashboard_host: str | None = None,
-                dashboard_port: int | None = None) -> DriverInfo:
+                dashboard_port: int | None = None, system_config: dict | None = None) -> DriverInfo:
     dashboard = launch.dashboard_args(config, include_dashboard, dashboard_host, dashboard_port)
-    key = launch.node_key(num_cpus, num_gpus, resources, object_store_memory, labels, dashboard)
+    key = launch.node_key(num_cpus, num_gpus, resources, object_store_memory, labels, dashboard,
+                          system_config)
     node = launch.take_prestarted(key) or launch.spawn_node(
         config, num_cpus=num_cpus, num_gpus=num_gpus, resources=resources,
-        object_store_memory=object_store_memory, labels=labels, dashboard=dashboard)
+        object_store_memory=object_store_memory, labels=labels, dashboard=dashboard,
+        system_config=system_config)
     info = launch.wait_ready(node)
     if info.get("dashboard_warning"):
         import warnings

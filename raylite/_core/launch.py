@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from raylite._core import cluster_files as CF
 from raylite._core import resources as R
-from raylite._core.config import Config
+from raylite._core.config import Config, system_config_env
 
 # Libraries slow to import that workers almost surely need when the driver already uses them.
 _PRELOADABLE = ("torch", "pyarrow", "pandas")
@@ -69,10 +69,12 @@ def heavy_modules_in_use() -> list[str]:
     return names
 
 
-def node_key(num_cpus, num_gpus, resources, object_store_memory, labels, dashboard=None) -> tuple:
+def node_key(num_cpus, num_gpus, resources, object_store_memory, labels, dashboard=None,
+             system_config=None) -> tuple:
     """What a local daemon is started with; a prestarted one is used only if this matches."""
     return (num_cpus, num_gpus, json.dumps(resources or {}, sort_keys=True, default=str),
-            object_store_memory, json.dumps(labels or {}, sort_keys=True, default=str), dashboard)
+            object_store_memory, json.dumps(labels or {}, sort_keys=True, default=str), dashboard,
+            json.dumps(system_config or {}, sort_keys=True, default=str))
 
 
 def dashboard_args(config: Config, include_dashboard, dashboard_host, dashboard_port) -> tuple:
@@ -88,7 +90,8 @@ def dashboard_args(config: Config, include_dashboard, dashboard_host, dashboard_
 
 
 def spawn_node(config: Config, *, num_cpus=None, num_gpus=None, resources=None,
-               object_store_memory=None, labels=None, dashboard: tuple = ()) -> NodeProcess:
+               object_store_memory=None, labels=None, dashboard: tuple = (),
+               system_config: dict | None = None) -> NodeProcess:
     base = config.temp_dir
     os.makedirs(base, exist_ok=True)
     session = os.path.join(base, f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}_{secrets.token_hex(2)}")
@@ -103,6 +106,7 @@ def spawn_node(config: Config, *, num_cpus=None, num_gpus=None, resources=None,
     env["RAYLITE_PRELOAD_MODULES"] = config.preload_modules or ",".join(heavy_modules_in_use())
     if object_store_memory:
         env["RAYLITE_OBJECT_STORE_BYTES"] = str(int(object_store_memory))
+    env.update(system_config_env(system_config)[0])  # Ray's init(_system_config=...)
     pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in [pkg_root, os.getcwd(), env.get("PYTHONPATH", "")] if p)
     cmd = [sys.executable, "-m", "raylite._core.node_main", "--session-dir", session, "--head",
@@ -117,7 +121,7 @@ def spawn_node(config: Config, *, num_cpus=None, num_gpus=None, resources=None,
     with open(stderr_path, "wb") as errf:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True, close_fds=True)
-    key = node_key(num_cpus, num_gpus, resources, object_store_memory, labels, dashboard)
+    key = node_key(num_cpus, num_gpus, resources, object_store_memory, labels, dashboard, system_config)
     return NodeProcess(key, session, token, proc, stderr_path)
 
 
@@ -174,7 +178,8 @@ def prestart(address: str | None, kwargs: dict) -> None:
                                    kwargs.get("dashboard_port"))
         _prestarted = spawn_node(config, num_cpus=kwargs.get("num_cpus"), num_gpus=kwargs.get("num_gpus"),
                                  resources=resources, object_store_memory=kwargs.get("object_store_memory"),
-                                 labels=kwargs.get("labels"), dashboard=dashboard)
+                                 labels=kwargs.get("labels"), dashboard=dashboard,
+                                 system_config=kwargs.get("_system_config"))
     except Exception:  # noqa: BLE001  init() will try again and report the error itself
         _prestarted = None
 

@@ -143,6 +143,22 @@ def test_wait_mixes_generators_and_refs(cluster):
     assert ready == [gen, plain] and unready == []
 
 
+
+def test_wait_blocks_on_a_generator_and_a_pending_ref_together(cluster):
+    # Neither is ready at first, so wait() has to block on both: the plain ref's entry and the
+    # generator's next item (Ray's docs loop like this over a mix of generators and task refs).
+    gate = Gate.remote()
+    gen = slow_yields.remote(1, gate)
+    pending = gate.wait.remote(1)
+    ready, unready = ray.wait([gen, pending], num_returns=1, timeout=0.5)
+    assert ready == [] and unready == [gen, pending]
+    ray.get(gate.open.remote(1))
+    ready, unready = ray.wait([gen, pending], num_returns=1, timeout=30)
+    assert ready == [pending] and unready == [gen]
+    ray.get(gate.open.remote(0))
+    ready, unready = ray.wait([gen, pending], num_returns=2, timeout=30)
+    assert ready == [gen, pending]
+
 def test_ray_raylet_names_from_the_docs():
     from raylite import _raylet
 
