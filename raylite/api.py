@@ -112,6 +112,11 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
         global _job_runtime_env
         _job_runtime_env = merge_runtime_env(None, runtime_env) if runtime_env else {}
         if address and address not in ("local",):
+            if kwargs.get("_system_config"):
+                warnings.warn("raylite.init() ignores _system_config when it connects to a running cluster "
+                              f"({address}): a cluster's settings are fixed when it starts (Ray refuses this "
+                              "combination). Pass it to the init() that starts the cluster instead.",
+                              stacklevel=2)
             info = driver.init_remote(address, namespace=namespace or _anon_namespace(),
                                       log_to_driver=log_to_driver)
         else:

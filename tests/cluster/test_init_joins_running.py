@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import raylite as ray
 
 from .conftest import wait_until
@@ -19,3 +21,16 @@ def test_init_without_address_joins_the_running_cluster(make_cluster):
     finally:
         ray.shutdown()
     assert len(c.alive_ids()) == 2  # disconnecting left the cluster running
+
+
+def test_system_config_when_joining_a_running_cluster_is_named_as_ignored(make_cluster):
+    """Ray refuses _system_config with an address; raylite joins and says the keys cannot apply."""
+    c = make_cluster()
+    c.add_head(num_cpus=1)
+    wait_until(lambda: len(c.alive_ids()) == 1, what="the head node")
+    with pytest.warns(UserWarning, match="ignores _system_config when it connects to a running cluster"):
+        ray.init(_system_config={"memory_usage_threshold": 0.5})
+    try:
+        assert ray.cluster_resources().get("CPU") == 1
+    finally:
+        ray.shutdown()
