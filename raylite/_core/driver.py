@@ -8,6 +8,7 @@ disconnects, so a crashed driver leaves nothing behind.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import subprocess
 import sys
@@ -77,15 +78,19 @@ def connect_client(config: Config, info: DriverInfo) -> CoreClient:
 
 
 def _print_worker_output(msg) -> None:
+    """Print a worker's lines with their prefix; bar states go to the progress board. A line
+    the driver's stream refuses (closed, replaced) is skipped alone: the lines after it, bars
+    among them, are still shown."""
     stream = sys.stderr if msg.stream == "stderr" else sys.stdout
-    try:
-        for line in msg.lines:
+    for line in msg.lines:
+        try:
             if progress_bars.BOARD.handle_line(msg.prefix, line):
                 continue  # a tqdm_ray bar's state: drawn by the board, not printed
             stream.write(f"{msg.prefix}{line}\n")
+        except Exception:  # noqa: BLE001
+            pass
+    with contextlib.suppress(Exception):
         stream.flush()
-    except Exception:  # noqa: BLE001
-        pass
 
 
 _lock = threading.Lock()

@@ -54,7 +54,11 @@ def test_task_bars_reach_the_driver_drawn(cluster, capfd):
         seen["err"] += captured.err
         return "task 1: 100%" in seen["err"] and "task 2: 100%" in seen["err"]
 
-    wait_for(drawn, timeout_s=20, what="both bars drawn as finished on the driver's stderr")
+    try:
+        wait_for(drawn, timeout_s=30, what="both bars drawn as finished on the driver's stderr")
+    except AssertionError as e:  # say what did arrive, and what the board still holds
+        raise AssertionError(f"{e}; stderr: {seen['err'][-2000:]!r}; stdout: {seen['out'][-2000:]!r}; "
+                             f"open bars: {progress_bars.BOARD.bars()}") from None
     assert progress_bars.MAGIC not in seen["out"] + seen["err"]
 
 
@@ -63,3 +67,21 @@ def test_bar_in_the_driver_draws_directly():
     bar.update(2)
     bar.close()
     assert bar.n == 2 and bar.total == 2
+
+
+def test_a_line_the_drivers_stream_refuses_does_not_drop_the_bars_after_it(monkeypatch):
+    from types import SimpleNamespace
+
+    from raylite._core import driver
+
+    class Closed(io.StringIO):
+        def write(self, text):
+            raise ValueError("I/O operation on closed file")
+
+    drawn = io.StringIO()
+    monkeypatch.setattr(progress_bars.BOARD, "_stream", drawn)
+    monkeypatch.setattr("sys.stdout", Closed())
+    state = {"uuid": "u-refused", "x": 3, "desc": "after", "total": 3, "unit": "it", "closed": True}
+    driver._print_worker_output(SimpleNamespace(stream="stdout", prefix="(f pid=1) ",
+                                                lines=["a plain line", progress_bars.encode(state)]))
+    assert "(f pid=1) after: 100%" in drawn.getvalue()
