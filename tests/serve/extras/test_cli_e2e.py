@@ -139,11 +139,18 @@ def cli(args, env, cwd, timeout=180, check=True) -> subprocess.CompletedProcess:
     return result
 
 
+def _ctrl_c_reaches_it() -> None:
+    """In the child before exec: SIGINT as a terminal's Ctrl-C would find it. A test run started
+    in the background of a non-interactive shell (`... &`) inherits SIGINT ignored, and a Python
+    started so keeps ignoring it: the tests' "Ctrl-C" would then never arrive."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @contextlib.contextmanager
 def serve_run(args, env, cwd, log_path):
     with open(log_path, "w") as log:
         proc = subprocess.Popen(serve_cmd("run", *args), env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_ctrl_c_reaches_it)
     try:
         yield proc
     finally:
