@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import shutil
+import socket
 from dataclasses import dataclass
 
 from raylite._core import log_files, shm_files
@@ -45,7 +46,8 @@ class PendingLease:
 class NodeDaemon:
     def __init__(self, config: Config, *, node_id: bytes, ip: str, resources: dict, labels: dict,
                  session_dir: str, token: str, head_address: str, address: str,
-                 tcp_address: str = "", exit_with_creator: bool = False) -> None:
+                 tcp_address: str = "", tcp_sock: socket.socket | None = None,
+                 exit_with_creator: bool = False) -> None:
         self.config = config
         self.node_id = node_id
         self.ip = ip
@@ -62,6 +64,7 @@ class NodeDaemon:
         self.head_address = head_address
         self.address = address  # unix:// for local clients
         self.tcp_address = tcp_address
+        self._tcp_sock = tcp_sock  # bound already (node_main), or None: listen() binds tcp_address
         self.exit_with_creator = exit_with_creator
         self.clock = MonotonicClock()
         self.store = ObjectStore(
@@ -130,7 +133,8 @@ class NodeDaemon:
         self._servers.append(await rpc.listen(self.address, self.handlers, token=self.token,
                                               backlog=self.config.listen_backlog))
         if self.tcp_address:
-            self._servers.append(await rpc.listen(self.tcp_address, self.handlers, token=self.token))
+            self._servers.append(await rpc.listen(self.tcp_address, self.handlers, token=self.token,
+                                                  sock=self._tcp_sock))
             from raylite._core.transport.bulk import BulkServer
 
             self.bulk = BulkServer(self.ip, self.token, self._locate_object)

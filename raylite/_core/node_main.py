@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 
 from raylite._core import shm_files
@@ -53,12 +54,20 @@ def _fail(message: str, code: int = 2) -> None:
     sys.exit(code)
 
 
-def _free_port(ip: str) -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((ip, 0))
-        return s.getsockname()[1]
+def _bound_tcp_socket(ip: str, port: int) -> socket.socket:
+    """The node's TCP socket, bound now and listened on later: a port picked here and bound
+    later could be taken meanwhile (by any outgoing connection's ephemeral port, say)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if port:  # a fixed port: as a restarted node, take it back from connections still closing;
+        # a chosen one (0) is fresh, and without SO_REUSEADDR no other socket can share it
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((ip, port))
+    except OSError as e:
+        sock.close()
+        _fail(f"cannot listen on {ip}:{port} for this node: {e.strerror or e}. Pick another --node-port "
+              "(0 lets the system choose).")
+    return sock
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -82,10 +91,12 @@ def main(argv: list[str] | None = None) -> None:
         _fail(f"the session directory {args.session_dir} is too deep for unix sockets ({len(longest)} "
               "characters, the limit is 107); set RAYLITE_TEMP_DIR to a shorter path such as "
               "/tmp/raylite")
-    tcp_address = f"tcp://{args.ip}:{args.node_port or _free_port(args.ip)}" if multi_node else ""
-    # the zygote must be forked before any thread or event loop exists
+    # the zygote must be forked before any thread or event loop exists (and before the node's
+    # TCP socket is opened, so that the zygote and its workers never hold it)
     pool_probe = WorkerPool(node_address, token, args.session_dir, lambda rec: None)
     pool_probe.fork_zygote()
+    tcp_sock = _bound_tcp_socket(args.ip, args.node_port) if multi_node else None
+    tcp_address = f"tcp://{args.ip}:{tcp_sock.getsockname()[1]}" if tcp_sock is not None else ""
     try:
         import uvloop  # type: ignore
 
@@ -95,12 +106,13 @@ def main(argv: list[str] | None = None) -> None:
     asyncio.set_event_loop(loop)
     try:
         loop.run_until_complete(_serve(args, config, token, node_id, node_address, tcp_address, pool_probe,
-                                      creator_pid))
+                                      creator_pid, tcp_sock))
     finally:
         pool_probe.shutdown()
 
 
-async def _serve(args, config, token, node_id, node_address, tcp_address, pool, creator_pid: int = 0) -> None:
+async def _serve(args, config, token, node_id, node_address, tcp_address, pool, creator_pid: int = 0,
+                 tcp_sock: socket.socket | None = None) -> None:
     head = None
     head_address = args.head_address
     if args.head:
@@ -130,7 +142,7 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool, 
     node = NodeDaemon(config, node_id=node_id, ip=args.ip, resources=json.loads(args.resources),
                       labels=json.loads(args.labels), session_dir=args.session_dir, token=token,
                       head_address=head_address, address=node_address, tcp_address=tcp_address,
-                      exit_with_creator=args.exit_with_creator)
+                      tcp_sock=tcp_sock, exit_with_creator=args.exit_with_creator)
     node.pool.workers = pool.workers
     pool.on_exit = node._on_worker_exit
     pool.node_address = node_address

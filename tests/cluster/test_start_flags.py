@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -83,6 +84,33 @@ def test_bad_label_syntax_is_a_clear_error(dirs):
     out = _cli(dirs["env"], "start", "--head", f"--port={free_port()}", "--node-ip-address=127.0.0.1",
                "--labels=region")
     assert out.returncode != 0 and "key=value" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_taken_node_manager_port_is_one_clear_error(dirs):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = _cli(dirs["env"], "start", "--head", f"--port={free_port()}", "--node-ip-address=127.0.0.1",
+                   f"--node-manager-port={port}")
+    assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
+    assert f"cannot listen on 127.0.0.1:{port} for this node" in out.stderr, out.stderr
+
+
+def test_the_nodes_own_port_is_held_from_the_moment_it_is_chosen():
+    """A node picks its TCP port by binding it (port 0), never by probing for a free one and
+    binding it later (another process could take it meanwhile, as happened in a loaded test run):
+    the port is held before anyone listens on it, even against SO_REUSEADDR."""
+    from raylite._core import node_main
+
+    sock = node_main._bound_tcp_socket("127.0.0.1", 0)
+    try:
+        with socket.socket() as other:
+            other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            with pytest.raises(OSError):
+                other.bind(sock.getsockname())
+    finally:
+        sock.close()
 
 
 def test_flag_table_covers_rays_start_flags():
