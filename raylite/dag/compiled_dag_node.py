@@ -48,6 +48,8 @@ if TYPE_CHECKING:  # handles are used here, never made: actor.py is above (its b
     from raylite.actor import ActorHandle
 
 INPUT_CHANNEL = 0
+# how long a broken graph waits for its live actors to take the stop and close their side
+BREAK_GRACE_S = 2.0
 
 
 @dataclass
@@ -270,7 +272,14 @@ class CompiledDAG:
                 raise self._broken  # type: ignore[misc]
 
     def _pump(self, deadline: float | None) -> bool:
-        """Move bytes once: write pending input, read result frames. False: timed out."""
+        """Move bytes once: write pending input, read result frames. False: timed out.
+
+        Raises what broke the graph: a break (an actor died) closes the selector and the
+        channels, possibly with bytes still queued, so a caller looping on pending output stops."""
+        if self._broken is not None:
+            raise self._broken
+        if self._torn_down:
+            raise E.RayChannelError("This compiled graph was torn down; compile the DAG again.")
         for key, ep in self._endpoints.items():
             events = selectors.EVENT_READ | (selectors.EVENT_WRITE if ep.has_pending() else 0)
             self._selector.modify(ep.sock, events, key)
@@ -351,7 +360,7 @@ class CompiledDAG:
         _live.discard(self)
         for ep in self._endpoints.values():
             ep.queue(INPUT_CHANNEL, ch.STOP)
-        deadline = time.monotonic() + (self._teardown_timeout if wait else 2.0)
+        deadline = time.monotonic() + (self._teardown_timeout if wait else BREAK_GRACE_S)
         open_eps = dict(self._endpoints)
         while open_eps and time.monotonic() < deadline:  # until each actor closes its side
             for key, ep in list(open_eps.items()):

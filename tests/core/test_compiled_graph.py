@@ -107,6 +107,31 @@ def test_asyncio_execution(cluster):
         compiled.teardown()
 
 
+def test_a_death_noticed_while_sending_input_raises_actor_died(cluster, monkeypatch):
+    """The driver sees the dead actor's channel close while it is still sending an execution's
+    input, and the break leaves bytes queued for the others (their stop not taken within the
+    grace, as on a loaded machine): execute() raises ActorDiedError, not a selector error."""
+    import select
+
+    from raylite.dag import compiled_dag_node
+
+    monkeypatch.setattr(compiled_dag_node, "BREAK_GRACE_S", 0.0)
+    actors = [Worker.remote() for _ in range(3)]
+    pids = ray.get([w.pid.remote() for w in actors], timeout=30)
+    with InputNode() as inp:
+        dag = MultiOutputNode([w.echo.bind(inp) for w in actors])
+    compiled = dag.experimental_compile()
+    assert ray.get(compiled.execute(1), timeout=30) == [1, 1, 1]
+    dead = next(key for key, handle in compiled._actors.items() if handle is actors[0])
+    os.kill(pids[0], signal.SIGKILL)
+    sock = compiled._endpoints[dead].sock
+    assert select.select([sock], [], [], 30)[0]  # its end of the channel is closed (EOF waiting)
+    with pytest.raises(ActorDiedError):
+        compiled.execute(2)
+    with pytest.raises(ActorDiedError):  # and stays broken, with the same error
+        compiled.execute(3)
+
+
 def test_dead_actor_raises_actor_died_and_frees_the_others(cluster):
     actors = [Worker.remote() for _ in range(3)]
     pids = ray.get([w.pid.remote() for w in actors], timeout=30)
