@@ -65,6 +65,8 @@ def test_shutdown_leaves_no_processes():
         ray.shutdown()
     import os
 
+    # children that earlier tests own (a session's S3 server, say) are not this cluster's
+    before = {p.pid for p in _children_of(os.getpid())}
     ray.init(num_cpus=2)
 
     @ray.remote
@@ -72,7 +74,7 @@ def test_shutdown_leaves_no_processes():
         return os.getpid()
 
     ray.get([f.remote() for _ in range(4)])
-    procs = _children_of(os.getpid())
+    procs = [p for p in _children_of(os.getpid()) if p.pid not in before]
     assert procs, "the local cluster runs in child processes"
     ray.shutdown()
     wait_for(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in procs),

@@ -78,13 +78,13 @@ def test_read_images_from_a_prefix(s3_cluster, bucket):
     assert red.shape == (3, 4, 3) and red.dtype == np.uint8 and tuple(red[0, 0]) == (255, 0, 0)
 
 
-def test_filesystem_argument_reaches_a_server_the_environment_does_not_name(s3_cluster):
+def test_filesystem_argument_reaches_a_server_the_environment_does_not_name(s3_cluster, bucket):
     other = start_s3_server()
     try:
         other.make_bucket("elsewhere")
         fs = other.arrow_filesystem()
         rd.from_items([{"a": i} for i in range(4)]).write_parquet("elsewhere/out", filesystem=fs)
-        assert other.keys("elsewhere", "out/") and not s3_cluster.keys("data-tests", "out/")
+        assert other.keys("elsewhere", "out/") and not s3_cluster.keys(bucket, "out/")
         assert rd.read_parquet("elsewhere/out", filesystem=fs).sum("a") == 6
     finally:
         other.stop()

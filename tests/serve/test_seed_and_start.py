@@ -31,6 +31,8 @@ def fresh_cluster():
 def test_port_in_use_is_a_clear_error(fresh_cluster):
     from raylite import serve
 
+    serve.shutdown()  # the module's cluster may already run Serve (the seed test's port)
+
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
