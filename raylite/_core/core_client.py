@@ -48,6 +48,27 @@ from raylite._core.transport.base import ConnectionBrokenError
 log = logging.getLogger("raylite.core")
 
 
+def finish_pending_tasks(loop: asyncio.AbstractEventLoop, timeout_s: float = 1.0) -> None:
+    """Cancel the tasks still pending on a stopped I/O loop and let them unwind before it closes.
+
+    A request whose reply had not come when the client shut down (a lease asked for while the
+    last results arrived on other leases) leaves its task waiting; closing the loop under it
+    prints "Task was destroyed but it is pending!" on the user's terminal as the program exits.
+    A cancelled task may start another (its `finally` pumps a queue), so this goes a few rounds.
+    """
+    for _ in range(3):
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        if not pending:
+            return
+        for task in pending:
+            task.cancel()
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(asyncio.wait(pending, timeout=timeout_s))
+        for task in pending:  # retrieved, so none is reported as "exception never retrieved"
+            if task.done() and not task.cancelled():
+                task.exception()
+
+
 class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
     """The engine behind the Core API in one process; its concerns live in the mixins:
     ObjectPlane (client_objects.py), TaskSubmitter (client_tasks.py), ActorCaller
@@ -156,6 +177,7 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
             ready.set_result(None)
             loop.run_forever()
             loop.run_until_complete(asyncio.sleep(0))
+            finish_pending_tasks(loop)
             loop.close()
 
         self._thread = threading.Thread(target=run, name="raylite-io", daemon=True)
