@@ -71,14 +71,17 @@ def test_builtin_metrics_cover_nodes_actors_and_resources(dashboard):
     raylite.get(a.ping.remote())
 
     def ready():
+        # the node's load report is periodic: one taken before the actor's worker started lists
+        # no worker yet (the first test of a fresh cluster sees that), so wait for one that does
         fams = scrape(dashboard)
-        return samples(fams, "raylite_node_cpu_percent") and samples(fams, "raylite_actors", state="ALIVE") and fams
+        return (samples(fams, "raylite_node_cpu_percent") and samples(fams, "raylite_actors", state="ALIVE")
+                and samples(fams, "raylite_worker_rss_bytes") and fams)
 
-    fams = wait_for(ready, timeout_s=20, what="node load stats and the actor in /metrics")
+    fams = wait_for(ready, timeout_s=20, what="node load stats, a worker's memory and the actor in /metrics")
     assert samples(fams, "raylite_nodes", state="ALIVE") == [1.0]
     assert samples(fams, "raylite_cluster_resources_total", resource="CPU") == [2.0]
     assert samples(fams, "raylite_node_mem_total_bytes")[0] > 0
-    assert samples(fams, "raylite_worker_rss_bytes")
+    assert all(v > 0 for v in samples(fams, "raylite_worker_rss_bytes"))
     assert "raylite_node_gpu_utilization_percent" not in fams  # no GPU here: nothing, not zeros
 
 

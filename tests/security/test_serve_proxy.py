@@ -17,7 +17,6 @@ import httpx
 import pytest
 
 import raylite
-from tests.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -305,36 +304,6 @@ def test_dot_segments_are_resolved_before_routing(proxy):
     assert out[0][0] == 200 and b'"/echo/a/c"' in out[0][2]
     out = request(port, b"GET /small/../echo/z HTTP/1.1\r\nHost: x\r\n\r\n")  # lands on /echo, as a client means
     assert out[0][0] == 200 and b'"/echo/z"' in out[0][2]
-
-
-# ------------------------------------------------------------------ connection cap (its own proxy)
-def test_connection_cap_closes_the_longest_idle_connection_for_a_new_one(proxy):
-    from raylite import serve
-
-    port, _pid = proxy
-    serve.shutdown()
-    serve.start(http_options={"host": "127.0.0.1", "port": port, "max_connections": 200,
-                              "keep_alive_timeout_s": 120.0})
-
-    @serve.deployment
-    def hi(request) -> str:
-        return "hi"
-
-    serve.run(hi.bind(), name="hi", route_prefix="/hi")
-    idle = []
-    try:
-        for _ in range(200):
-            s = connect(port)
-            idle.append(s)
-        wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/hi", timeout=10).text == "hi", timeout_s=30,
-                 what="a real client to be served past the connection cap")
-        # the oldest idle connection made room: the server closed it
-        assert closed_by_server(idle[0], timeout_s=30) == b""
-    finally:
-        for s in idle:
-            s.close()
-    serve.shutdown()
-    serve.start(http_options={"host": "127.0.0.1", "port": port, **OPTIONS})
 
 
 def test_limits_are_validated_with_the_field_name():
