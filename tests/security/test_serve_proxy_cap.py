@@ -7,14 +7,13 @@ It runs on a cluster of its own, since its proxy's options differ from the other
 
 from __future__ import annotations
 
-import socket
-
 import httpx
 import pytest
 
 import raylite
 from tests.conftest import wait_for
 from tests.security.test_serve_proxy import closed_by_server, connect
+from tests.serve.conftest import free_port
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -27,9 +26,7 @@ def capped_port():
     if raylite.is_initialized():
         raylite.shutdown()
     raylite.init(num_cpus=2)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port, "max_connections": 200,
                               "keep_alive_timeout_s": 120.0})
 
