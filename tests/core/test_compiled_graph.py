@@ -107,6 +107,17 @@ def test_asyncio_execution(cluster):
         compiled.teardown()
 
 
+def _three_echoes_compiled():
+    """(actors, their pids, the compiled graph): three Workers echoing the input, run once."""
+    actors = [Worker.remote() for _ in range(3)]
+    pids = ray.get([w.pid.remote() for w in actors], timeout=30)
+    with InputNode() as inp:
+        dag = MultiOutputNode([w.echo.bind(inp) for w in actors])
+    compiled = dag.experimental_compile()
+    assert ray.get(compiled.execute(1), timeout=30) == [1, 1, 1]
+    return actors, pids, compiled
+
+
 def test_a_death_noticed_while_sending_input_raises_actor_died(cluster, monkeypatch):
     """The driver sees the dead actor's channel close while it is still sending an execution's
     input, and the break leaves bytes queued for the others (their stop not taken within the
@@ -116,12 +127,7 @@ def test_a_death_noticed_while_sending_input_raises_actor_died(cluster, monkeypa
     from raylite.dag import compiled_dag_node
 
     monkeypatch.setattr(compiled_dag_node, "BREAK_GRACE_S", 0.0)
-    actors = [Worker.remote() for _ in range(3)]
-    pids = ray.get([w.pid.remote() for w in actors], timeout=30)
-    with InputNode() as inp:
-        dag = MultiOutputNode([w.echo.bind(inp) for w in actors])
-    compiled = dag.experimental_compile()
-    assert ray.get(compiled.execute(1), timeout=30) == [1, 1, 1]
+    actors, pids, compiled = _three_echoes_compiled()
     dead = next(key for key, handle in compiled._actors.items() if handle is actors[0])
     os.kill(pids[0], signal.SIGKILL)
     sock = compiled._endpoints[dead].sock
@@ -133,12 +139,7 @@ def test_a_death_noticed_while_sending_input_raises_actor_died(cluster, monkeypa
 
 
 def test_dead_actor_raises_actor_died_and_frees_the_others(cluster):
-    actors = [Worker.remote() for _ in range(3)]
-    pids = ray.get([w.pid.remote() for w in actors], timeout=30)
-    with InputNode() as inp:
-        dag = MultiOutputNode([w.echo.bind(inp) for w in actors])
-    compiled = dag.experimental_compile()
-    assert ray.get(compiled.execute(1), timeout=30) == [1, 1, 1]
+    actors, pids, compiled = _three_echoes_compiled()
     os.kill(pids[0], signal.SIGKILL)
     with pytest.raises(ActorDiedError):
         ray.get(compiled.execute(2), timeout=30)
