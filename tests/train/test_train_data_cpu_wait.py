@@ -85,8 +85,13 @@ def test_dataset_waiting_for_cpus_its_workers_hold_is_reported_at_once(make_clus
         assert "need 1 CPU each" in warning and "2 of the cluster's 2 CPUs" in warning
         assert "ScalingConfig(num_workers=...)" in warning and "resources_per_worker" in warning
         assert waited_s < 90
-        status = C.format_status(C.cluster_status(c.config, c.address))
-        assert "Warnings" in status and "held by the dataset's own consumers" in status
+        # the notice is stored before the line is written; status reads it over several requests,
+        # any of which may time out on a loaded machine (status then shows the rest without it)
+        def status_shows_notice():
+            status = C.format_status(C.cluster_status(c.config, c.address))
+            return "Warnings" in status and "held by the dataset's own consumers" in status
+
+        wait_until(status_shows_notice, timeout_s=30, what="raylite status to show the notice")
     finally:
         driver.kill()
         driver.wait(30)

@@ -274,10 +274,11 @@ class StreamingExecutor:
             return
         self._warned_reserved = True
         text = reserved_cpu_warning(self.name, op.name, need, self.submitter.total_cpus(), excluded)
-        sys.stderr.write(f"WARNING: {text}\n")
-        sys.stderr.flush()
+        # the notice first: whoever reads the log line and then runs `raylite status` finds it
         self._notice_key = f"data_cpu_wait:{self.name}:{id(self):x}"
         self.submitter.post_notice(self._notice_key, text)
+        sys.stderr.write(f"WARNING: {text}\n")
+        sys.stderr.flush()
 
     def _raise_cpu_deadlock(self, blocked: tuple[PhysicalOperator, float], cpus_held: float) -> None:
         """Nothing runs and the next task can never get CPUs: actor pools hold them all."""
