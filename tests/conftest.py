@@ -49,3 +49,16 @@ def wait_for(predicate, timeout_s: float = 30.0, interval_s: float = 0.02, what:
             return value
         time.sleep(interval_s)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def process_gone(pid: int) -> bool:
+    """The process exited: its pid is free, or it is a zombie its parent has not reaped yet.
+
+    Never raises: a process may exit between any two looks at it (``pid_exists`` true, then
+    ``Process(pid)`` raising ``NoSuchProcess``), which made waits on an exit flaky."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.NoSuchProcess:
+        return True

@@ -192,14 +192,12 @@ def test_unscheduled_actor_errors(cluster):
 
 
 def test_dropping_last_handle_stops_actor(cluster):
-    import psutil
-
-    from tests.conftest import wait_for
+    from tests.conftest import process_gone, wait_for
 
     c = Counter.remote()
     pid = ray.get(c.pid.remote())
     del c
-    wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
+    wait_for(lambda: process_gone(pid),
              what="the actor process to exit")
 
 

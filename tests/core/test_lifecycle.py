@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 import raylite as ray
-from tests.conftest import wait_for
+from tests.conftest import process_gone, wait_for
 
 
 def _children_of(pid):
@@ -50,7 +50,7 @@ def test_failed_init_leaves_no_daemon_behind(tmp_path):
     with pytest.raises(TypeError, match="unexpected keyword"):
         ray.init(num_cpus=1, not_a_ray_option=1)
     wait_for(lambda: not {p.pid for p in psutil.Process().children(recursive=True)
-                          if p.status() != psutil.STATUS_ZOMBIE} - before,
+                          if not process_gone(p.pid)} - before,
              what="the prestarted daemon to be stopped")
     ray.init(num_cpus=1, object_store_memory=300 * 1024 * 1024)  # and a correct call afterwards works
     try:
@@ -77,7 +77,7 @@ def test_shutdown_leaves_no_processes():
     procs = [p for p in _children_of(os.getpid()) if p.pid not in before]
     assert procs, "the local cluster runs in child processes"
     ray.shutdown()
-    wait_for(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in procs),
+    wait_for(lambda: all(process_gone(p.pid) for p in procs),
              what="cluster processes to exit")
 
 
@@ -102,8 +102,7 @@ def test_crashed_driver_leaves_no_processes(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 3, out.stderr
     pids = [int(p) for p in out.stdout.split()]
-    wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-                             for p in pids), timeout_s=15, what="workers of a crashed driver to exit")
+    wait_for(lambda: all(process_gone(p) for p in pids), timeout_s=15, what="workers of a crashed driver to exit")
 
 
 def test_auto_init_on_first_call():

@@ -14,10 +14,9 @@ import subprocess
 import sys
 import textwrap
 
-import psutil
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import process_gone, wait_for
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -28,13 +27,6 @@ def _run(tmp_path, source: str, timeout_s: float = 120) -> subprocess.CompletedP
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [_ROOT, os.environ.get("PYTHONPATH", "")] if p))
     return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=timeout_s, cwd=str(tmp_path), env=env)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 _TASKS_FROM_THREAD = """
@@ -119,11 +111,11 @@ def test_driver_killed_takes_its_thread_started_cluster_down(tmp_path):
     try:
         pids = [int(p) for p in proc.stdout.readline().split()]
         assert len(pids) == 2, "the driver did not report its node and worker"
-        assert all(not _gone(p) for p in pids)
+        assert all(not process_gone(p) for p in pids)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
-    wait_for(lambda: all(_gone(p) for p in pids), timeout_s=30, what="the node daemon and worker to exit")
+    wait_for(lambda: all(process_gone(p) for p in pids), timeout_s=30, what="the node daemon and worker to exit")
 
 
 def test_data_pipeline_without_init(tmp_path):

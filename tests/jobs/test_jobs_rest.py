@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 import sys
 
-import psutil
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import process_gone, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -65,13 +64,7 @@ def test_stop_ends_the_whole_process_tree(api, tmp_path):
     d = _wait_status(c, sid)
     assert d["status"] == "STOPPED"
 
-    def gone(pid: int) -> bool:
-        try:
-            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return True
-
-    wait_for(lambda: gone(parent) and gone(child), 30, 0.1, "the entrypoint and its child to exit")
+    wait_for(lambda: process_gone(parent) and process_gone(child), 30, 0.1, "the entrypoint and its child to exit")
     assert c.post(f"/api/jobs/{sid}/stop").json() == {"stopped": False}  # already ended
 
 

@@ -16,7 +16,7 @@ import pytest
 
 import raylite
 from tests.api_fixtures import free_port, start_api_cluster
-from tests.conftest import wait_for
+from tests.conftest import process_gone, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -73,7 +73,7 @@ def test_server_starts_on_first_request_and_dies_with_the_cluster():
         assert len(pids) == 1
     finally:
         raylite.shutdown()
-    wait_for(lambda: not psutil.pid_exists(pids[0]) or psutil.Process(pids[0]).status() == psutil.STATUS_ZOMBIE,
+    wait_for(lambda: process_gone(pids[0]),
              20, 0.05, "the API server to exit with the cluster")
     # the session's logs stay, the rest goes
     assert os.path.exists(os.path.join(api.session_dir, "logs", "dashboard.log"))

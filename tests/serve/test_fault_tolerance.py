@@ -15,7 +15,7 @@ import pytest
 
 import raylite
 from raylite.serve._internal.client import get_controller
-from tests.conftest import wait_for
+from tests.conftest import process_gone, wait_for
 
 
 class Load:
@@ -62,15 +62,6 @@ class Load:
             return [o for o in self.outcomes if o[0] != 200]
 
 
-def _gone(pid: int) -> bool:
-    """The process exited (a zombie holds no sockets)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except OSError:
-        return True
-
-
 def _proxy() -> tuple:
     node = raylite.get_runtime_context().get_node_id()
     actor = raylite.get_actor(f"SERVE_PROXY::{node}", namespace="serve")
@@ -99,7 +90,7 @@ def test_killed_proxy_port_keeps_accepting_and_a_new_proxy_serves_it(serve_insta
     with Load(f"{url}/ok", n=4) as load:
         load.wait_more(50, "requests before the kill")
         os.kill(before["pid"], signal.SIGKILL)
-        wait_for(lambda: _gone(before["pid"]), timeout_s=30, what="the proxy process to exit")
+        wait_for(lambda: process_gone(before["pid"]), timeout_s=30, what="the proxy process to exit")
         # the listening socket outlives the proxy: no connection is ever refused
         refused = 0
         for _ in range(100):
@@ -140,7 +131,7 @@ def test_killed_socket_holder_takes_the_socket_back_from_the_proxy(serve_instanc
     # now the proxy dies too: the restarted holder's copy keeps the port accepting
     actor, before = _proxy()
     os.kill(before["pid"], signal.SIGKILL)
-    wait_for(lambda: _gone(before["pid"]), timeout_s=30, what="the proxy process to exit")
+    wait_for(lambda: process_gone(before["pid"]), timeout_s=30, what="the proxy process to exit")
     for _ in range(20):
         socket.create_connection(("127.0.0.1", port), timeout=10).close()  # never refused
     wait_for(lambda: httpx.get(f"{url}/-/healthz", timeout=10).status_code == 200, timeout_s=30,

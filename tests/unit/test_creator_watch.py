@@ -11,7 +11,7 @@ import textwrap
 import psutil
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import process_gone, wait_for
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -50,5 +50,5 @@ def test_watcher_outlives_the_creating_thread_and_exits_with_the_creator(no_pidf
     finally:
         creator.send_signal(signal.SIGKILL)
         creator.wait(10)
-    wait_for(lambda: not psutil.pid_exists(watcher.pid) or watcher.status() == psutil.STATUS_ZOMBIE,
+    wait_for(lambda: process_gone(watcher.pid),
              timeout_s=20, what="the watcher to exit with its creator")
