@@ -492,6 +492,7 @@ class NodeDaemon:
                 asyncio.get_running_loop().create_task(self._flush_then_kill(rec, reason))
 
     async def _flush_then_kill(self, rec: WorkerRecord, reason: str) -> None:
+        self.pool.doom(rec, reason)  # a lease returned while it flushes must not hand it out again
         if rec.conn is not None and not rec.conn.is_closed():
             with contextlib.suppress(Exception):
                 await rec.conn.request(P.FlushTaskEvents(), timeout_s=1.0)

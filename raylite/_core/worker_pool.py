@@ -1,7 +1,7 @@
 """Worker processes of one node: forked by the zygote, reused by runtime environment.
 
-The pool knows each worker's state (STARTING -> IDLE <-> LEASED, or ACTOR; then
-DEAD) and starts new ones through the zygote's control socket. It does no
+The pool knows each worker's state (STARTING -> IDLE <-> LEASED, or ACTOR; STOPPING
+once killed; then DEAD) and starts new ones through the zygote's control socket. It does no
 scheduling: the node daemon decides who gets which worker.
 
 Every state change goes through `set_state`, which keeps two indexes: the idle
@@ -39,7 +39,7 @@ class WorkerRecord:
     pid: int = 0
     conn: object = None  # rpc.Connection once registered
     address: str = ""
-    state: str = "STARTING"  # STARTING | IDLE | LEASED | ACTOR | DEAD
+    state: str = "STARTING"  # STARTING | IDLE | LEASED | ACTOR | STOPPING | DEAD
     lease_id: bytes = b""
     lessee: object = None
     actor_id: bytes = b""
@@ -133,7 +133,15 @@ class WorkerPool:
         return rec
 
     def set_state(self, rec: WorkerRecord, state: str) -> None:
-        """Move a worker to `state`, keeping the indexes; DEAD also forgets it."""
+        """Move a worker to `state`, keeping the indexes; DEAD also forgets it.
+
+        A worker that was killed never becomes IDLE again (it goes to STOPPING until its exit
+        is seen): the SIGKILL and the closed connection that reports it are apart in time, and
+        a lease returned in between (its placement group was just removed, say) used to put
+        the dying process back in the idle index, where the next actor got it and failed with
+        "the actor's worker died while starting"."""
+        if state == "IDLE" and rec.kill_reason:
+            state = "STOPPING"
         old = rec.state
         if old == state:
             return
@@ -163,8 +171,14 @@ class WorkerPool:
     def starting(self, key: str) -> int:
         return self._starting.get(key, 0)
 
+    def doom(self, rec: WorkerRecord, reason: str) -> None:
+        """Decide that `rec` stops: from now on it is never handed out again (see set_state)."""
+        rec.kill_reason = rec.kill_reason or reason or "stopped by its node"
+        if rec.state == "IDLE":
+            self.set_state(rec, "STOPPING")
+
     def kill(self, rec: WorkerRecord, reason: str = "") -> None:
-        rec.kill_reason = rec.kill_reason or reason
+        self.doom(rec, reason)
         if rec.pid:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(rec.pid, signal.SIGKILL)
