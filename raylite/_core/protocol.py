@@ -824,3 +824,23 @@ class GetTimeSeries(Message):
 @message(143)
 class TimeSeriesReply(Message):
     series: dict  # {"time": [...], name: [value or None, ...]}
+
+
+# ---------------------------------------------------------------- Ray Client (ray://HOST:10001)
+@message(230)
+class ClientCall(Message):
+    """A remote driver's API call to its proxy driver on the head (client_remote.py ->
+    client_proxy.py, whose docstring lists the methods and their arguments). Sent without a
+    request id when the caller needs no answer (submit, release, export, ...)."""
+
+    method: str
+    args: list
+
+
+@message(231)
+class ClientCallReply(Message):
+    """ok: `value` is the method's result; not ok: `value` is [meta, buffers] of the pickled
+    exception, so the caller raises the original type."""
+
+    ok: bool
+    value: Any = None

@@ -207,23 +207,12 @@ class Connection(asyncio.Protocol):
 
     def _check_hello(self, frame: bytes) -> None:
         """The first frame (at most HELLO_MAX_BYTES, plain msgpack: nothing in it can run code)."""
-        try:
-            items = msgpack.unpackb(frame, raw=False)
-            presented = items[2]
-            ok = (items[0] == P.Hello.TAG and isinstance(presented, str) and bool(self.token)
-                  and hmac.compare_digest(presented.encode(), self.token.encode()))
-            version_ok = ok and items[3] == P.PROTOCOL_VERSION
-        except Exception:  # noqa: BLE001
-            ok = version_ok = False
-        if not ok:
-            self._write(P.encode(P.HelloReply(False, "wrong or missing cluster token"), 0))
+        error, role = check_hello(frame, self.token)
+        if error:
+            self._write(P.encode(P.HelloReply(False, error), 0))
             self.close()
             return
-        if not version_ok:
-            self._write(P.encode(P.HelloReply(False, f"protocol version mismatch: this node speaks {P.PROTOCOL_VERSION}, you sent {items[3]}; install the same raylite version on every node"), 0))
-            self.close()
-            return
-        self.peer_role = str(items[4])
+        self.peer_role = role
         self._authenticated = True
         self._handshake_done()
         self._write(P.encode(P.HelloReply(True), 0))
@@ -340,6 +329,26 @@ class Connection(asyncio.Protocol):
         pending requests fail with ConnectionBrokenError, as if the network broke it."""
         if self.transport is not None:
             self.transport.abort()
+
+
+def check_hello(frame: bytes, token: str) -> tuple[str, str]:
+    """Check a connection's first frame: ("", peer role) when it is a Hello with `token`
+    (compared in constant time) and this protocol version, else (why it was refused, "").
+    The frame is plain msgpack read as data: nothing in it is unpickled or run."""
+    try:
+        items = msgpack.unpackb(frame, raw=False)
+        presented = items[2]
+        ok = (items[0] == P.Hello.TAG and isinstance(presented, str) and bool(token)
+              and hmac.compare_digest(presented.encode(), token.encode()))
+        version_ok = ok and items[3] == P.PROTOCOL_VERSION
+    except Exception:  # noqa: BLE001
+        ok = version_ok = False
+    if not ok:
+        return "wrong or missing cluster token", ""
+    if not version_ok:
+        return (f"protocol version mismatch: this node speaks {P.PROTOCOL_VERSION}, you sent {items[3]}; "
+                "install the same raylite version on every node"), ""
+    return "", str(items[4])
 
 
 async def connect(address: str, handlers: dict[type, Handler] | None = None, *, token: str,
