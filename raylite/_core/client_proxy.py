@@ -153,12 +153,13 @@ class Proxy:
             raise RuntimeError(f"the Ray Client server runs Python {mine} and this program Python {python}: "
                                "functions and values pickled by one do not load in the other. Use Python "
                                f"{mine} on this machine.")
-        from raylite import __version__
         from raylite._core import driver
+        from raylite._core.client_remote import raylite_version
 
-        if version != __version__:
-            raise RuntimeError(f"the cluster runs raylite {__version__} and this program raylite {version}; "
-                               f"install raylite {__version__} here.")
+        ours = raylite_version()
+        if version != ours:
+            raise RuntimeError(f"the cluster runs raylite {ours} and this program raylite {version}; "
+                               f"install raylite {ours} here.")
         head = self.head_address
         address = head if head.startswith("unix://") else head[len("tcp://"):]
         info = driver.init_remote(address, namespace=namespace, log_to_driver=True)

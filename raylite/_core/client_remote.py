@@ -40,6 +40,12 @@ from raylite._core.transport.base import ConnectionBrokenError, HandshakeError, 
 _NO_ARGS = ser.serialize(((), {})).to_inline()
 
 
+def raylite_version() -> str:
+    """The installed raylite's version (read from the loaded package: `raylite` imports this
+    module's importers, so an import statement here would be a cycle)."""
+    return sys.modules["raylite"].__version__
+
+
 class RayClientError(ConnectionError):
     """The Ray Client connection failed or was refused; the message says why and what to do."""
 
@@ -110,11 +116,9 @@ class RemoteClient:
         self._thread = threading.Thread(target=run, name="raylite-ray-client", daemon=True)
         self._thread.start()
         ready.result()
-        from raylite import __version__
-
         python = f"{sys.version_info[0]}.{sys.version_info[1]}"
         try:
-            info = self._result(self._call("init", [namespace, python, __version__, runtime_env]), 120)
+            info = self._result(self._call("init", [namespace, python, raylite_version(), runtime_env]), 120)
         except RemoteError as e:
             self.shutdown()
             if e.error_type == "NotImplementedError":
