@@ -76,8 +76,7 @@ class Proxy:
         self.gens: dict[bytes, ObjectRefGenerator] = {}
         self.pool = concurrent.futures.ThreadPoolExecutor(64, thread_name_prefix="raylite-client-proxy")
         self.loop = asyncio.get_running_loop()
-        self.blocking = {"init": self._init, "get": self._get, "wait": self._wait, "waitg": self._waitg,
-                         "gen_next": self._gen_next}
+        self.blocking = {"init": self._init, "wait": self._wait, "waitg": self._waitg, "gen_next": self._gen_next}
         self.inline = {"submit": self._submit, "actor": self._actor, "put": self._put,
                        "release": self._release, "gen_done": self._gen_done, "gen_len": self._gen_len,
                        "gen_drop": self._gen_drop, "cancel": self._cancel, "kill": self._kill,
@@ -90,6 +89,8 @@ class Proxy:
             return self._error(rid, RuntimeError("call 'init' first"))
         if name in ("head", "node"):
             return self._forward(name, msg.args[0])
+        if name == "get":
+            return self._get(*msg.args)
         if name in self.blocking:  # may wait long: a thread, so later calls are not held up
             return self._in_thread(self.blocking[name], msg.args, rid)
         fn = self.inline.get(name)
@@ -228,16 +229,28 @@ class Proxy:
     def _put(self, meta: bytes, buffers: list) -> list:
         return self.grant(self.client.put(ser.deserialize(meta, buffers)))
 
-    def _get(self, pairs: list, timeout: float | None) -> list:
-        values = self.client.get([self.ref(oid, owner) for oid, owner in pairs], timeout)
-        so = ser.serialize(values, what="the values get() returns to the Ray Client")
-        # granted on this process's loop, in order with the releases that arrive there
-        granted = asyncio.run_coroutine_threadsafe(self._grant_all(so.contained_refs), self.loop).result()
-        meta, buffers = so.to_inline()
-        return [meta, buffers, granted]
+    async def _get(self, pairs: list, timeout: float | None) -> P.ClientCallReply:
+        """Like the driver's get(): wait for every value (no thread waits: the CoreClient
+        resolves the futures), then raise the first error in list order, or send them all."""
+        futures = [self.client.future_of(self.ref(oid, owner)) for oid, owner in pairs]
+        waiting = [asyncio.wrap_future(f) for f in futures]
+        try:
+            done, pending = await asyncio.wait(waiting, timeout=timeout) if waiting else (set(), set())
+            if pending:
+                for f in futures:
+                    f.cancel()
+                from raylite.exceptions import GetTimeoutError
 
-    async def _grant_all(self, refs: list) -> list:
-        return [self.grant(r)[0] for r in refs]
+                raise GetTimeoutError(f"get() timed out after {timeout}s: {len(pending)} of {len(futures)} "
+                                      "objects were not ready. Raise the timeout, or check `raylite status` "
+                                      "for tasks waiting on resources.")
+            values = [w.result() for w in waiting]
+            so = ser.serialize(values, what="the values get() returns to the Ray Client")
+        except Exception as e:  # noqa: BLE001
+            return P.ClientCallReply(False, pack_error(e))
+        granted = [self.grant(r)[0] for r in so.contained_refs]  # on this loop, in order with releases
+        meta, buffers = so.to_inline()
+        return P.ClientCallReply(True, [meta, buffers, granted])
 
     def _wait(self, pairs: list, num_returns: int, timeout: float | None, fetch_local: bool) -> list:
         refs = [self.ref(oid, owner) for oid, owner in pairs]
@@ -264,7 +277,7 @@ class Proxy:
         return asyncio.run_coroutine_threadsafe(self._grant_one(ref), self.loop).result()
 
     async def _grant_one(self, ref: ObjectRef) -> list:
-        return self.grant(ref)
+        return self.grant(ref)  # on this loop, in order with the releases that arrive there
 
     def _gen_done(self, task_id: bytes) -> list:
         return self.grant(self.client.generator_completed_ref(task_id))
@@ -319,7 +332,12 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        asyncio.run(serve(args.fd, args.head_address))
+        try:
+            import uvloop  # type: ignore
+
+            uvloop.run(serve(args.fd, args.head_address))
+        except ImportError:
+            asyncio.run(serve(args.fd, args.head_address))
     finally:
         from raylite._core import driver
 

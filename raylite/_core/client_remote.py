@@ -98,7 +98,12 @@ class RemoteClient:
         ready: concurrent.futures.Future = concurrent.futures.Future()
 
         def run() -> None:
-            loop = asyncio.new_event_loop()
+            try:
+                import uvloop  # type: ignore
+
+                loop = uvloop.new_event_loop()
+            except ImportError:
+                loop = asyncio.new_event_loop()
             asyncio.set_event_loop(loop)
             self.loop = loop
             try:
