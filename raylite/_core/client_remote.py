@@ -147,8 +147,9 @@ class RemoteClient:
             self.conn = await rpc.connect(f"tcp://{self.hostport}", handlers, token=self.token,
                                           role="ray-client", timeout_s=self.config.handshake_timeout_s + 5)
         except HandshakeError as e:
+            why = str(e).split("refused the connection: ", 1)[-1].split(". Pass the", 1)[0]
             raise RayClientError(
-                f"the Ray Client server at ray://{self.hostport} refused this program: {e}. Set the "
+                f"the Ray Client server at ray://{self.hostport} refused this program: {why}. Set the "
                 "cluster's token in RAYLITE_TOKEN (`raylite start --head` prints where its token file "
                 "is), and use the same raylite version as the cluster.") from None
         except ConnectionBrokenError as e:

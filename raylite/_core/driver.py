@@ -190,8 +190,10 @@ def init_ray_client(address: str, *, namespace: str, log_to_driver: bool, runtim
     hostport = CF.normalize_address(address)
     token = config.token
     found = CF.read_address_file(config.temp_dir)
-    if not token and found and found.get("address", "").rsplit(":", 1)[0] == hostport.rsplit(":", 1)[0]:
-        token = CF.read_token(found.get("token_file", ""))  # a head started on this machine
+    host = hostport.rsplit(":", 1)[0]
+    if not token and found and (host in ("127.0.0.1", "localhost", "::1")
+                                or found.get("address", "").rsplit(":", 1)[0] == host):
+        token = CF.read_token(found.get("token_file", ""))  # the head `raylite start` ran on this machine
     client = RemoteClient(config, hostport, token)
     facts = client.start(namespace, runtime_env)
     if log_to_driver:

@@ -168,7 +168,8 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool, 
     with contextlib.suppress(OSError):  # a creator that already exited closed the pipe
         print("READY " + json.dumps({"head_address": head_address, "node_address": node_address,
                                      "node_tcp_address": tcp_address, "node_id": node.node_id.hex(),
-                                     "pid": os.getpid(), **_dashboard_info(dashboard)}), flush=True)
+                                     "pid": os.getpid(), **_dashboard_info(dashboard),
+                                     "ray_client_port": ray_client.port if ray_client else 0}), flush=True)
     with contextlib.suppress(Exception):
         sys.stdout.close()
         os.close(1)
