@@ -166,6 +166,8 @@ class Proxy:
         info = driver.init_remote(address, namespace=namespace, log_to_driver=True)
         client = runtime.client()
         client.log_handler = self._forward_logs
+        # the node (the head's daemon) is gone: so is the cluster this program used; tell it at once
+        client.node.on_close.append(lambda _c: self.loop.call_soon_threadsafe(self.conn.close))
         self.client = client
         return {"job_id": client.job_id, "node_id": client.node_id, "node_ip": client.node_ip,
                 "worker_id": client.worker_id, "address": client.address, "namespace": client.namespace,

@@ -63,6 +63,7 @@ class ClientServer:
         self._handshakes: dict[socket.socket, asyncio.Task] = {}
         self._proxies: list[subprocess.Popen] = []
         self._accepting: asyncio.Task | None = None
+        self._reaping: asyncio.Task | None = None
         self._count = 0
         self.port = 0
 
@@ -81,7 +82,15 @@ class ClientServer:
         self.port = sock.getsockname()[1]
 
     def start(self) -> None:
-        self._accepting = asyncio.get_running_loop().create_task(self._accept_loop())
+        loop = asyncio.get_running_loop()
+        self._accepting = loop.create_task(self._accept_loop())
+        self._reaping = loop.create_task(self._reap_loop())
+
+    async def _reap_loop(self) -> None:
+        """Exited proxies are waited for, so none stays a zombie of the head daemon."""
+        while True:
+            await asyncio.sleep(2.0)
+            self._reap()
 
     async def _accept_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -150,8 +159,8 @@ class ClientServer:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "raylite._core.client_proxy", "--fd", str(fd),
                  "--head-address", self._head_address],
-                pass_fds=(fd,), env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                # in the head daemon's process group: a killed head group takes its proxies along
+                pass_fds=(fd,), env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
         self._proxies.append(proc)
 
     def _reap(self) -> None:
@@ -159,8 +168,9 @@ class ClientServer:
 
     def close(self) -> None:
         """Stop accepting; the proxies end by themselves when their driver loses the head."""
-        if self._accepting is not None:
-            self._accepting.cancel()
+        for task in (self._accepting, self._reaping):
+            if task is not None:
+                task.cancel()
         for task in list(self._handshakes.values()):
             task.cancel()
         if self._sock is not None:
