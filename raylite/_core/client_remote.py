@@ -450,3 +450,10 @@ class RemoteClient:
 
     def owned_objects(self) -> list:
         return []
+
+    async def connection(self, address: str) -> Any:
+        """A direct link to a cluster process: what a Ray Client program never has."""
+        raise RayClientError(
+            f"this program is connected through Ray Client (ray://{self.hostport}) and cannot reach "
+            f"{address} directly; run it on a machine of the cluster (init(address='HOST:PORT')), or use "
+            "`raylite list ...` / the dashboard on the head for the cluster's state.")

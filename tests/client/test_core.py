@@ -200,6 +200,8 @@ def test_disconnect_cleans_up_and_init_again(client_head):
     temp = Holder.options(name="temp").remote()
     keep = Holder.options(name="keep", lifetime="detached").remote()
     assert ray.get([temp.ping.remote(), keep.ping.remote()]) == ["pong", "pong"]
+    big = ray.put(np.ones(2_000_000))  # 16 MB: in the head node's store, owned by the proxy
+    assert big.binary() in _stored_ids()
     proxies = proxy_pids(client_head["head"].pid)
     assert len(proxies) == 1
     ray.shutdown()
@@ -209,9 +211,18 @@ def test_disconnect_cleans_up_and_init_again(client_head):
     try:
         assert ray.get(ray.get_actor("keep").ping.remote()) == "pong"  # detached: still there
         wait_until(lambda: _gone(ray, "temp"), 30, "the job's non-detached actor to go")
+        wait_until(lambda: big.binary() not in _stored_ids(), 30, "the job's object to be freed")
         ray.kill(ray.get_actor("keep"))
     finally:
         ray.shutdown()
+
+
+def _stored_ids() -> set[bytes]:
+    """Ids of the objects in the (one) node's store, asked through the connected program."""
+    from raylite._core import protocol as P
+    from raylite._core import runtime
+
+    return {o[0] for o in runtime.client().node_request(P.GetNodeInfo()).objects}
 
 
 def test_a_killed_client_leaves_nothing_behind(client_head):
@@ -251,3 +262,21 @@ def test_a_killed_client_leaves_nothing_behind(client_head):
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_dropped_refs_free_their_objects(ray_client):
+    """The program's last ref to an id goes -> its grants go back -> the proxy drops its ref."""
+    ray = ray_client
+
+    @ray.remote
+    def make():
+        return np.ones(200_000)  # 1.6 MB: a stored task return
+
+    ids = []
+    for _ in range(10):
+        r = ray.put(np.ones(200_000))
+        t = make.remote()
+        ray.get(t)
+        ids += [r.binary(), t.binary()]
+        del r, t
+    wait_until(lambda: not (set(ids) & _stored_ids()), 30, "the dropped objects to be freed")
