@@ -280,3 +280,21 @@ def test_dropped_refs_free_their_objects(ray_client):
         ids += [r.binary(), t.binary()]
         del r, t
     wait_until(lambda: not (set(ids) & _stored_ids()), 30, "the dropped objects to be freed")
+
+
+def test_working_dir_ships_the_programs_own_modules(client_head, tmp_path):
+    """A module only the program's machine has reaches the workers through runtime_env."""
+    import raylite as ray
+
+    (tmp_path / "laptop_only_mod.py").write_text("def greet(name):\n    return f'hi {name}'\n")
+    ray.init(client_head["url"], runtime_env={"working_dir": str(tmp_path)})
+    try:
+        @ray.remote
+        def use():
+            import laptop_only_mod
+
+            return laptop_only_mod.greet("cluster")
+
+        assert ray.get(use.remote()) == "hi cluster"
+    finally:
+        ray.shutdown()
