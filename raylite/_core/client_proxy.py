@@ -47,6 +47,7 @@ from raylite._core import protocol as P
 from raylite._core import runtime
 from raylite._core import serialization as ser
 from raylite._core.client_records import ObjectEntry
+from raylite._core.client_remote import raylite_version, wire_value
 from raylite._core.refs import ObjectRef, ObjectRefGenerator
 from raylite._core.task_spec import KIND_ACTOR_CALL, STREAMING, TaskSpec
 from raylite._core.transport import rpc
@@ -85,12 +86,12 @@ class Proxy:
     # ------------------------------------------------------------ dispatch
     def on_call(self, conn: rpc.Connection, msg: P.ClientCall, rid: int) -> Any:
         name = msg.method
-        if self.client is None and name != "init":
-            return self._error(rid, RuntimeError("call 'init' first"))
+        if (self.client is None) != (name == "init"):
+            return self._error(rid, RuntimeError("'init' comes first, once per connection"))
         if name in ("head", "node"):
             return self._forward(name, msg.args[0])
         if name == "get":
-            return self._get(*msg.args)
+            return self._get(rid, *msg.args)
         if name in self.blocking:  # may wait long: a thread, so later calls are not held up
             return self._in_thread(self.blocking[name], msg.args, rid)
         fn = self.inline.get(name)
@@ -155,7 +156,6 @@ class Proxy:
                                "functions and values pickled by one do not load in the other. Use Python "
                                f"{mine} on this machine.")
         from raylite._core import driver
-        from raylite._core.client_remote import raylite_version
 
         ours = raylite_version()
         if version != ours:
@@ -231,7 +231,7 @@ class Proxy:
     def _put(self, meta: bytes, buffers: list) -> list:
         return self.grant(self.client.put(ser.deserialize(meta, buffers)))
 
-    async def _get(self, pairs: list, timeout: float | None) -> P.ClientCallReply:
+    async def _get(self, rid: int, pairs: list, timeout: float | None) -> P.ClientCallReply | None:
         """Like the driver's get(): wait for every value (no thread waits: the CoreClient
         resolves the futures), then raise the first error in list order, or send them all."""
         futures = [self.client.future_of(self.ref(oid, owner)) for oid, owner in pairs]
@@ -251,8 +251,10 @@ class Proxy:
         except Exception as e:  # noqa: BLE001
             return P.ClientCallReply(False, pack_error(e))
         granted = [self.grant(r)[0] for r in so.contained_refs]  # on this loop, in order with releases
-        meta, buffers = so.to_inline()
-        return P.ClientCallReply(True, [meta, buffers, granted])
+        (meta, buffers), size = wire_value(so)
+        if not self.conn.is_closed():  # sent here, to pack a large value once (P.encode_sized)
+            self.conn.send(P.ClientCallReply(True, [meta, buffers, granted]), -rid, size_hint=size)
+        return None
 
     def _wait(self, pairs: list, num_returns: int, timeout: float | None, fetch_local: bool) -> list:
         refs = [self.ref(oid, owner) for oid, owner in pairs]

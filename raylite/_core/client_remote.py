@@ -33,11 +33,23 @@ from raylite._core import serialization as ser
 from raylite._core.config import Config
 from raylite._core.ids import ObjectID, TaskID
 from raylite._core.refs import ObjectRef, ObjectRefGenerator
-from raylite._core.task_spec import DYNAMIC, KIND_ACTOR_CALL, STREAMING, TaskSpec
+from raylite._core.task_spec import DYNAMIC, STREAMING, TaskSpec
 from raylite._core.transport import rpc
 from raylite._core.transport.base import ConnectionBrokenError, HandshakeError, RemoteError
 
 _NO_ARGS = ser.serialize(((), {})).to_inline()
+
+
+def wire_value(so: ser.SerializedObject) -> tuple[list, int]:
+    """([meta, buffers], their size in bytes) for a ClientCall: contiguous buffers travel as
+    views (msgpack copies them once, into the frame), others as bytes."""
+    buffers: list = []
+    for b in so.buffers:
+        try:
+            buffers.append(b.raw() if isinstance(b, pickle.PickleBuffer) else b)
+        except BufferError:  # not contiguous
+            buffers.append(memoryview(b).tobytes())
+    return [so.meta, buffers], so.total_bytes()
 
 
 def raylite_version() -> str:
@@ -189,13 +201,14 @@ class RemoteClient:
             self._thread.join(5)
 
     # ------------------------------------------------------------ calls
-    def _call(self, method: str, args: list) -> concurrent.futures.Future:
-        """Send a call from any thread (in program order); its answer resolves the future."""
+    def _call(self, method: str, args: list, size_hint: int = 0) -> concurrent.futures.Future:
+        """Send a call from any thread (in program order); its answer resolves the future.
+        `size_hint`: the bytes of the values in `args`, when large."""
         out: concurrent.futures.Future = concurrent.futures.Future()
 
         def start() -> None:
             try:
-                fut = self.conn.request_future(P.ClientCall(method, args))
+                fut = self.conn.request_future(P.ClientCall(method, args), size_hint=size_hint)
             except Exception as e:  # noqa: BLE001
                 out.set_exception(self._broken(e))
                 return
@@ -215,11 +228,11 @@ class RemoteClient:
         self._on_loop(start)
         return out
 
-    def _send(self, method: str, args: list) -> None:
+    def _send(self, method: str, args: list, size_hint: int = 0) -> None:
         """A call that needs no answer, in program order."""
         def go() -> None:
             with contextlib.suppress(Exception):
-                self.conn.send(P.ClientCall(method, args))
+                self.conn.send(P.ClientCall(method, args), size_hint=size_hint)
         self._on_loop(go)
 
     def _on_loop(self, fn: Any) -> None:
@@ -315,27 +328,28 @@ class RemoteClient:
         if not args and not kwargs:
             return _NO_ARGS, [], []
         so = ser.serialize((tuple(args), kwargs), what=f"the arguments of {what}", arguments=True)
-        return so.to_inline(), [], []
+        value, _size = wire_value(so)
+        return value, [], []
 
     def submit_task(self, spec: TaskSpec, pinned: list, retry_exceptions: Any) -> Any:
         retry = b"" if isinstance(retry_exceptions, bool) else pickle.dumps(retry_exceptions)
         if spec.num_returns == STREAMING:
-            self._send("submit", [spec.to_wire(), retry])
+            self._send("submit", [spec.to_wire(), retry], _args_size(spec.args))
             return ObjectRefGenerator(spec.task_id, self)
+        size = _args_size(spec.args)
         with self._lock:  # granted before the call leaves: a release cannot overtake it
             refs = self._granted_refs([(bytes(oid), self.address) for oid in spec.return_ids()])
-            self._send("submit", [spec.to_wire(), retry])
+            self._send("submit", [spec.to_wire(), retry], size)
         if spec.num_returns in (1, DYNAMIC):
             return refs[0]
         return refs if spec.num_returns > 1 else None
 
     def submit_actor_task(self, spec: TaskSpec, pinned: list) -> Any:
-        assert spec.kind == KIND_ACTOR_CALL
-        return self.submit_task(spec, pinned, False)
+        return self.submit_task(spec, pinned, False)  # the proxy tells them apart by spec.kind
 
     def register_actor(self, spec: TaskSpec, get_if_exists: bool) -> P.RegisterActorReply:
-        reply = P.decode(self._result(self._call("actor", [spec.to_wire(), get_if_exists])))[0]
-        return reply
+        wire = spec.to_wire()
+        return P.decode(self._result(self._call("actor", [wire, get_if_exists], _args_size(spec.args))))[0]
 
     def actor_out_of_scope(self, actor_id: bytes) -> None:
         self._send("aos", [actor_id])
@@ -357,8 +371,8 @@ class RemoteClient:
         if isinstance(value, ObjectRef):
             raise TypeError("Calling put() on an ObjectRef is not allowed: it is already in the object "
                             "store. Pass the ref itself, or put([ref]) to wrap it in a list.")
-        meta, buffers = ser.serialize(value, what="the value passed to put()").to_inline()
-        pair = self._result(self._call("put", [meta, buffers]))
+        value, size = wire_value(ser.serialize(value, what="the value passed to put()"))
+        pair = self._result(self._call("put", value, size))
         return self._granted_refs([pair])[0]
 
     def get(self, refs: list[ObjectRef], timeout: float | None = None) -> list[Any]:
@@ -457,3 +471,8 @@ class RemoteClient:
             f"this program is connected through Ray Client (ray://{self.hostport}) and cannot reach "
             f"{address} directly; run it on a machine of the cluster (init(address='HOST:PORT')), or use "
             "`raylite list ...` / the dashboard on the head for the cluster's state.")
+
+
+def _args_size(args: list) -> int:
+    """Bytes of a packed (args, kwargs) [meta, buffers], for size_hint."""
+    return len(args[0]) + sum(memoryview(b).nbytes for b in args[1])

@@ -106,7 +106,11 @@ class Connection(asyncio.Protocol):
                 return
             if n - pos - 4 < length:
                 break
-            frame = bytes(buf[pos + 4:pos + 4 + length])
+            if length < 65536:
+                frame = bytes(buf[pos + 4:pos + 4 + length])
+            else:  # one copy, not two (a slice, then bytes of it): large values pass here
+                with memoryview(buf) as view:
+                    frame = bytes(view[pos + 4:pos + 4 + length])
             pos += 4 + length
             self._on_frame(frame)
             if self.transport is None or self.transport.is_closing():
@@ -276,8 +280,8 @@ class Connection(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
-    def _encode(self, msg: P.Message, rid: int) -> bytes:
-        data = P.encode(msg, rid)
+    def _encode(self, msg: P.Message, rid: int, size_hint: int = 0) -> bytes | memoryview:
+        data = P.encode(msg, rid) if size_hint < (1 << 20) else P.encode_sized(msg, rid, size_hint)
         if len(data) > self.max_frame_bytes:
             raise ValueError(
                 f"{type(msg).__name__} is {len(data)} bytes encoded, over the {self.max_frame_bytes}-byte frame "
@@ -285,20 +289,21 @@ class Connection(asyncio.Protocol):
                 "store (raylite.put) instead, or raise RAYLITE_MAX_FRAME_BYTES on every node.")
         return data
 
-    def send(self, msg: P.Message, rid: int = 0) -> None:
+    def send(self, msg: P.Message, rid: int = 0, *, size_hint: int = 0) -> None:
+        """`size_hint`: about how many bytes `msg` holds, when large (see P.encode_sized)."""
         if self.transport is None or self.transport.is_closing():
             raise ConnectionClosedError if self._closed_by_us else ConnectionBrokenError(
                 f"connection to {self.peer_role or 'peer'} is closed")
-        self._write(self._encode(msg, rid))
+        self._write(self._encode(msg, rid, size_hint))
 
-    def request_future(self, msg: P.Message) -> asyncio.Future:
+    def request_future(self, msg: P.Message, *, size_hint: int = 0) -> asyncio.Future:
         rid = self._next_id
         self._next_id += 1
         fut = self.loop.create_future()
         if self.is_closed():
             fut.set_exception(ConnectionBrokenError(f"connection to {self.peer_role or 'peer'} is closed"))
             return fut
-        data = self._encode(msg, rid)
+        data = self._encode(msg, rid, size_hint)
         self._pending[rid] = fut
         self._write(data)
         return fut
