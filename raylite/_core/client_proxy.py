@@ -8,7 +8,7 @@ the connection ends it shuts its driver down and exits, so the job ends and its 
 actors and objects go.
 
 Methods (ClientCall.method -> args -> reply value); "-" means sent without a request id:
-    init        [namespace, python "X.Y", raylite version, job runtime_env]  -> driver facts (dict)
+    init        [namespace, python "X.Y", raylite version, runtime_env, [host, *argv]] -> driver facts
     submit -    [spec wire, pickled retry_exceptions]; spec.args = [meta, buffers] of (args, kwargs)
     actor       [spec wire, get_if_exists]                           -> encoded RegisterActorReply
     put         [meta, buffers]                                      -> object id
@@ -149,7 +149,7 @@ class Proxy:
         return held[0] if held is not None else ObjectRef(oid, owner, _borrowed=True)
 
     # ------------------------------------------------------------ calls
-    def _init(self, namespace: str, python: str, version: str, runtime_env: dict) -> dict:
+    def _init(self, namespace: str, python: str, version: str, runtime_env: dict, program: list) -> dict:
         mine = f"{sys.version_info[0]}.{sys.version_info[1]}"
         if python != mine:
             raise RuntimeError(f"the Ray Client server runs Python {mine} and this program Python {python}: "
@@ -161,6 +161,8 @@ class Proxy:
         if version != ours:
             raise RuntimeError(f"the cluster runs raylite {ours} and this program raylite {version}; "
                                f"install raylite {ours} here.")
+        # the job's entrypoint (`raylite list jobs`, the dashboard) names the remote program
+        sys.argv = [f"(Ray Client from {program[0]})", *[str(a) for a in program[1:]]]
         head = self.head_address
         address = head if head.startswith("unix://") else head[len("tcp://"):]
         info = driver.init_remote(address, namespace=namespace, log_to_driver=True)

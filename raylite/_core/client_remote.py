@@ -24,6 +24,7 @@ import collections
 import concurrent.futures
 import contextlib
 import pickle
+import socket
 import sys
 import threading
 from typing import Any
@@ -135,7 +136,8 @@ class RemoteClient:
         ready.result()
         python = f"{sys.version_info[0]}.{sys.version_info[1]}"
         try:
-            info = self._result(self._call("init", [namespace, python, raylite_version(), runtime_env]), 120)
+            info = self._result(self._call("init", [namespace, python, raylite_version(), runtime_env,
+                                                    [socket.gethostname(), *sys.argv]]), 120)
         except RemoteError as e:
             self.shutdown()
             if e.error_type == "NotImplementedError":

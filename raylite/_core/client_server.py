@@ -195,8 +195,9 @@ def start_for_head(config: Config, *, token: str, head_address: str, session_dir
                    multi_node: bool) -> ClientServer | None:
     """The server a head runs, per Config.ray_client_server_port (see there); None when off.
 
-    Bound on every interface (like Ray's, and so KubeRay's `client` service port reaches it);
-    the token guards it like the head's own port."""
+    A `raylite start --head` head binds it on every interface (like Ray's, and so KubeRay's
+    `client` service port reaches it); the token guards it like the head's own port. A local
+    cluster runs one only when RAYLITE_RAY_CLIENT_SERVER_PORT names a port, on 127.0.0.1."""
     port = config.ray_client_server_port
     explicit = port > 0
     if port == 0 or (port < 0 and not multi_node):
@@ -211,7 +212,7 @@ def start_for_head(config: Config, *, token: str, head_address: str, session_dir
         return None
     server = ClientServer(config, token=token, head_address=head_address, session_dir=session_dir)
     try:
-        server.bind("0.0.0.0", port)
+        server.bind("0.0.0.0" if multi_node else "127.0.0.1", port)
     except OSError as e:
         if explicit:
             raise OSError(e.errno, f"cannot listen for Ray Client on port {port}: {e.strerror or e}. Pick "
