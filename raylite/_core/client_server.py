@@ -24,8 +24,12 @@ What the listener checks (docs/security.md): nothing a peer sends is decoded bef
 (at most HELLO_MAX_BYTES, plain msgpack, constant-time token compare, protocol version) passed;
 the Hello must arrive within Config.handshake_timeout_s; at most Config.max_pending_handshakes
 unauthenticated connections are held (oldest evicted, gate.py). Only then is a proxy process
-started, and it enforces Config.max_frame_bytes on every later frame (rpc.Connection). TLS
-(RAYLITE_TLS_CERT_FILE) is not offered on this port yet: the server is not started then.
+started, and it enforces Config.max_frame_bytes on every later frame (rpc.Connection).
+
+With TLS on (RAYLITE_TLS_CERT_FILE: mutual TLS with the cluster certificate, as on every TCP
+link), the TLS handshake (within handshake_timeout_s) comes first, then the same Hello; the
+encrypted socket cannot be handed to another process, so the server keeps it and relays bytes
+between it and the proxy's end of a socket pair.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import socket
 import struct
 import subprocess
 import sys
+from typing import Any
 
 from raylite._core import protocol as P
 from raylite._core.config import Config
@@ -81,10 +86,58 @@ class ClientServer:
         self._sock = sock
         self.port = sock.getsockname()[1]
 
-    def start(self) -> None:
+    def start(self, ssl_context: Any = None) -> None:
         loop = asyncio.get_running_loop()
-        self._accepting = loop.create_task(self._accept_loop())
+        self._accepting = loop.create_task(
+            self._accept_loop() if ssl_context is None else self._serve_tls(ssl_context))
         self._reaping = loop.create_task(self._reap_loop())
+
+    async def _serve_tls(self, ssl_context: Any) -> None:
+        server = await asyncio.start_server(self._tls_connection, sock=self._sock, ssl=ssl_context,
+                                            ssl_handshake_timeout=self._config.handshake_timeout_s)
+        async with server:
+            await server.serve_forever()
+
+    async def _tls_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """After the TLS handshake: the Hello, then a relay to a proxy (module docstring)."""
+        oldest = self._gate.admit(writer)
+        if oldest is not None:  # full: the oldest stranger goes
+            oldest.transport.abort()  # type: ignore[attr-defined]
+        ours = None
+        try:
+            try:
+                head = await asyncio.wait_for(reader.readexactly(4), self._config.handshake_timeout_s)
+                (length,) = _LEN.unpack(head)
+                if length > HELLO_MAX_BYTES:
+                    return
+                frame = await asyncio.wait_for(reader.readexactly(length), self._config.handshake_timeout_s)
+            except (asyncio.TimeoutError, asyncio.IncompleteReadError, OSError):
+                return
+            finally:
+                self._gate.release(writer)
+            error, _role = check_hello(frame, self._token)
+            reply = P.encode(P.HelloReply(not error, error), 0)
+            writer.write(_LEN.pack(len(reply)) + reply)
+            await writer.drain()
+            if error:
+                return
+            ours, theirs = socket.socketpair()
+            try:
+                self._spawn_proxy(theirs)
+            finally:
+                theirs.close()
+            proxy_reader, proxy_writer = await asyncio.open_connection(sock=ours)
+            ours = None  # the stream owns it now
+            await _relay(reader, writer, proxy_reader, proxy_writer)
+        except (OSError, asyncio.CancelledError):
+            pass
+        finally:
+            if ours is not None:
+                ours.close()
+            writer.close()  # a refusal's reply goes out first (bounded: a stranger may not read)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
+            writer.transport.abort()
 
     async def _reap_loop(self) -> None:
         """Exited proxies are waited for, so none stays a zombie of the head daemon."""
@@ -180,6 +233,30 @@ class ClientServer:
                 proc.terminate()
 
 
+async def _relay(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter,
+                 proxy_reader: asyncio.StreamReader, proxy_writer: asyncio.StreamWriter) -> None:
+    """Copy bytes both ways until either side ends; then end both."""
+
+    async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError, ConnectionError):
+            while True:
+                chunk = await src.read(1 << 18)
+                if not chunk:
+                    return
+                dst.write(chunk)
+                await dst.drain()
+
+    tasks = [asyncio.ensure_future(pipe(client_reader, proxy_writer)),
+             asyncio.ensure_future(pipe(proxy_reader, client_writer))]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
+        proxy_writer.transport.abort()
+        client_writer.transport.abort()
+
+
 async def _read_exactly(conn: socket.socket, n: int) -> bytes | None:
     loop = asyncio.get_running_loop()
     buf = bytearray()
@@ -206,10 +283,6 @@ def start_for_head(config: Config, *, token: str, head_address: str, session_dir
         port = DEFAULT_PORT
     from raylite._core.transport.rpc import tls_contexts
 
-    if tls_contexts()[0] is not None:
-        print(f"raylite: the Ray Client server (port {port}) is not started: it does not support TLS "
-              "yet; drivers inside the cluster connect with address='HOST:PORT'.", file=sys.stderr)
-        return None
     server = ClientServer(config, token=token, head_address=head_address, session_dir=session_dir)
     try:
         server.bind("0.0.0.0" if multi_node else "127.0.0.1", port)
@@ -220,5 +293,5 @@ def start_for_head(config: Config, *, token: str, head_address: str, session_dir
         print(f"raylite: Ray Client's default port {port} is taken ({e.strerror or e}); no Ray Client "
               "server on this head. Pass --ray-client-server-port=PORT to run one.", file=sys.stderr)
         return None
-    server.start()
+    server.start(tls_contexts()[0])
     return server

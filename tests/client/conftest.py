@@ -32,13 +32,14 @@ def client_head():
     mp = pytest.MonkeyPatch()
     temp_dir = tempfile.mkdtemp(prefix="rlcl", dir="/tmp")
     port = free_port()
-    mp.setenv("RAYLITE_RAY_CLIENT_SERVER_PORT", str(port))
     mp.delenv("RAYLITE_TOKEN", raising=False)
     cfg = config_mod.get_config().replace(temp_dir=temp_dir, token="")
     mp.setattr(config_mod, "_CONFIG", cfg)
     head = None
     try:
-        head = C.start_node(cfg, head=True, port=free_port(), node_ip="127.0.0.1", num_cpus=4)
+        with pytest.MonkeyPatch.context() as only_here:  # this head's Ray Client port, no later head's
+            only_here.setenv("RAYLITE_RAY_CLIENT_SERVER_PORT", str(port))
+            head = C.start_node(cfg, head=True, port=free_port(), node_ip="127.0.0.1", num_cpus=4)
         token = open(os.path.join(head.session_dir, "token")).read().strip()
         mp.setattr(config_mod, "_CONFIG", cfg.replace(token=token))  # as RAYLITE_TOKEN would
         yield {"url": f"ray://127.0.0.1:{port}", "port": port, "address": head.address, "token": token,

@@ -194,14 +194,15 @@ def secure_cluster():
     temp_dir = tempfile.mkdtemp(prefix="rls", dir="/tmp")
     mp.setenv("RAYLITE_HANDSHAKE_TIMEOUT_S", str(HANDSHAKE_TIMEOUT_S))
     ray_client_port = free_port()
-    mp.setenv("RAYLITE_RAY_CLIENT_SERVER_PORT", str(ray_client_port))  # the head's Ray Client server
     mp.delenv("RAYLITE_TOKEN", raising=False)
     cfg = config_mod.get_config().replace(temp_dir=temp_dir, token="")  # the daemons read the env
     mp.setattr(config_mod, "_CONFIG", cfg)
     head = None
     try:
-        head = C.start_node(cfg, head=True, port=free_port(), node_ip="127.0.0.1", num_cpus=4,
-                            include_dashboard=True, dashboard_port=free_port())
+        with pytest.MonkeyPatch.context() as only_here:  # the head's Ray Client server; not later heads'
+            only_here.setenv("RAYLITE_RAY_CLIENT_SERVER_PORT", str(ray_client_port))
+            head = C.start_node(cfg, head=True, port=free_port(), node_ip="127.0.0.1", num_cpus=4,
+                                include_dashboard=True, dashboard_port=free_port())
         token = open(os.path.join(head.session_dir, "token")).read().strip()
         raylite.init(address=head.address)
         serve.start(http_options={"host": "127.0.0.1", "port": free_port(),
