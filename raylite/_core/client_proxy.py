@@ -90,10 +90,15 @@ class Proxy:
             return self._error(rid, RuntimeError("'init' comes first, once per connection"))
         if name in ("head", "node"):
             return self._forward(name, msg.args[0])
+        args = msg.args
+        if name in ("get", "wait", "waitg"):
+            # the refs are taken now, in order with the releases behind this call (a release
+            # handled before a task or thread starts would free a value it is about to read)
+            args = [self._take(name, args[0]), *args[1:]]
         if name == "get":
-            return self._get(rid, *msg.args)
+            return self._get(rid, *args)
         if name in self.blocking:  # may wait long: a thread, so later calls are not held up
-            return self._in_thread(self.blocking[name], msg.args, rid)
+            return self._in_thread(self.blocking[name], args, rid)
         fn = self.inline.get(name)
         if fn is None:
             return self._error(rid, ValueError(f"unknown Ray Client method {name!r}"))
@@ -233,10 +238,24 @@ class Proxy:
     def _put(self, meta: bytes, buffers: list) -> list:
         return self.grant(self.client.put(ser.deserialize(meta, buffers)))
 
-    async def _get(self, rid: int, pairs: list, timeout: float | None) -> P.ClientCallReply | None:
+    def _take(self, name: str, items: list) -> list:
+        """A call's refs (and, for waitg, generator views) as objects of this process."""
+        if name != "waitg":
+            return [self.ref(oid, owner) for oid, owner in items]
+        objs: list = []
+        for kind, key, extra in items:
+            if kind == "g":
+                gen = object.__new__(ObjectRefGenerator)  # a view: no client, so no drop on __del__
+                gen._task_id, gen._index, gen._client = key, extra, None
+                objs.append(gen)
+            else:
+                objs.append(self.ref(key, extra))
+        return objs
+
+    async def _get(self, rid: int, refs: list, timeout: float | None) -> P.ClientCallReply | None:
         """Like the driver's get(): wait for every value (no thread waits: the CoreClient
         resolves the futures), then raise the first error in list order, or send them all."""
-        futures = [self.client.future_of(self.ref(oid, owner)) for oid, owner in pairs]
+        futures = [self.client.future_of(ref) for ref in refs]
         waiting = [asyncio.wrap_future(f) for f in futures]
         try:
             done, pending = await asyncio.wait(waiting, timeout=timeout) if waiting else (set(), set())
@@ -258,20 +277,11 @@ class Proxy:
             self.conn.send(P.ClientCallReply(True, [meta, buffers, granted]), -rid, size_hint=size)
         return None
 
-    def _wait(self, pairs: list, num_returns: int, timeout: float | None, fetch_local: bool) -> list:
-        refs = [self.ref(oid, owner) for oid, owner in pairs]
+    def _wait(self, refs: list, num_returns: int, timeout: float | None, fetch_local: bool) -> list:
         ready, _ = self.client.wait(refs, num_returns, timeout, fetch_local)
         return [r._id for r in ready]
 
-    def _waitg(self, items: list, num_returns: int, timeout: float | None) -> list:
-        objs: list = []
-        for kind, key, extra in items:
-            if kind == "g":
-                gen = object.__new__(ObjectRefGenerator)  # a view: no client, so no drop on __del__
-                gen._task_id, gen._index, gen._client = key, extra, None
-                objs.append(gen)
-            else:
-                objs.append(self.ref(key, extra))
+    def _waitg(self, objs: list, num_returns: int, timeout: float | None) -> list:
         ready, _ = self.client.wait_with_generators(objs, num_returns, timeout)
         ready_ids = {id(o) for o in ready}
         return [i for i, o in enumerate(objs) if id(o) in ready_ids]

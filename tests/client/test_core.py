@@ -298,3 +298,36 @@ def test_working_dir_ships_the_programs_own_modules(client_head, tmp_path):
         assert ray.get(use.remote()) == "hi cluster"
     finally:
         ray.shutdown()
+
+
+def test_streaming_generators_with_wait_and_async(ray_client):
+    ray = ray_client
+
+    @ray.remote(num_returns="streaming")
+    def counting(n):
+        for i in range(n):
+            yield i
+
+    gen = counting.remote(3)
+    ready, _ = ray.wait([gen], num_returns=1, timeout=30)  # a generator is ready when an item is
+    assert ready == [gen]
+    assert [ray.get(r) for r in gen] == [0, 1, 2]
+
+    @ray.remote
+    def fails_midway():
+        yield 1
+        raise KeyError("midway")
+
+    it = fails_midway.options(num_returns="streaming").remote()
+    assert ray.get(next(it)) == 1
+    with pytest.raises(KeyError, match="midway"):
+        ray.get(next(it))
+
+    @ray.remote
+    def value():
+        return 7
+
+    async def main():
+        return await value.remote()
+
+    assert asyncio.run(main()) == 7  # `await ref` in the program
