@@ -44,7 +44,7 @@ def _real_ray_installs() -> list[str]:
         except OSError:
             continue
         for name in names:
-            if (name.startswith("ray-") and name.endswith((".dist-info", ".egg-info"))
+            if (name.lower().startswith("ray-") and name.endswith((".dist-info", ".egg-info"))
                     and name[4:5].isdigit() and "+raylite" not in name):
                 found.append(os.path.join(directory, name))
         if "ray" in names:
