@@ -28,8 +28,6 @@ from typing import Any
 
 __version__ = "2.60.0"  # the Ray release whose API raylite matches (libraries gate features on it)
 
-_REAL_RAY_MARKERS = ("_raylet.so", "_raylet.pyd", "_raylet.")  # Ray's compiled core, in its package
-
 
 def _real_ray_installs() -> list[str]:
     """Paths on sys.path that hold a real Ray: its compiled `_raylet` extension in a `ray`
