@@ -290,6 +290,16 @@ def _describe(total: dict) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
+def _accelerators(total: dict) -> str:
+    """' [2x A100]': a node's accelerators by type, as its `accelerator_type:` resources say."""
+    types = [k.split(":", 1)[1] for k in total if k.startswith("accelerator_type:")]
+    if not types:
+        return ""
+    gpus = R.from_fixed({"GPU": total.get("GPU", 0)})["GPU"]
+    count = f"{gpus:g}x " if gpus else ""
+    return f" [{count}{'/'.join(sorted(types, key=len))}]"
+
+
 def format_status(st: dict) -> str:
     lines = [f"======== raylite cluster status ({st['address']}) ========", "Node status"]
     alive = [n for n in st["nodes"] if n["alive"]]
@@ -297,7 +307,8 @@ def format_status(st: dict) -> str:
     lines.append(f" Active: {len(alive)}")
     for n in alive:
         head = " (head)" if "node:__internal_head__" in n["total"] else ""
-        lines.append(f"  {n['node_id'].hex()[:12]}  {n['ip']}{head}  {_describe(n['total'])}")
+        lines.append(f"  {n['node_id'].hex()[:12]}  {n['ip']}{head}{_accelerators(n['total'])}  "
+                     f"{_describe(n['total'])}")
     lines.append(f" Dead: {len(dead)}")
     for n in dead:
         lines.append(f"  {n['node_id'].hex()[:12]}  {n['ip']}  ({n.get('death_cause') or 'dead'})")
