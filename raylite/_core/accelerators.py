@@ -172,3 +172,12 @@ def request_resources(accelerator_type: str, where: str) -> dict[str, float]:
         raise ValueError(f"accelerator_type of {where} must be a type name such as 'A100' or 'H100' "
                          f"(raylite.util.accelerators lists them), got {accelerator_type!r}.")
     return {RESOURCE_PREFIX + accelerator_type.strip(): REQUEST_AMOUNT}
+
+
+ACCELERATOR_LABEL = "ray.io/accelerator-type"
+
+
+def label_resources(labels: Mapping[str, str] | None) -> dict[str, float]:
+    """KubeRay's spelling, `--labels=ray.io/accelerator-type=A100`, as the resource Ray's is."""
+    name = (labels or {}).get(ACCELERATOR_LABEL, "").strip()
+    return node_type_resources([name]) if name else {}

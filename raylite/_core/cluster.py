@@ -19,6 +19,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from raylite._core import accelerators
 from raylite._core import cluster_files as CF
 from raylite._core import resources as R
 from raylite._core.config import Config
@@ -88,7 +89,8 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
         hostport, found = CF.resolve(address, temp_dir, token or config.token)
         token = token or config.token or found
         extra = ["--head-address", f"tcp://{hostport}"]
-    total = node_resources(num_cpus, num_gpus, {**(resources or {}), **(extra_resources or {})}, head, ip)
+    total = node_resources(num_cpus, num_gpus, {**accelerators.label_resources(labels), **(resources or {}),
+                                                **(extra_resources or {})}, head, ip)
     if labels:
         extra += ["--labels", json.dumps(labels)]
     if node_port:
