@@ -16,6 +16,8 @@ import pytest
 import raylite as ray
 from raylite.exceptions import TaskUnschedulableError
 
+from ..cluster.conftest import free_port
+
 FAKE_SMI = """#!/bin/sh
 # answers like nvidia-smi on a machine with two A100 80GB cards
 echo "NVIDIA A100-SXM4-80GB, 81920"
@@ -85,3 +87,24 @@ def test_status_names_each_nodes_accelerators(a100_cluster):
     text = format_status(cluster_status(get_config(), ray.get_runtime_context().gcs_address))
     assert "[2x A100/A100-80G]" in text
     assert re.search(r"[\d.]+/1 accelerator_type:A100$", text, re.M)
+
+
+def test_serve_replicas_and_the_seeds_llm_config_take_the_type(a100_cluster):
+    from raylite import serve
+    from raylite.serve.llm import build_openai_app
+
+    @serve.deployment(ray_actor_options={"accelerator_type": "A100", "num_gpus": 1})
+    class Where:
+        def __call__(self):
+            return ray.get_runtime_context().get_assigned_resources()
+
+    serve.start(http_options={"host": "127.0.0.1", "port": free_port()})  # 8000 may be taken
+    handle = serve.run(Where.bind(), name="typed", route_prefix=None)
+    assert "accelerator_type:A100" in handle.remote().result(timeout_s=60)
+    serve.delete("typed")
+    # the seed's LLMConfig(accelerator_type="A100") is accepted where the cluster has A100s
+    # (building the app checks the type; it does not load a model)
+    app = build_openai_app({"llm_configs": [{"model_loading_config": {"model_id": "m", "model_source": "/m"},
+                                              "accelerator_type": "A100"}]})
+    assert app is not None
+    serve.shutdown()
