@@ -61,11 +61,14 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
                persist: str = "", token: str = "", tls_cert: str = "", tls_key: str = "",
                timeout_s: float = 60.0, labels: dict | None = None, node_port: int = 0,
                extra_resources: dict | None = None, include_dashboard: bool = False,
-               dashboard_host: str = "127.0.0.1", dashboard_port: int = 8265) -> StartedNode:
+               dashboard_host: str = "127.0.0.1", dashboard_port: int = 8265,
+               creator_pid: int = 0, env: dict[str, str] | None = None) -> StartedNode:
     """Start a head node or a worker node as a detached process; wait until it serves.
 
     `extra_resources` are added to `resources` (e.g. `memory` from `raylite start --memory`);
-    `node_port` fixes the node's TCP port (0: a free one)."""
+    `node_port` fixes the node's TCP port (0: a free one); `creator_pid`: the node stops when
+    that process exits (`raylite.cluster_utils.Cluster`'s nodes die with the program that made
+    them); `env`: extra environment for the daemon (e.g. from Ray's `_system_config`)."""
     temp_dir = config.temp_dir
     ip = node_ip or default_ip()
     session = os.path.join(temp_dir, f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}_"
@@ -95,7 +98,9 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
         extra += ["--labels", json.dumps(labels)]
     if node_port:
         extra += ["--node-port", str(node_port)]
-    env = dict(os.environ)
+    if creator_pid:
+        extra += ["--creator-pid", str(creator_pid)]
+    env = {**os.environ, **(env or {})}
     env["RAYLITE_TOKEN"] = token  # never on the command line, where `ps` shows it
     env["RAYLITE_TEMP_DIR"] = temp_dir
     if object_store_memory:
