@@ -17,7 +17,6 @@ Methods (ClientCall.method -> args -> reply value); "-" means sent without a req
     waitg       [[["r", oid, owner] | ["g", task id, index]]..., num_returns, timeout] -> ready indexes
     release -   [[oid, grants]...]
     gen_next    [task id, index, timeout]                            -> [oid, owner] | None
-    gen_done    [task id]                                            -> [oid, owner]
     gen_len     [task id] -> int;   gen_drop - [task id]
     cancel      [oid, owner, force, recursive];   kill [actor id, no_restart];   aos - [actor id]
     export -    [function id, pickled function]
@@ -49,7 +48,7 @@ from raylite._core import serialization as ser
 from raylite._core.client_records import ObjectEntry
 from raylite._core.client_remote import raylite_version, wire_value
 from raylite._core.refs import ObjectRef, ObjectRefGenerator
-from raylite._core.task_spec import KIND_ACTOR_CALL, STREAMING, TaskSpec
+from raylite._core.task_spec import KIND_ACTOR_CALL, TaskSpec
 from raylite._core.transport import rpc
 
 log = logging.getLogger("raylite.client_proxy")
@@ -79,7 +78,7 @@ class Proxy:
         self.loop = asyncio.get_running_loop()
         self.blocking = {"init": self._init, "wait": self._wait, "waitg": self._waitg, "gen_next": self._gen_next}
         self.inline = {"submit": self._submit, "actor": self._actor, "put": self._put,
-                       "release": self._release, "gen_done": self._gen_done, "gen_len": self._gen_len,
+                       "release": self._release, "gen_len": self._gen_len,
                        "gen_drop": self._gen_drop, "cancel": self._cancel, "kill": self._kill,
                        "aos": self._aos, "export": self._export, "head_send": self._head_send}
 
@@ -211,6 +210,7 @@ class Proxy:
             return
         if isinstance(result, ObjectRefGenerator):
             self.gens[spec.task_id] = result
+            self.grant(result.completed())  # the remote generator's completion ref
         elif isinstance(result, ObjectRef):
             self.grant(result)
         elif isinstance(result, list):
@@ -218,9 +218,7 @@ class Proxy:
                 self.grant(ref)
 
     def _fail_returns(self, spec: TaskSpec, exc: BaseException) -> None:
-        if spec.num_returns == STREAMING:
-            log.warning("Ray Client: a streaming task could not be submitted: %r", exc)
-            return
+        """The task never ran: its returns (a generator's: its completion) hold the error."""
         client = self.client
         payload = pack_error(exc)
         for oid in spec.return_ids():
@@ -246,7 +244,7 @@ class Proxy:
         for kind, key, extra in items:
             if kind == "g":
                 gen = object.__new__(ObjectRefGenerator)  # a view: no client, so no drop on __del__
-                gen._task_id, gen._index, gen._client = key, extra, None
+                gen._task_id, gen._index, gen._client, gen._completion = key, extra, None, None
                 objs.append(gen)
             else:
                 objs.append(self.ref(key, extra))
@@ -294,9 +292,6 @@ class Proxy:
 
     async def _grant_one(self, ref: ObjectRef) -> list:
         return self.grant(ref)  # on this loop, in order with the releases that arrive there
-
-    def _gen_done(self, task_id: bytes) -> list:
-        return self.grant(self.client.generator_completed_ref(task_id))
 
     def _gen_len(self, task_id: bytes) -> int:
         return self.client.generator_length(task_id)

@@ -335,13 +335,12 @@ class RemoteClient:
 
     def submit_task(self, spec: TaskSpec, pinned: list, retry_exceptions: Any) -> Any:
         retry = b"" if isinstance(retry_exceptions, bool) else pickle.dumps(retry_exceptions)
-        if spec.num_returns == STREAMING:
-            self._send("submit", [spec.to_wire(), retry], _args_size(spec.args))
-            return ObjectRefGenerator(spec.task_id, self)
         size = _args_size(spec.args)
         with self._lock:  # granted before the call leaves: a release cannot overtake it
             refs = self._granted_refs([(bytes(oid), self.address) for oid in spec.return_ids()])
             self._send("submit", [spec.to_wire(), retry], size)
+        if spec.num_returns == STREAMING:  # its one return is the generator's completion
+            return ObjectRefGenerator(spec.task_id, self, refs[0])
         if spec.num_returns in (1, DYNAMIC):
             return refs[0]
         return refs if spec.num_returns > 1 else None
@@ -452,9 +451,6 @@ class RemoteClient:
     def next_generator_item(self, task_id: bytes, index: int, timeout: float | None) -> ObjectRef | None:
         pair = self._result(self._call("gen_next", [task_id, index, timeout]))
         return None if pair is None else self._granted_refs([pair])[0]
-
-    def generator_completed_ref(self, task_id: bytes) -> ObjectRef:
-        return self._granted_refs([self._result(self._call("gen_done", [task_id]))])[0]
 
     def generator_length(self, task_id: bytes) -> int:
         return self._result(self._call("gen_len", [task_id]))

@@ -305,13 +305,13 @@ def test_streaming_generators_with_wait_and_async(ray_client):
 
     @ray.remote(num_returns="streaming")
     def counting(n):
-        for i in range(n):
-            yield i
+        yield from range(n)
 
     gen = counting.remote(3)
     ready, _ = ray.wait([gen], num_returns=1, timeout=30)  # a generator is ready when an item is
     assert ready == [gen]
     assert [ray.get(r) for r in gen] == [0, 1, 2]
+    assert ray.get(gen.completed(), timeout=30) is None  # the task has returned
 
     @ray.remote
     def fails_midway():
