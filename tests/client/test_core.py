@@ -331,3 +331,29 @@ def test_streaming_generators_with_wait_and_async(ray_client):
         return await value.remote()
 
     assert asyncio.run(main()) == 7  # `await ref` in the program
+
+
+def test_two_programs_at_once(ray_client, client_head):
+    """Each connection has its own proxy and job: a second program comes and goes while the
+    first keeps working, and finds the first's named actor in a shared namespace."""
+    ray = ray_client
+
+    @ray.remote
+    class Box:
+        def get(self):
+            return "boxed"
+
+    box = Box.options(name="shared-box", namespace="shared").remote()
+    assert ray.get(box.get.remote()) == "boxed"
+    program = textwrap.dedent(f"""
+        import raylite as ray
+        ray.init({client_head['url']!r})
+        print(ray.get(ray.get_actor("shared-box", namespace="shared").get.remote()),
+              ray.get_runtime_context().get_job_id())
+    """)
+    env = dict(os.environ, RAYLITE_TOKEN=client_head["token"], RAYLITE_TEMP_DIR=client_head["temp_dir"],
+               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=120)
+    word, job = out.stdout.split()
+    assert word == "boxed" and job != ray.get_runtime_context().get_job_id(), out.stderr[-2000:]
+    assert ray.get(box.get.remote()) == "boxed"  # the first program is unaffected by the second's exit
