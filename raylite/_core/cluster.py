@@ -231,15 +231,39 @@ def local_address(config: Config, address: str = "auto") -> str:
     return address
 
 
+def head_target(config: Config, address: str = "auto") -> tuple[str, str]:
+    """(HOST:PORT or unix://..., token) of the head that `address` names, as the CLI reaches it."""
+    address = local_address(config, address)
+    if address.startswith("unix://"):
+        return address, config.token or CF.local_head_token(address)
+    return CF.resolve(address, config.temp_dir, config.token)
+
+
+def cluster_demand(config: Config, address: str = "auto") -> dict:
+    """The head's nodes (with idle seconds) and what waits for a node: the autoscaler's input."""
+    from raylite._core import protocol as P
+    from raylite._core.driver import run_head_request
+
+    hostport, token = head_target(config, address)
+    info = run_head_request(hostport, token, P.GetClusterInfo())
+    return {"nodes": info.nodes, "demands": info.demands or {}}
+
+
+def put_kv(config: Config, address: str, namespace: str, key: bytes, value: bytes | None) -> None:
+    """Write (or delete, value None) one row of the head's KV store without joining the cluster."""
+    from raylite._core import protocol as P
+    from raylite._core.driver import run_head_request
+
+    hostport, token = head_target(config, address)
+    msg = P.KvDel(namespace, key, False) if value is None else P.KvPut(namespace, key, value, True)
+    run_head_request(hostport, token, msg)
+
+
 def cluster_status(config: Config, address: str = "auto") -> dict:
     """Nodes, resources and demands as the head sees them (facts for `raylite status`)."""
     from raylite._core.driver import query_cluster
 
-    address = local_address(config, address)
-    if address.startswith("unix://"):
-        hostport, token = address, config.token or CF.local_head_token(address)
-    else:
-        hostport, token = CF.resolve(address, config.temp_dir, config.token)
+    hostport, token = head_target(config, address)
     nodes = query_cluster(hostport, token)
     alive = [n for n in nodes if n["alive"]]
     total: dict[str, int] = {}
