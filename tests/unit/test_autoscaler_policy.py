@@ -3,7 +3,14 @@ a Decision out; no clock, no sockets (idle seconds are an input, as the head mea
 
 from __future__ import annotations
 
-from raylite.autoscaler.policy import Config, Demand, NodeType, PlacementGroupDemand, WorkerNode, decide
+from raylite.autoscaler.policy import (
+    Config,
+    Demand,
+    NodeType,
+    PlacementGroupDemand,
+    WorkerNode,
+    decide,
+)
 
 SMALL = NodeType("small", {"CPU": 1}, min_workers=0, max_workers=5)
 BIG = NodeType("big", {"CPU": 4}, min_workers=0, max_workers=2)
