@@ -152,3 +152,45 @@ def _view(head) -> bool:
     from raylite._core import cluster as C
 
     return bool((C.cluster_status(head.config, head.address).get("autoscaler") or {}).get("node_types"))
+
+
+@pytest.mark.slow
+def test_autoscaling_cluster_adds_a_node_for_an_actor_and_removes_it_when_idle(monkeypatch):
+    """Ray's cluster_utils.AutoscalingCluster: an actor no node fits waits for the autoscaler's
+    node, runs there, and the node goes once the actor is gone and the timeout passed."""
+    import shutil
+    import tempfile
+
+    import raylite
+    from raylite._core import config as config_mod
+    from raylite.cluster_utils import AutoscalingCluster
+
+    tmp = tempfile.mkdtemp(prefix="rlas", dir="/tmp")
+    monkeypatch.setenv("RAYLITE_TEMP_DIR", tmp)
+    monkeypatch.delenv("RAYLITE_TOKEN", raising=False)
+    monkeypatch.setattr(config_mod, "_CONFIG", None)
+    cluster = AutoscalingCluster(head_resources={"CPU": 0},
+                                 worker_node_types={"cpu_node": {"resources": {"CPU": 2, "object_store_memory": 10**8},
+                                                                 "min_workers": 0, "max_workers": 1}},
+                                 idle_timeout_minutes=0.05)
+    try:
+        cluster.start()
+        raylite.init("auto")
+
+        @raylite.remote(num_cpus=2)
+        class A:
+            def ip(self) -> str:
+                return raylite.util.get_node_ip_address()
+
+        a = A.remote()
+        assert raylite.get(a.ip.remote(), timeout=120) == "127.0.1.1"
+        raylite.kill(a)
+
+        def workers() -> int:
+            return sum(1 for n in raylite.nodes() if n["Alive"] and n["NodeManagerAddress"] != "127.0.0.1")
+
+        wait_until(lambda: workers() == 0, 60, "the idle node to be removed")
+    finally:
+        raylite.shutdown()
+        cluster.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -167,6 +167,8 @@ class LocalProvider:
             cmd.append(f"--num-gpus={res.pop('GPU'):g}")
         if "memory" in res:
             cmd.append(f"--memory={int(res.pop('memory'))}")
+        if "object_store_memory" in res:
+            cmd.append(f"--object-store-memory={int(res.pop('object_store_memory'))}")
         if res:
             cmd.append("--resources=" + json.dumps(res))
         cmd += self.config.start_args.get(node_type, [])
