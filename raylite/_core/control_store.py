@@ -40,6 +40,9 @@ PLACEMENT_RETRY_S = 0.05
 AUTOSCALER_NAMESPACE = "__autoscaler__"
 AUTOSCALER_VIEW_KEY = b"view"
 AUTOSCALER_REQUEST_KEY = b"request_resources"
+# an autoscaler republishes its view every round; one not refreshed for this long is gone (it
+# crashed or was stopped without withdrawing it), and requests waiting on it fail as infeasible
+AUTOSCALER_VIEW_TTL_S = 60.0
 
 
 class ActorState(enum.Enum):
@@ -253,6 +256,7 @@ class ControlStore:
         self._node_actors: dict[bytes, set[bytes]] = {}  # node id -> actors placed there
         self._launchable: list[Resources] = []  # the autoscaler's node types (AUTOSCALER_VIEW_KEY)
         self._launching = 0  # nodes the autoscaler is launching now
+        self._view_at = 0.0  # when the autoscaler last published its view
         self.waiting: dict[int, Resources] = {}  # lease picks that wait for a node to join
         self._next_wait = 0
         self.actors_awaiting_node: set[bytes] = set()  # actors no node fits yet, a node type would
@@ -323,8 +327,13 @@ class ControlStore:
     def launchable_fits(self, request: Mapping[str, int]) -> bool:
         """Whether a node type the autoscaler can launch would fit `request` (node:<ip> and
         placement-group resources aside: a new node has its own)."""
+        if not self._autoscaler_alive():
+            return False
         need = {k: v for k, v in request.items() if not k.startswith("node:") and "_group_" not in k}
         return any(R.fits(need, shape) for shape in self._launchable)
+
+    def _autoscaler_alive(self) -> bool:
+        return bool(self._launchable) and self.clock.monotonic() - self._view_at <= AUTOSCALER_VIEW_TTL_S
 
     def wait_for_node(self, request: Mapping[str, int]) -> int:
         """Record a lease pick that waits for a node to join; returns its key for `stop_waiting`."""
@@ -351,6 +360,7 @@ class ControlStore:
 
         self._launchable = []
         self._launching = 0
+        self._view_at = self.clock.monotonic()
         if not value:
             return
         try:

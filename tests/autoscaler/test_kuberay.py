@@ -211,3 +211,23 @@ def test_demand_for_three_cpus_scales_the_raycluster_up_then_idle_pods_are_delet
         scaler.wait(30)
         log.close()
         operator.close()
+
+
+def test_the_ray_command_has_kuberay_autoscaler_and_it_fails_clearly_outside_a_pod(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    env["PYTHONPATH"] = ROOT
+    try:
+        import ray  # noqa: F401  compat/ray: the `ray` command is raylite's CLI
+    except ImportError:
+        pytest.skip("compat/ray (the `ray` command) is not installed")
+    out = subprocess.run([sys.executable, "-c", "import sys, ray; sys.argv = ['ray', 'kuberay-autoscaler', "
+                          "'--help']; ray._cli_main()"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "--cluster-namespace" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "raylite.cli", "kuberay-autoscaler", "--cluster-name", "rc",
+                          "--cluster-namespace", "ns", "--once"], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode != 0 and "KUBERNETES_SERVICE_HOST is not set" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "raylite.cli", "kuberay-autoscaler", "--cluster-name", "rc",
+                          "--cluster-namespace", "ns", "--once", "--kube-api-server=https://127.0.0.1:1",
+                          f"--service-account-dir={tmp_path}"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "no service-account token and CA" in out.stderr

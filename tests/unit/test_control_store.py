@@ -365,3 +365,14 @@ def test_idle_time_starts_when_nothing_uses_the_node():
     store.heartbeat(N1, R.to_fixed({"CPU": 2}), None, [], {"store_used_bytes": 0})
     clock.advance(3)
     assert store.idle_s(N1) == 3
+
+
+def test_an_autoscaler_view_not_refreshed_for_a_minute_counts_as_gone():
+    store, clock = store_with_nodes(N1, cpus=1)
+    _publish_node_types(store, big={"CPU": 4})
+    clock.advance(CS.AUTOSCALER_VIEW_TTL_S - 1)
+    assert store.launchable_fits(R.to_fixed({"CPU": 4}))
+    clock.advance(2)  # the autoscaler stopped republishing: requests no node fits fail again
+    assert not store.launchable_fits(R.to_fixed({"CPU": 4}))
+    _publish_node_types(store, big={"CPU": 4})
+    assert store.launchable_fits(R.to_fixed({"CPU": 4}))
