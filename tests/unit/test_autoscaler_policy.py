@@ -114,3 +114,27 @@ def test_upscaling_speed_caps_launches_in_flight():
 def test_node_ip_and_accelerator_type_resources_do_not_block_a_fit():
     d = decide(Config([SMALL]), [], Demand([{"CPU": 1, "node:10.0.0.5": 0.001}]))
     assert d.launch == {"small": 1}
+
+
+def test_raylite_status_shows_the_autoscalers_view():
+    import time
+
+    from raylite._core.cluster import format_status
+
+    view = {"time": time.time(), "idle_timeout_s": 60, "launching": 2,
+            "pending_launches": {"small": 2, "big": 0},
+            "workers": [{"node_id": "w1", "node_type": "small", "status": "running", "idle_s": 42.0},
+                        {"node_id": "w2", "node_type": "small", "status": "running", "idle_s": 0.0},
+                        {"node_id": "w3", "node_type": "small", "status": "launching", "idle_s": 0.0}],
+            "terminating": ["w9"],
+            "infeasible": [{"demand": {"GPU": 2.0}, "reason": "no node type can ever fit {GPU: 2}"}],
+            "capped": [], "provider_busy": False}
+    st = {"address": "h:1", "nodes": [], "total": {}, "used": {}, "pending": [], "infeasible": [],
+          "autoscaler": view}
+    text = format_status(st)
+    assert "Autoscaler (view of 0s ago, idle timeout 60s)" in text
+    assert "pending launches: 2 small" in text and "big" not in text
+    assert "small  w1  idle 42s" in text and "small  w2  busy" in text and "small  w3  launching" in text
+    assert "terminating idle node w9" in text
+    assert "cannot meet {'GPU': 2.0}: no node type can ever fit {GPU: 2}" in text
+    assert "Autoscaler" not in format_status({**st, "autoscaler": None})
