@@ -15,11 +15,19 @@ import click
 
 
 def _default_address() -> str:
-    """What the KubeRay sidecar reaches: RAY_ADDRESS, else this pod's IP (it shares the head
-    pod's network) on the head's port 6379."""
+    """What the KubeRay sidecar reaches: RAY_ADDRESS; else the head whose address file is in
+    the temp dir (KubeRay mounts the head container's /tmp/ray into the sidecar too; the
+    token file named there is then read as well); else this pod's IP (the sidecar shares the
+    head pod's network) on the head's port 6379."""
+    from raylite._core import cluster_files as CF
+    from raylite._core.config import get_config
+
     env = os.environ.get("RAYLITE_ADDRESS") or os.environ.get("RAY_ADDRESS")
     if env:
         return env
+    info = CF.read_address_file(get_config().temp_dir)
+    if info and info.get("address"):
+        return str(info["address"])
     try:
         ip = socket.gethostbyname(socket.gethostname())
     except OSError:
@@ -61,7 +69,7 @@ def kuberay_autoscaler(cluster_name: str, cluster_namespace: str, address: str |
         api = KubeAPI(kube_api_server, service_account_dir)
     except KubernetesAPIError as e:
         raise click.ClickException(str(e)) from e
-    provider = KubeRayProvider(cluster_name, cluster_namespace, api)
+    provider = KubeRayProvider(cluster_name, cluster_namespace, api, os.environ.get("KUBERAY_CRD_VER") or "v1")
     _run(Autoscaler(provider, address=address or _default_address()), interval_s, once)
 
 

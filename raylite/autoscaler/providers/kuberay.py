@@ -30,7 +30,7 @@ from raylite.autoscaler.providers.kube_api import KubeAPI, quote
 LABEL_CLUSTER = "ray.io/cluster"
 LABEL_KIND = "ray.io/node-type"
 LABEL_GROUP = "ray.io/group"
-RAYCLUSTER_API = "/apis/ray.io/v1"
+CRD_VERSION = "v1"  # KubeRay sets KUBERAY_CRD_VER in the sidecar's environment (v1 today)
 UPSCALING_SPEED = {"Conservative": 1.0, "Default": 1000.0, "Aggressive": 1000.0}
 _SUFFIX = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -87,7 +87,10 @@ def group_resources(group: Mapping[str, Any]) -> dict[str, float]:
 
 
 class KubeRayProvider:
-    def __init__(self, cluster_name: str, namespace: str, api: KubeAPI) -> None:
+    def __init__(self, cluster_name: str, namespace: str, api: KubeAPI, crd_version: str = CRD_VERSION) -> None:
+        if not cluster_name or not namespace:
+            raise ValueError("the RayCluster's name and namespace are needed (--cluster-name, --cluster-namespace)")
+        self.crd_version = crd_version
         self.cluster_name = cluster_name
         self.namespace = namespace
         self.api = api
@@ -97,7 +100,7 @@ class KubeRayProvider:
     # --------------------------------------------------------------- reading
     @property
     def _cr_path(self) -> str:
-        return f"{RAYCLUSTER_API}/namespaces/{quote(self.namespace)}/rayclusters/{quote(self.cluster_name)}"
+        return f"/apis/ray.io/{quote(self.crd_version)}/namespaces/{quote(self.namespace)}/rayclusters/{quote(self.cluster_name)}"
 
     def refresh(self) -> None:
         """Read the RayCluster and its pods again (once per round)."""
