@@ -458,6 +458,7 @@ class ControlStore:
             else:
                 choice = self.nodes[self.ring.next_feasible(resources, self.nodes)]  # type: ignore[index]
         R.subtract(choice.available, resources)  # optimistic until its next heartbeat
+        choice.idle_since = None  # busy from now: the autoscaler must not remove it meanwhile
         return choice, covered
 
     def _choose(self, resources: Mapping[str, int], strategy: list[Any], local: bytes | None = None,
@@ -530,6 +531,7 @@ class ControlStore:
         # optimistic until the node's next heartbeat: actors placed in the same burst must see
         # each other, or they all land on the node that looked emptiest and queue there forever
         R.subtract(self.nodes[choice.node_id].available, need)
+        self.nodes[choice.node_id].idle_since = None
         return [StartActorOn(actor_id, choice.node_id, spec, need)]
 
     def actor_start_replied(self, actor_id: bytes, node_id: bytes, reply: P.StartActorReply) -> list[Effect]:
@@ -692,6 +694,7 @@ class ControlStore:
         by_node: dict[bytes, list[list[Any]]] = {}
         for i, nid in enumerate(placed):
             by_node.setdefault(nid, []).append([i, pg.bundles[i]])
+            self.nodes[nid].idle_since = None
         return [ReserveBundles(pg_id, placed, by_node)]
 
     def bundles_reserved(self, plan: ReserveBundles, reserved_on: list[bytes], ok: bool) -> list[Effect]:

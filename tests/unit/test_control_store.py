@@ -376,3 +376,12 @@ def test_an_autoscaler_view_not_refreshed_for_a_minute_counts_as_gone():
     assert not store.launchable_fits(R.to_fixed({"CPU": 4}))
     _publish_node_types(store, big={"CPU": 4})
     assert store.launchable_fits(R.to_fixed({"CPU": 4}))
+
+
+def test_a_node_picked_for_a_lease_is_busy_before_its_next_heartbeat():
+    store, clock = store_with_nodes(N1, N2, cpus=2)
+    clock.advance(10)
+    choice, _ = store.pick_node(R.to_fixed({"CPU": 1}), [], N1, R.to_fixed({"CPU": 0}))
+    assert store.idle_s(choice.node_id) == 0  # the autoscaler sees it busy at once
+    other = N2 if choice.node_id == N1 else N1
+    assert store.idle_s(other) == 10
