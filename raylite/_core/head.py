@@ -238,7 +238,7 @@ class Head:
                 conn.send(P.HeartbeatReply(False))
         return None
 
-    async def _on_pick_node(self, conn, msg: P.PickNode, rid):
+    def _on_pick_node(self, conn, msg: P.PickNode, rid):
         """Spillback: choose the node for a lease its requester cannot (or should not) grant.
         A request that no node fits but an autoscaler's node type would waits here (listed as
         a demand) until a node joins, then the requester is told to ask again."""
@@ -246,21 +246,26 @@ class Head:
                                                msg.requester_available, msg.batch)
         if choice is None or (isinstance(choice, S.Infeasible) and not msg.strategy
                               and self.store.launchable_fits(msg.resources)):
-            key = self.store.wait_for_node(msg.resources)
-            fut = asyncio.get_running_loop().create_future()
-            self._node_waiters.append(fut)
-            try:
-                await asyncio.wait_for(fut, PICK_WAIT_S)
-            except asyncio.TimeoutError:
-                pass
-            finally:
-                self.store.stop_waiting(key)
-            return P.PickNodeReply(wait=True)
+            return self._wait_for_node(msg.resources)  # a coroutine: only this case awaits
         if isinstance(choice, S.Infeasible):
             return P.PickNodeReply(error_type="TaskUnschedulableError",
                                    error=f"{msg.description} cannot be scheduled: {choice.reason}. Lower "
                                    "the request (num_cpus/num_gpus/resources) or start a node that has it.")
         return P.PickNodeReply(choice.node_id, choice.address, covered=covered)
+
+    async def _wait_for_node(self, resources: dict) -> P.PickNodeReply:
+        """Listed as a demand until a node joins (or PICK_WAIT_S passes); then the requester
+        is told to ask again."""
+        key = self.store.wait_for_node(resources)
+        fut = asyncio.get_running_loop().create_future()
+        self._node_waiters.append(fut)
+        try:
+            await asyncio.wait_for(fut, PICK_WAIT_S)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            self.store.stop_waiting(key)
+        return P.PickNodeReply(wait=True)
 
     def _on_node_shutdown(self, conn, msg: P.NodeShutdown, rid):
         self._apply(self.store.node_lost(msg.node_id, "it was stopped"))
