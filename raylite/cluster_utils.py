@@ -430,6 +430,9 @@ class AutoscalingCluster:
             "idle_timeout_s": self._idle_timeout_s, "upscaling_speed": self._upscaling_speed,
             "state_dir": self._state_dir, "available_node_types": node_types})
         self._autoscaler = loop.Autoscaler(self._provider, address=self._cluster.address)
+        # one round now: its published node types keep requests that only a worker node fits
+        # pending from the first one on (and min_workers nodes are being launched)
+        self._autoscaler.update()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._autoscaler.run, args=(self._interval_s, self._stop),
                                         name="raylite-autoscaler", daemon=True)

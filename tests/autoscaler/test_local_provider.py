@@ -194,3 +194,34 @@ def test_autoscaling_cluster_adds_a_node_for_an_actor_and_removes_it_when_idle(m
         raylite.shutdown()
         cluster.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_strict_spread_placement_group_gets_a_node_per_bundle(monkeypatch):
+    import shutil
+    import tempfile
+
+    import raylite
+    from raylite._core import config as config_mod
+    from raylite.cluster_utils import AutoscalingCluster
+    from raylite.util import placement_group, placement_group_table
+
+    tmp = tempfile.mkdtemp(prefix="rlas", dir="/tmp")
+    monkeypatch.setenv("RAYLITE_TEMP_DIR", tmp)
+    monkeypatch.delenv("RAYLITE_TOKEN", raising=False)
+    monkeypatch.setattr(config_mod, "_CONFIG", None)
+    cluster = AutoscalingCluster(head_resources={"CPU": 0},
+                                 worker_node_types={"cpu_node": {"resources": {"CPU": 1, "object_store_memory": 10**8},
+                                                                 "min_workers": 0, "max_workers": 2}},
+                                 idle_timeout_minutes=1)
+    try:
+        cluster.start()
+        raylite.init("auto")
+        pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+        assert pg.wait(120)
+        nodes = placement_group_table(pg)["bundles_to_node_id"]
+        assert len(set(nodes.values())) == 2
+    finally:
+        raylite.shutdown()
+        cluster.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -138,3 +138,16 @@ def test_raylite_status_shows_the_autoscalers_view():
     assert "terminating idle node w9" in text
     assert "cannot meet {'GPU': 2.0}: no node type can ever fit {GPU: 2}" in text
     assert "Autoscaler" not in format_status({**st, "autoscaler": None})
+
+
+def test_request_resources_rejects_bad_arguments_before_touching_the_cluster():
+    import pytest
+
+    from raylite.autoscaler.sdk import request_resources
+
+    with pytest.raises(TypeError, match="whole number"):
+        request_resources(num_cpus=-1)
+    with pytest.raises(TypeError, match="whole number"):
+        request_resources(num_cpus=1.5)
+    with pytest.raises(TypeError, match="resource name -> amount"):
+        request_resources(bundles=[{"CPU": "many"}])
