@@ -36,10 +36,12 @@ def wait_until(predicate, timeout_s: float = 60.0, what: str = "condition"):
 
 
 class Head:
-    def __init__(self, tmp: str) -> None:
+    """A head with no CPUs (every task needs a worker node) listening on `node_ip`."""
+
+    def __init__(self, tmp: str, node_ip: str = "127.0.0.1") -> None:
         self.tmp = tmp
         self.config = config_mod.get_config()
-        self.node = C.start_node(self.config, head=True, port=free_port(), node_ip="127.0.0.1", num_cpus=0,
+        self.node = C.start_node(self.config, head=True, port=free_port(), node_ip=node_ip, num_cpus=0,
                                  include_dashboard=False)
         self.address = self.node.address
         with open(os.path.join(self.node.session_dir, "token")) as f:

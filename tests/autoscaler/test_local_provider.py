@@ -13,7 +13,7 @@ import yaml
 
 from raylite.autoscaler.providers.local import LocalProvider, load_config
 
-from .conftest import ROOT, Head, free_port, wait_until
+from .conftest import ROOT, Head, wait_until
 
 TOOL = os.path.join(os.path.dirname(ROOT), "shared", "tools", "netns-hosts")
 if not os.path.exists(TOOL):
@@ -73,15 +73,7 @@ def head_on(hosts, monkeypatch):
     monkeypatch.setenv("RAYLITE_TEMP_DIR", os.path.join(tmp, "head"))
     monkeypatch.delenv("RAYLITE_TOKEN", raising=False)
     monkeypatch.setattr(config_mod, "_CONFIG", None)
-    h = Head.__new__(Head)
-    h.tmp = tmp
-    h.config = config_mod.get_config()
-    from raylite._core import cluster as C
-
-    h.node = C.start_node(h.config, head=True, port=free_port(), node_ip=bridge, num_cpus=0, include_dashboard=False)
-    h.address = h.node.address
-    with open(os.path.join(h.node.session_dir, "token")) as f:
-        h.token = f.read().strip()
+    h = Head(tmp, bridge)
     monkeypatch.setenv("RAYLITE_TOKEN", h.token)
     monkeypatch.setattr(config_mod, "_CONFIG", None)
     try:
