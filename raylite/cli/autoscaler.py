@@ -22,7 +22,7 @@ def _default_address() -> str:
     from raylite._core import cluster_files as CF
     from raylite._core.config import get_config
 
-    env = os.environ.get("RAYLITE_ADDRESS") or os.environ.get("RAY_ADDRESS")
+    env = os.environ.get("RAY_ADDRESS")
     if env:
         return env
     info = CF.read_address_file(get_config().temp_dir)

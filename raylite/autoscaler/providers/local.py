@@ -106,7 +106,7 @@ def load_config(raw: Mapping[str, Any]) -> LocalConfig:
         idle = float(raw["idle_timeout_minutes"]) * 60
     return LocalConfig(str(head), types, hosts, None if idle is None else float(idle),
                        float(raw.get("upscaling_speed", 1.0)), str(raw.get("state_dir") or "/tmp/raylite-autoscaler"),
-                       str(raw.get("token") or os.environ.get("RAYLITE_TOKEN", "")), start_args)
+                       str(raw.get("token") or ""), start_args)
 
 
 def _host(h: Any) -> Host:
@@ -174,7 +174,7 @@ class LocalProvider:
         cmd += self.config.start_args.get(node_type, [])
         env = {**os.environ, "RAYLITE_TEMP_DIR": temp_dir, "PYTHONPATH": _package_root()
                + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")}
-        if self.config.token:
+        if self.config.token:  # else the node reads the token as `raylite start` does (RAYLITE_TOKEN, ...)
             env["RAYLITE_TOKEN"] = self.config.token
         log_path = os.path.join(temp_dir, "autoscaler-node.log")
         with open(log_path, "ab") as log:
