@@ -152,6 +152,8 @@ def memory(address: str, limit: int) -> None:
         raylite.shutdown()
 
 
+from raylite.cli.autoscaler import autoscaler as _autoscaler  # noqa: E402  (issue 27: autoscaling)
+from raylite.cli.autoscaler import kuberay_autoscaler as _kuberay_autoscaler  # noqa: E402
 from raylite.cli.job import job as _job_group  # noqa: E402  (issue 12: jobs)
 from raylite.cli.serve import serve as _serve_group  # noqa: E402 - lazy: loads Serve on first use
 from raylite.cli.state import register as _register_state  # noqa: E402  (issue 12: list/get/summary/logs/timeline)
@@ -159,6 +161,8 @@ from raylite.cli.state import register as _register_state  # noqa: E402  (issue 
 main.add_command(_job_group)
 _register_state(main)
 main.add_command(_serve_group)
+main.add_command(_kuberay_autoscaler)
+main.add_command(_autoscaler)
 
 if __name__ == "__main__":
     main()
