@@ -21,7 +21,7 @@ from typing import Any
 
 # the agent joins the cluster and imports Serve on its first request; later ones answer fast
 START_TIMEOUT_S = 120.0
-REQUEST_TIMEOUT_S = 60.0
+REQUEST_TIMEOUT_S = 90.0  # more than a PUT waits for the previous one (rest_agent.BUILD_WAIT_S)
 MAX_REPLY_BYTES = 64 * 1024 * 1024
 
 

@@ -203,3 +203,10 @@ def test_a_dead_agent_is_replaced_on_the_next_request(api):
         wait_for(lambda: process_gone(pid), 30, what="the agent gone")
         assert details(c)["applications"] == {}
         assert _agent_pid(api) not in (0, pid)
+
+
+def test_delete_right_after_put_leaves_serve_shut_down(api, app_dir):
+    with api.client() as c:
+        assert c.put(PATH, json=config(app_dir, free_port())).status_code == 200
+        assert c.delete(PATH).status_code == 200  # waits for the PUT's deploy task first
+        assert details(c) == {"controller_info": {}, "proxies": {}, "applications": {}, "target_capacity": None}

@@ -33,6 +33,9 @@ import raylite
 from raylite.serve._internal import rest_details
 from raylite.serve._internal.client import CONTROLLER_NAME, SERVE_NAMESPACE
 
+# how long a PUT or DELETE waits for the previous PUT's deploy tasks (imports can be slow)
+BUILD_WAIT_S = 30.0
+
 
 class RequestError(Exception):
     """The request cannot be applied as sent (HTTP 400); the message says why."""
@@ -138,12 +141,15 @@ class RestAgent:
         except ValueError:
             return None
 
-    def _settle_builds(self) -> None:
-        """Collect finished deploy tasks: a failure is kept (DEPLOY_FAILED) until the next PUT."""
+    def _settle_builds(self, timeout_s: float = 0) -> None:
+        """Collect finished deploy tasks: a failure is kept (DEPLOY_FAILED) until the next PUT.
+        With `timeout_s`, first wait that long for the running ones: a PUT or DELETE waits for the
+        previous PUT's tasks (they only import and hand over, so this is short), or a late one
+        would deploy an older config, or Serve again after a DELETE."""
         pending = [b for b in self.builds.values() if b.ref is not None]
         if not pending:
             return
-        ready, _ = raylite.wait([b.ref for b in pending], num_returns=len(pending), timeout=0)
+        ready, _ = raylite.wait([b.ref for b in pending], num_returns=len(pending), timeout=timeout_s)
         for name, build in list(self.builds.items()):
             if build.ref is None or not any(build.ref == r for r in ready):
                 continue
@@ -179,7 +185,7 @@ class RestAgent:
         self._start_serve(config)
         stored = _cli_state.load_configs()
         wanted = _cli_state.config_documents(config)
-        self._settle_builds()
+        self._settle_builds(timeout_s=BUILD_WAIT_S)
         running = set(self._app_names())
         for app in config.applications:
             doc = wanted[app.name]
@@ -225,6 +231,7 @@ class RestAgent:
         from raylite import serve
         from raylite.serve import _cli_state
 
+        self._settle_builds(timeout_s=BUILD_WAIT_S)
         self.builds.clear()
         if self._controller() is not None:
             serve.shutdown()
