@@ -210,3 +210,41 @@ def test_delete_right_after_put_leaves_serve_shut_down(api, app_dir):
         assert c.put(PATH, json=config(app_dir, free_port())).status_code == 200
         assert c.delete(PATH).status_code == 200  # waits for the PUT's deploy task first
         assert details(c) == {"controller_info": {}, "proxies": {}, "applications": {}, "target_capacity": None}
+
+
+@pytest.fixture
+def zip_server(tmp_path):
+    """An HTTP server on 127.0.0.1 serving tmp_path/site (GitHub-like archive zips)."""
+    import functools
+    import http.server
+    import threading
+
+    site = tmp_path / "site"
+    site.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield site, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    thread.join(10)
+
+
+def test_working_dir_from_an_https_style_zip_uri(api, zip_server):
+    import zipfile
+
+    site, base = zip_server
+    with zipfile.ZipFile(site / "archive.zip", "w") as z:  # one top-level directory, as GitHub's
+        z.writestr("repo-abc123/greeter_app.py", APP)
+    port = free_port()
+    body = config("unused", port, greeting="from a zip")
+    body["applications"][0]["runtime_env"] = {"working_dir": f"{base}/archive.zip"}
+    with api.client() as c:
+        assert c.put(PATH, json=body).status_code == 200
+        wait_app(c, "greet", "RUNNING", 1)
+        assert httpx.get(f"http://127.0.0.1:{port}/greet", timeout=30).text == "from a zip"
+        body["applications"][0]["runtime_env"] = {"working_dir": f"{base}/missing.zip"}
+        assert c.put(PATH, json=body).status_code == 200
+        app = wait_app(c, "greet", "DEPLOY_FAILED")
+        assert "missing.zip" in app["message"] and "could not be downloaded" in app["message"]
+        assert c.delete(PATH).status_code == 200

@@ -76,6 +76,18 @@ def _check_runtime_env(name: str, runtime_env: dict) -> dict:
     return env
 
 
+def _fetch_remote(env: dict) -> dict:
+    """http(s) .zip URIs in working_dir / py_modules as local directories (see remote_uris)."""
+    from raylite.serve._internal import remote_uris
+
+    env = dict(env)
+    if remote_uris.is_remote(env.get("working_dir")):
+        env["working_dir"] = remote_uris.fetch(env["working_dir"])
+    if env.get("py_modules"):
+        env["py_modules"] = [remote_uris.fetch(m) if remote_uris.is_remote(m) else m for m in env["py_modules"]]
+    return env
+
+
 def capacity_adjusted(num: int, target_capacity: float | None) -> int:
     """Ray's rule: scale by target_capacity %, round half up, never below 1 unless it is 0."""
     if target_capacity is None or target_capacity == 100 or num == 0:
@@ -202,6 +214,7 @@ class RestAgent:
     def _start_build(self, name: str, app_config: dict, env: dict, target_capacity: float | None) -> None:
         app_config.setdefault("name", name)
         try:
+            env = _fetch_remote(env)
             task = build_and_deploy.options(runtime_env=env) if env else build_and_deploy
             ref = task.remote(app_config, target_capacity)
         except Exception as e:  # noqa: BLE001 - e.g. a working_dir that cannot be shipped
