@@ -71,6 +71,9 @@ def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: f
         assert isinstance(custom, dict)
     except Exception:  # noqa: BLE001
         _fail(f"--resources must be a JSON object such as '{{\"accel\": 2}}', not {resources!r}")
+    from raylite.cli import ray_env
+
+    persist = ray_env.apply(head, persist)  # KubeRay's RAY_REDIS_ADDRESS, REDIS_PASSWORD, ...
     if dashboard_port is None:
         dashboard_port = get_config().dashboard_port
     try:
@@ -98,10 +101,26 @@ def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: f
     else:
         click.echo(f"raylite node joined {node.address} (pid {node.pid}, node {node.node_id[:12]}).")
     if block:
-        signal.signal(signal.SIGINT, lambda *a: node.process.terminate())
-        signal.signal(signal.SIGTERM, lambda *a: node.process.terminate())
-        node.process.wait()
-        C.forget_node(get_config(), node)
+        _block(node)
+
+
+def _block(node: C.StartedNode) -> None:
+    """`--block`: stay in the foreground as long as the node runs. SIGTERM/SIGINT stop it
+    cleanly (exit 0); a node that dies on its own exits this command non-zero, so a container
+    running `ray start --block` (KubeRay) ends and is restarted."""
+    asked: list[int] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        asked.append(signum)
+        node.process.terminate()
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    code = node.process.wait()
+    C.forget_node(get_config(), node)
+    if not asked:
+        _fail(f"the raylite {'head' if node.head else 'node'} exited (code {code}); its log is "
+              f"{os.path.join(node.session_dir, 'logs', 'node.err')}")
 
 
 @main.command()
@@ -149,6 +168,7 @@ def memory(address: str, limit: int) -> None:
         raylite.shutdown()
 
 
+from raylite.cli.health_check import health_check as _health_check  # noqa: E402  (issue 27: KubeRay)
 from raylite.cli.job import job as _job_group  # noqa: E402  (issue 12: jobs)
 from raylite.cli.serve import serve as _serve_group  # noqa: E402 - lazy: loads Serve on first use
 from raylite.cli.state import register as _register_state  # noqa: E402  (issue 12: list/get/summary/logs/timeline)
@@ -156,6 +176,7 @@ from raylite.cli.state import register as _register_state  # noqa: E402  (issue 
 main.add_command(_job_group)
 _register_state(main)
 main.add_command(_serve_group)
+main.add_command(_health_check)
 
 if __name__ == "__main__":
     main()

@@ -24,6 +24,9 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
 
 COOKIE_PREFIX = "raylite_token"
+# the only path served without the token: KubeRay's head probe (`wget -T 2 -q -O-
+# http://localhost:8265/api/gcs_healthz | grep success`) sends none; it answers `success` or an error
+UNAUTHENTICATED_PATHS = frozenset({"/api/gcs_healthz"})
 
 
 def cookie_name(scope: dict) -> str:
@@ -39,7 +42,9 @@ class TokenAuth:
         self.allow_loopback = allow_loopback
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] not in ("http", "websocket"):
+        if scope["type"] not in ("http", "websocket") or (
+                scope["type"] == "http" and scope.get("method") in ("GET", "HEAD")
+                and scope.get("path") in UNAUTHENTICATED_PATHS):
             await self.app(scope, receive, send)
             return
         presented, from_query = _presented(scope)
