@@ -74,7 +74,7 @@ def check_head(hostport: str, token: str, *, timeout_s: float = 5.0, skip_versio
             req = P.encode(P.KvGet("raylite_health", b""), 1)
             sock.sendall(_LEN.pack(len(req)) + req)
             answer, _ = P.decode(_recv_frame(sock))
-        except (OSError, socket.timeout) as e:
+        except OSError as e:  # socket.timeout is an OSError
             raise HealthCheckFailed(f"the head at {hostport} did not answer: {e}") from None
         except (ValueError, KeyError, TypeError, IndexError) as e:
             raise HealthCheckFailed(f"{hostport} sent something that is not a raylite reply ({e})") from None
