@@ -10,7 +10,8 @@ server is small and strict:
   check failed (nothing about the cluster beyond that); every other request is a bare 404;
 - a request head over REQUEST_MAX_BYTES, or one not complete within the handshake timeout
   (slowloris), is dropped; a body is never read; each connection serves one request;
-- at most MAX_CONNECTIONS connections are open at once; past that the new one is closed.
+- at most MAX_CONNECTIONS connections wait for their request at once; past that the oldest
+  waiting one is closed, so idle connections cannot lock a real probe out.
 
 The metrics port serves `GET /metrics` (Prometheus text) of this node, and only to a caller
 that presents the cluster token (`Authorization: Bearer <token>` or `x-ray-authorization`).
@@ -120,15 +121,17 @@ class _Server:
         self.checks = checks
         self.kind = kind
         self.token = token
-        self.open = 0
+        self.waiting: dict[asyncio.StreamWriter, None] = {}  # connected, request head not read yet
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.open >= MAX_CONNECTIONS:
-            writer.close()
-            return
-        self.open += 1
+        self.waiting[writer] = None
+        if len(self.waiting) > MAX_CONNECTIONS:
+            oldest = next(iter(self.waiting))
+            self.waiting.pop(oldest, None)
+            oldest.transport.abort()
         try:
             head = await asyncio.wait_for(_read_head(reader), get_config().handshake_timeout_s)
+            self.waiting.pop(writer, None)
             if head is not None:
                 status, body, ctype = await self._answer(head)
                 _respond(writer, status, body, ctype, head_only=head[0] == "HEAD")
@@ -136,7 +139,7 @@ class _Server:
         except (asyncio.TimeoutError, ConnectionError, OSError, asyncio.IncompleteReadError):
             pass
         finally:
-            self.open -= 1
+            self.waiting.pop(writer, None)
             with contextlib.suppress(Exception):
                 writer.close()
 
