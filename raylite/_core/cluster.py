@@ -50,6 +50,20 @@ def node_resources(num_cpus: float | None, num_gpus: float | None, resources: di
     return total
 
 
+def _check_auth(config: Config) -> None:
+    """RAY_AUTH_MODE=disabled: refuse unless RAYLITE_ALLOW_NO_AUTH=1, and then say so loudly."""
+    from raylite._core.config import no_auth_refusal
+
+    refusal = no_auth_refusal(config)
+    if refusal:
+        raise StartError(refusal)
+    if config.auth_disabled:
+        print("WARNING: raylite is starting WITHOUT authentication (RAY_AUTH_MODE=disabled, "
+              "RAYLITE_ALLOW_NO_AUTH=1): anyone who can reach this node's ports can run code on it "
+              "and read its data. Use RAY_AUTH_MODE=token with RAY_AUTH_TOKEN outside a trusted "
+              "network.", file=sys.stderr)
+
+
 def default_ip() -> str:
     return CF.local_ip_towards("10.255.255.255", 1)
 
@@ -65,6 +79,7 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
 
     `extra_resources` are added to `resources` (e.g. `memory` from `raylite start --memory`);
     `node_port` fixes the node's TCP port (0: a free one)."""
+    _check_auth(config)
     temp_dir = config.temp_dir
     ip = node_ip or default_ip()
     session = os.path.join(temp_dir, f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}_"
