@@ -69,7 +69,7 @@ def routes(ctx: Any) -> list:
             return PlainTextResponse(str(e), e.status)
         try:
             config = json.loads(raw)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # RecursionError: nested thousands deep
             return PlainTextResponse(f"the request body is not JSON ({e}); send a ServeDeploySchema object "
                                      "such as {\"applications\": [{\"import_path\": \"module:app\"}]}", 400)
         if not isinstance(config, dict):
