@@ -50,6 +50,20 @@ def node_resources(num_cpus: float | None, num_gpus: float | None, resources: di
     return total
 
 
+def _check_auth(config: Config) -> None:
+    """RAY_AUTH_MODE=disabled: refuse unless RAYLITE_ALLOW_NO_AUTH=1, and then say so loudly."""
+    from raylite._core.config import no_auth_refusal
+
+    refusal = no_auth_refusal(config)
+    if refusal:
+        raise StartError(refusal)
+    if config.auth_disabled:
+        print("WARNING: raylite is starting WITHOUT authentication (RAY_AUTH_MODE=disabled, "
+              "RAYLITE_ALLOW_NO_AUTH=1): anyone who can reach this node's ports can run code on it "
+              "and read its data. Use RAY_AUTH_MODE=token with RAY_AUTH_TOKEN outside a trusted "
+              "network.", file=sys.stderr)
+
+
 def default_ip(toward: str = "") -> str:
     """This machine's IP as other machines reach it (raylite/_core/node_ip.py says how)."""
     from raylite._core.node_ip import detect_node_ip
@@ -72,6 +86,7 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
     own address (a pod is told none) and a head listens on every interface, as Ray's GCS does,
     so other machines and `127.0.0.1:PORT` (KubeRay's RAY_ADDRESS in the head pod) both reach it.
     `agent_port` starts the node's health server (node_health.py), `metrics_port` its metrics."""
+    _check_auth(config)
     temp_dir = config.temp_dir
     if not node_ip and not head and address and address != "auto":
         with contextlib.suppress(ValueError):

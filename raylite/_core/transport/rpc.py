@@ -373,7 +373,8 @@ async def connect(address: str, handlers: dict[type, Handler] | None = None, *, 
         if not isinstance(msg, P.HelloReply) or not msg.ok:
             fut.set_exception(HandshakeError(
                 f"{address} refused the connection: {getattr(msg, 'error', msg)}. "
-                "Pass the cluster's token (--token or RAYLITE_TOKEN) or check the raylite version."))
+                "Pass the cluster's token (--token, RAYLITE_TOKEN, or RAY_AUTH_TOKEN with RAY_AUTH_MODE=token) "
+                "or check the raylite version."))
         else:
             conn._handshake_done()
             fut.set_result(msg)
