@@ -89,6 +89,8 @@ class Pod:
         base = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/tmp/home",
                 "HOSTNAME": self.host, "LANG": "C.UTF-8",
                 "PYTHONPATH": os.pathsep.join(p for p in (COMPAT_SRC if uses_compat_ray() else "", REPO) if p)}
+        if extra.get("PYTHONPATH"):  # the image's own paths come after the pod spec's
+            extra = {**extra, "PYTHONPATH": extra["PYTHONPATH"] + os.pathsep + base["PYTHONPATH"]}
         return {**base, **extra}
 
     def _argv(self, shell_args: str, login: bool = True) -> list[str]:
