@@ -73,6 +73,8 @@ def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: f
         _fail(f"--resources must be a JSON object such as '{{\"accel\": 2}}', not {resources!r}")
     from raylite.cli import ray_env
 
+    token_given = bool(token)
+
     persist = ray_env.apply(head, persist)  # KubeRay's RAY_REDIS_ADDRESS, REDIS_PASSWORD, ...
     if dashboard_port is None:
         dashboard_port = get_config().dashboard_port
@@ -95,6 +97,10 @@ def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: f
                    f"  Stop it with:              raylite stop")
         if node.dashboard_url:
             token = CF.read_token(os.path.join(node.session_dir, "token"))
+            if token and (token_given or get_config().token_source):
+                # a token the user gave (--token, RAYLITE_TOKEN, RAY_AUTH_TOKEN from a Kubernetes
+                # Secret) stays out of the output: a container's log is read by more people
+                token = ""
             click.echo(f"  Dashboard:                 {CF.dashboard_link(node.dashboard_url, token)}\n"
                        f"  Jobs, state and logs API:  {node.dashboard_url}  (send the token: Authorization: "
                        "Bearer <token>; `raylite job submit` does)")
