@@ -5,10 +5,12 @@ KubeRay's worker pods wait for the head with this command in an init container l
 ray-operator/controllers/ray/common/pod.go). So it is one blocking socket and one msgpack
 frame each way, with no event loop and none of the node's modules:
 
-- with the cluster token (RAYLITE_TOKEN, or the local head's token file) it completes the
-  handshake and asks the head's control store for a key: the head is up and serving;
-- without one, the head's own refusal ("wrong or missing cluster token") is an answer from
-  a live head too: the init container's question is only "is the head up yet".
+- with the cluster token (RAY_AUTH_TOKEN, RAYLITE_TOKEN, or the local head's token file) it
+  completes the handshake and asks the head's control store for a key: the head is up and
+  serving (exit 0);
+- a head that refuses the token is up, but this pod could not join it: as Ray's command does,
+  that fails (exit 1), with a message saying how to give the pod the token, so a misconfigured
+  RayCluster shows why in its init container's log instead of crash-looping its workers.
 
 A protocol version mismatch fails the check unless --skip-version-check is given.
 """
@@ -70,7 +72,10 @@ def check_head(hostport: str, token: str, *, timeout_s: float = 5.0, skip_versio
                     if skip_version_check:
                         return f"head at {hostport} is up (version check skipped: {reply.error})"
                     raise HealthCheckFailed(f"{reply.error} (or pass --skip-version-check)")
-                return f"head at {hostport} is up (it refused this command's token: {reply.error})"
+                raise HealthCheckFailed(
+                    f"the head at {hostport} is up but refused this command's token ({reply.error}). Give "
+                    "it the cluster token: RAY_AUTH_MODE=token with RAY_AUTH_TOKEN (KubeRay's authOptions "
+                    "mode: token), or RAYLITE_TOKEN")
             req = P.encode(P.KvGet("raylite_health", b""), 1)
             sock.sendall(_LEN.pack(len(req)) + req)
             answer, _ = P.decode(_recv_frame(sock))
