@@ -151,3 +151,35 @@ def test_import_failure_is_deploy_failed_and_target_capacity_scales(api, app_dir
         app = wait_app(c, "greet", "RUNNING", 4)
         assert set(kept) <= set(replica_ids(app))  # scaled up, the running two kept
         assert c.delete(PATH).status_code == 200
+
+
+def _agent_pid(api) -> int:
+    """The Serve REST agent of this cluster: the process whose stderr is this session's agent log."""
+    import os
+
+    import psutil
+
+    log = os.path.join(api.session_dir, "logs", "serve_rest_agent.log")
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if "raylite.serve._internal.rest_agent" in " ".join(p.info["cmdline"] or []) and \
+                    os.readlink(f"/proc/{p.pid}/fd/2") == log:
+                return p.pid
+        except (OSError, psutil.Error):
+            continue
+    return 0
+
+
+def test_a_dead_agent_is_replaced_on_the_next_request(api):
+    import os
+    import signal
+
+    from tests.conftest import process_gone
+
+    with api.client() as c:
+        details(c)
+        pid = wait_for(lambda: _agent_pid(api), 30, what="the Serve REST agent")
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: process_gone(pid), 30, what="the agent gone")
+        assert details(c)["applications"] == {}
+        assert _agent_pid(api) not in (0, pid)

@@ -128,6 +128,7 @@ def build_and_deploy(app_config: dict, target_capacity: float | None) -> str:
 class RestAgent:
     def __init__(self) -> None:
         self.builds: dict[str, _Build] = {}
+        self.broken = False
 
     # ------------------------------------------------------------------ helpers
     def _controller(self) -> Any:
@@ -241,8 +242,11 @@ class RestAgent:
                 return {"status": 200, "body": None}
         except RequestError as e:
             return {"status": 400, "error": str(e)}
-        except Exception as e:  # noqa: BLE001 - reported to the HTTP client as a 500, the agent lives on
+        except Exception as e:  # noqa: BLE001 - reported to the HTTP client as a 500
             traceback.print_exc()
+            # a lost link to the cluster (e.g. the head restarted): exit after this reply, and the
+            # server starts a fresh agent on the next request
+            self.broken = isinstance(e, (ConnectionError, OSError)) or not raylite.is_initialized()
             return {"status": 500, "error": f"{type(e).__name__}: {e}"}
         return {"status": 400, "error": f"unknown op {op!r}"}
 
@@ -269,6 +273,8 @@ def main() -> None:
         reply = agent.handle(request)
         reply["id"] = request.get("id")
         replies.write(json.dumps(reply, default=str) + "\n")
+        if agent.broken:
+            return
 
 
 if __name__ == "__main__":
