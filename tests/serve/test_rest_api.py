@@ -95,6 +95,10 @@ def test_put_get_idempotent_put_and_delete(api, app_dir):
         assert dep["deployment_config"]["num_replicas"] == 1
         assert details(c, api_type="declarative")["applications"].keys() == {"greet"}
         assert details(c, api_type="imperative")["applications"] == {}
+        # the helper driver behind this API is no job of the user's
+        assert not [j for j in c.get("/api/jobs/").json() if "rest_agent" in (j.get("entrypoint") or "")]
+        assert not [j for j in c.get("/api/v0/jobs").json()["data"]["result"]["result"]
+                    if "rest_agent" in (j.get("entrypoint") or "")]
         bad_type = c.get(PATH, params={"api_type": "sideways"})
         assert bad_type.status_code == 400 and "declarative" in bad_type.text
 

@@ -260,7 +260,8 @@ def main() -> None:
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # whatever prints goes to the log, never into a reply
     sys.stdout = sys.stderr
-    raylite.init(address=os.environ.get("RAYLITE_ADDRESS") or "auto", namespace=SERVE_NAMESPACE,
+    # an internal namespace: job lists leave this driver out (Serve names its own namespace)
+    raylite.init(address=os.environ.get("RAYLITE_ADDRESS") or "auto", namespace="_raylite_internal_serve",
                  log_to_driver=False)
     agent = RestAgent()
     for line in sys.stdin:
