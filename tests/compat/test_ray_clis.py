@@ -152,6 +152,13 @@ def test_ray_state_cli(head):
     actor_id = next(a["actor_id"] for a in head.get("/api/v0/actors").json()["data"]["result"]["result"]
                     if a["class_name"] == "Keeper")
     assert "class_name: Keeper" in head.ray(RAY, "get", "actors", actor_id)
+    assert "death_cause" in head.ray(RAY, "list", "actors", "--detail")
+    assert f"node_id: {node_id}" in head.ray(RAY, "get", "nodes", node_id)
+    task_id = next(t["task_id"] for t in head.get("/api/v0/tasks").json()["data"]["result"]["result"]
+                   if t["name"] == "square_it")
+    assert "func_or_class_name: square_it" in head.ray(RAY, "get", "tasks", task_id)
+    worker_id = head.get("/api/v0/workers").json()["data"]["result"]["result"][0]["worker_id"]
+    assert f"worker_id: {worker_id}" in head.ray(RAY, "get", "workers", worker_id)
     tasks = head.ray(RAY, "summary", "tasks")
     assert "square_it" in tasks and "FINISHED: 5" in tasks
     assert "Keeper" in head.ray(RAY, "summary", "actors")
