@@ -44,6 +44,16 @@ def app_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("rest_app")
     (d / "greeter_app.py").write_text(APP)
     (d / "broken_app.py").write_text("raise ImportError('this module is broken on purpose')\n")
+    (d / "failing_app.py").write_text(textwrap.dedent("""
+        from raylite import serve
+
+        @serve.deployment
+        class Failing:
+            def __init__(self):
+                raise RuntimeError("constructor refuses on purpose")
+
+        app = Failing.bind()
+    """))
     return d
 
 
@@ -145,6 +155,12 @@ def test_import_failure_is_deploy_failed_and_target_capacity_scales(api, app_dir
         assert c.put(PATH, json=broken).status_code == 200
         app = wait_app(c, "greet", "DEPLOY_FAILED")
         assert "broken on purpose" in app["message"]
+
+        failing = config(app_dir, port)
+        failing["applications"][0].update(import_path="failing_app:app", deployments=[], args={})
+        assert c.put(PATH, json=failing).status_code == 200
+        app = wait_app(c, "greet", "DEPLOY_FAILED")
+        assert "constructor refuses on purpose" in app["message"] + str(app["deployments"])
 
         assert c.put(PATH, json=config(app_dir, port, num_replicas=4, target_capacity=50)).status_code == 200
         app = wait_app(c, "greet", "RUNNING", 2)

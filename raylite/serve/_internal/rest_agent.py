@@ -107,7 +107,8 @@ def _apply_target_capacity(app: Any, overrides: dict[str, dict], target_capacity
 
 @raylite.remote(num_cpus=0, max_retries=0)
 def build_and_deploy(app_config: dict, target_capacity: float | None) -> str:
-    """Runs in a task with the application's runtime_env: import, apply the config, deploy."""
+    """Runs in a task with the application's runtime_env: import, apply the config, hand it to
+    the controller (not waiting for replicas: their progress is the application's status)."""
     from raylite import serve
     from raylite.serve._cli_state import config_overrides
     from raylite.serve._internal.app_loader import load_application
@@ -121,7 +122,7 @@ def build_and_deploy(app_config: dict, target_capacity: float | None) -> str:
     if overrides:
         app = app._with_overrides(overrides)
     serve.run(app, name=schema.name, route_prefix=schema.route_prefix, blocking=False,
-              _autoscaling_policy=schema.autoscaling_policy)
+              _autoscaling_policy=schema.autoscaling_policy, _wait_for_running=False)
     return schema.name
 
 
