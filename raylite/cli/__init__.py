@@ -88,10 +88,12 @@ def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: f
     except (C.StartError, ConnectionError, ValueError) as e:
         _fail(str(e))
     if head:
+        source = get_config().token_source if not token else ""
+        how = (f"with {source} set as here" if source.startswith("RAY_AUTH_TOKEN")
+               else f"--token=<token from {node.session_dir}/token>")
         click.echo(f"raylite head started (pid {node.pid}, node {node.node_id[:12]}).\n"
                    f"  Address: {node.address}\n"
-                   f"  Join other machines with:  raylite start --address={node.address} "
-                   f"--token=<token from {node.session_dir}/token>\n"
+                   f"  Join other machines with:  raylite start --address={node.address} {how}\n"
                    f"  Connect a driver with:     raylite.init(address='auto')  (on this machine) or "
                    f"raylite.init(address='{node.address}')\n"
                    f"  Stop it with:              raylite stop")

@@ -29,6 +29,10 @@ class AgentError(RuntimeError):
     """The agent could not be started or did not answer; the message says which."""
 
 
+class _AgentGone(Exception):
+    """The agent that answered before has exited (it lost the cluster): start another."""
+
+
 class ServeAgent:
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
@@ -54,29 +58,47 @@ class ServeAgent:
         return proc
 
     async def request(self, op: str, **fields: Any) -> dict:
-        """{"status": HTTP status, "body" | "error"} from the agent."""
+        """{"status": HTTP status, "body" | "error"} from the agent. An agent found dead (it exits
+        when it loses the cluster) is replaced once, and the request sent to the new one."""
         async with self._lock:
-            if self._proc is None or self._proc.returncode is not None:
-                self._proc = await self._start()
-            proc = self._proc
-            rid = next(self._ids)
-            assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.write((json.dumps({"id": rid, "op": op, **fields}) + "\n").encode())
-            timeout_s = REQUEST_TIMEOUT_S if self._answered_once else START_TIMEOUT_S
             try:
-                await proc.stdin.drain()
-                while True:
-                    line = await asyncio.wait_for(proc.stdout.readline(), timeout_s)
-                    if not line:
-                        raise AgentError(self._died_message())
-                    reply = json.loads(line)
-                    if reply.get("id") == rid:
-                        self._answered_once = True
-                        return reply
-            except (asyncio.TimeoutError, ConnectionError, ValueError) as e:
-                self._kill()
-                why = f"did not answer within {timeout_s:.0f}s" if isinstance(e, asyncio.TimeoutError) else str(e)
-                raise AgentError(f"the Serve REST agent {why}; see {self._log()}") from None
+                return await self._request_once(op, fields)
+            except _AgentGone:
+                pass
+            try:
+                return await self._request_once(op, fields)
+            except _AgentGone:
+                raise AgentError(f"the Serve REST agent exited twice in a row; see {self._log()}") from None
+
+    async def _request_once(self, op: str, fields: dict) -> dict:
+        if self._proc is None or self._proc.returncode is not None:
+            self._proc = await self._start()
+        proc = self._proc
+        rid = next(self._ids)
+        assert proc.stdin is not None and proc.stdout is not None
+        timeout_s = REQUEST_TIMEOUT_S if self._answered_once else START_TIMEOUT_S
+        try:
+            proc.stdin.write((json.dumps({"id": rid, "op": op, **fields}) + "\n").encode())
+            await proc.stdin.drain()
+        except ConnectionError:
+            self._kill()
+            raise _AgentGone() from None
+        try:
+            while True:
+                line = await asyncio.wait_for(proc.stdout.readline(), timeout_s)
+                if not line:
+                    if self._answered_once:
+                        self._kill()
+                        raise _AgentGone()
+                    raise AgentError(self._died_message())
+                reply = json.loads(line)
+                if reply.get("id") == rid:
+                    self._answered_once = True
+                    return reply
+        except (asyncio.TimeoutError, ConnectionError, ValueError) as e:
+            self._kill()
+            why = f"did not answer within {timeout_s:.0f}s" if isinstance(e, asyncio.TimeoutError) else str(e)
+            raise AgentError(f"the Serve REST agent {why}; see {self._log()}") from None
 
     def _log(self) -> str:
         return os.path.join(self.ctx.logs_dir, "serve_rest_agent.log")

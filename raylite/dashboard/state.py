@@ -105,12 +105,12 @@ def task_row(r: dict[str, Any]) -> dict[str, Any]:
 
 
 async def jobs(ctx: Any) -> list[dict[str, Any]]:
-    from raylite.dashboard.routes.jobs import details, driver_details
+    from raylite.dashboard.routes.jobs import details, driver_details, internal_driver
 
     drivers = (await ctx.head.request(P.ListJobs())).jobs
     manager = ctx.extras.get("jobs")
     rows = [details(r, drivers) for r in await manager.list()] if manager is not None else []
-    rows += [driver_details(d) for d in drivers if not d.get("submission_id")]
+    rows += [driver_details(d) for d in drivers if not d.get("submission_id") and not internal_driver(d)]
     return rows
 
 

@@ -70,6 +70,7 @@ def test_head_node_driver_and_api_take_the_token_from_the_environment(pods):
     out = _start_head(head, port, api_port)
     assert out.returncode == 0, out.stderr
     assert _token_file(head) == token  # the env token is the cluster's, none was generated
+    assert "with RAY_AUTH_TOKEN set as here" in out.stdout
 
     worker = pods(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)  # cannot read the head's token file
     out = _join(worker, port)
@@ -84,6 +85,9 @@ def test_head_node_driver_and_api_take_the_token_from_the_environment(pods):
     r = httpx.get(f"http://127.0.0.1:{api_port}/api/version", headers={"x-ray-authorization": f"Bearer {token}"},
                   timeout=60)
     assert r.status_code == 200
+    cli = _cli(pods(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token, RAY_ADDRESS=f"http://127.0.0.1:{api_port}"),
+               "list", "nodes")
+    assert cli.returncode == 0 and cli.stdout.count("ALIVE") == 2, cli.stderr
 
     # the same variables with another token: refused, naming where the token comes from
     out = _join(pods(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="wrong-" + token), port)

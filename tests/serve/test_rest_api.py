@@ -44,6 +44,16 @@ def app_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("rest_app")
     (d / "greeter_app.py").write_text(APP)
     (d / "broken_app.py").write_text("raise ImportError('this module is broken on purpose')\n")
+    (d / "failing_app.py").write_text(textwrap.dedent("""
+        from raylite import serve
+
+        @serve.deployment
+        class Failing:
+            def __init__(self):
+                raise RuntimeError("constructor refuses on purpose")
+
+        app = Failing.bind()
+    """))
     return d
 
 
@@ -95,6 +105,10 @@ def test_put_get_idempotent_put_and_delete(api, app_dir):
         assert dep["deployment_config"]["num_replicas"] == 1
         assert details(c, api_type="declarative")["applications"].keys() == {"greet"}
         assert details(c, api_type="imperative")["applications"] == {}
+        # the helper driver behind this API is no job of the user's
+        assert not [j for j in c.get("/api/jobs/").json() if "rest_agent" in (j.get("entrypoint") or "")]
+        assert not [j for j in c.get("/api/v0/jobs").json()["data"]["result"]["result"]
+                    if "rest_agent" in (j.get("entrypoint") or "")]
         bad_type = c.get(PATH, params={"api_type": "sideways"})
         assert bad_type.status_code == 400 and "declarative" in bad_type.text
 
@@ -142,6 +156,12 @@ def test_import_failure_is_deploy_failed_and_target_capacity_scales(api, app_dir
         app = wait_app(c, "greet", "DEPLOY_FAILED")
         assert "broken on purpose" in app["message"]
 
+        failing = config(app_dir, port)
+        failing["applications"][0].update(import_path="failing_app:app", deployments=[], args={})
+        assert c.put(PATH, json=failing).status_code == 200
+        app = wait_app(c, "greet", "DEPLOY_FAILED")
+        assert "constructor refuses on purpose" in app["message"] + str(app["deployments"])
+
         assert c.put(PATH, json=config(app_dir, port, num_replicas=4, target_capacity=50)).status_code == 200
         app = wait_app(c, "greet", "RUNNING", 2)
         assert details(c)["target_capacity"] == 50
@@ -151,3 +171,35 @@ def test_import_failure_is_deploy_failed_and_target_capacity_scales(api, app_dir
         app = wait_app(c, "greet", "RUNNING", 4)
         assert set(kept) <= set(replica_ids(app))  # scaled up, the running two kept
         assert c.delete(PATH).status_code == 200
+
+
+def _agent_pid(api) -> int:
+    """The Serve REST agent of this cluster: the process whose stderr is this session's agent log."""
+    import os
+
+    import psutil
+
+    log = os.path.join(api.session_dir, "logs", "serve_rest_agent.log")
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if "raylite.serve._internal.rest_agent" in " ".join(p.info["cmdline"] or []) and \
+                    os.readlink(f"/proc/{p.pid}/fd/2") == log:
+                return p.pid
+        except (OSError, psutil.Error):
+            continue
+    return 0
+
+
+def test_a_dead_agent_is_replaced_on_the_next_request(api):
+    import os
+    import signal
+
+    from tests.conftest import process_gone
+
+    with api.client() as c:
+        details(c)
+        pid = wait_for(lambda: _agent_pid(api), 30, what="the Serve REST agent")
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: process_gone(pid), 30, what="the agent gone")
+        assert details(c)["applications"] == {}
+        assert _agent_pid(api) not in (0, pid)

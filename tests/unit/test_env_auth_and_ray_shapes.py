@@ -91,6 +91,11 @@ def test_serve_details_in_rays_shape():
     assert a["deployments"]["D"]["deployment_config"] == {"name": "D", "num_replicas": 1, "max_ongoing_requests": 5,
                                                           "ray_actor_options": {"num_cpus": 1}}
     assert (b["status"], c["status"]) == ("DEPLOYING", "DEPLOY_FAILED") and "ImportError: no" in c["message"]
+    # a new config on its way: DEPLOYING until the controller has it, then the controller's word
+    assert rest_details.instance_details(_view(), configs, {"a": 2.0}, {})["applications"]["a"]["status"] == "DEPLOYING"
+    assert rest_details.instance_details(_view(), configs, {"a": 0.5}, {})["applications"]["a"]["status"] == "RUNNING"
+    failed_update = rest_details.instance_details(_view(), configs, {}, {"a": "SyntaxError"})["applications"]["a"]
+    assert failed_update["status"] == "DEPLOY_FAILED" and failed_update["deployments"]["D"]["status"] == "HEALTHY"
     declarative = rest_details.instance_details(_view(), configs, {}, {}, "declarative")
     assert list(declarative["applications"]) == ["a"]
     assert rest_details.instance_details(None, {}, {}, {}) == rest_details.empty()

@@ -107,7 +107,8 @@ def _apply_target_capacity(app: Any, overrides: dict[str, dict], target_capacity
 
 @raylite.remote(num_cpus=0, max_retries=0)
 def build_and_deploy(app_config: dict, target_capacity: float | None) -> str:
-    """Runs in a task with the application's runtime_env: import, apply the config, deploy."""
+    """Runs in a task with the application's runtime_env: import, apply the config, hand it to
+    the controller (not waiting for replicas: their progress is the application's status)."""
     from raylite import serve
     from raylite.serve._cli_state import config_overrides
     from raylite.serve._internal.app_loader import load_application
@@ -121,13 +122,14 @@ def build_and_deploy(app_config: dict, target_capacity: float | None) -> str:
     if overrides:
         app = app._with_overrides(overrides)
     serve.run(app, name=schema.name, route_prefix=schema.route_prefix, blocking=False,
-              _autoscaling_policy=schema.autoscaling_policy)
+              _autoscaling_policy=schema.autoscaling_policy, _wait_for_running=False)
     return schema.name
 
 
 class RestAgent:
     def __init__(self) -> None:
         self.builds: dict[str, _Build] = {}
+        self.broken = False
 
     # ------------------------------------------------------------------ helpers
     def _controller(self) -> Any:
@@ -241,8 +243,11 @@ class RestAgent:
                 return {"status": 200, "body": None}
         except RequestError as e:
             return {"status": 400, "error": str(e)}
-        except Exception as e:  # noqa: BLE001 - reported to the HTTP client as a 500, the agent lives on
+        except Exception as e:  # noqa: BLE001 - reported to the HTTP client as a 500
             traceback.print_exc()
+            # a lost link to the cluster (e.g. the head restarted): exit after this reply, and the
+            # server starts a fresh agent on the next request
+            self.broken = isinstance(e, (ConnectionError, OSError)) or not raylite.is_initialized()
             return {"status": 500, "error": f"{type(e).__name__}: {e}"}
         return {"status": 400, "error": f"unknown op {op!r}"}
 
@@ -256,7 +261,8 @@ def main() -> None:
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # whatever prints goes to the log, never into a reply
     sys.stdout = sys.stderr
-    raylite.init(address=os.environ.get("RAYLITE_ADDRESS") or "auto", namespace=SERVE_NAMESPACE,
+    # an internal namespace: job lists leave this driver out (Serve names its own namespace)
+    raylite.init(address=os.environ.get("RAYLITE_ADDRESS") or "auto", namespace="_raylite_internal_serve",
                  log_to_driver=False)
     agent = RestAgent()
     for line in sys.stdin:
@@ -269,6 +275,8 @@ def main() -> None:
         reply = agent.handle(request)
         reply["id"] = request.get("id")
         replies.write(json.dumps(reply, default=str) + "\n")
+        if agent.broken:
+            return
 
 
 if __name__ == "__main__":

@@ -65,17 +65,18 @@ def _app(name: str, app: dict | None, doc: dict | None, building_s: float | None
            "deployed_app_config": app_config, "source": "declarative" if doc is not None else "imperative",
            "deployments": {}, "external_scaler_enabled": bool((app_config or {}).get("external_scaler_enabled")),
            "deployment_topology": None}
-    if failed is not None:
-        out.update(status="DEPLOY_FAILED", message=f"Deploying application {name!r} failed:\n{failed}",
-                   last_deployed_time_s=building_s or 0.0)
-    elif app is None or building_s is not None:
-        out.update(status="DEPLOYING", message="Importing and deploying the application.",
-                   last_deployed_time_s=building_s or 0.0)
+    deployed_s = float((app or {}).get("last_deployed_time_s") or 0.0)
     if app is not None:
         out["deployments"] = {d: _deployment(d, dep) for d, dep in app.get("deployments", {}).items()}
-        if failed is None and building_s is None:
-            out.update(status=app["status"], message=app.get("message", ""),
-                       last_deployed_time_s=float(app.get("last_deployed_time_s") or 0.0))
+    if failed is not None:
+        out.update(status="DEPLOY_FAILED", message=f"Deploying application {name!r} failed:\n{failed}",
+                   last_deployed_time_s=building_s or deployed_s)
+    elif app is None or (building_s is not None and deployed_s < building_s):
+        # the new config has not reached the controller yet: what runs is the previous one
+        out.update(status="DEPLOYING", message="Importing and deploying the application.",
+                   last_deployed_time_s=building_s or 0.0)
+    else:
+        out.update(status=app["status"], message=app.get("message", ""), last_deployed_time_s=deployed_s)
     return out
 
 
