@@ -127,8 +127,15 @@ def _block(node: C.StartedNode) -> None:
     code = node.process.wait()
     C.forget_node(get_config(), node)
     if not asked:
-        _fail(f"the raylite {'head' if node.head else 'node'} exited (code {code}); its log is "
-              f"{os.path.join(node.session_dir, 'logs', 'node.err')}")
+        err = os.path.join(node.session_dir, "logs", "node.err")
+        try:  # the container's log is all a dead pod leaves behind
+            with open(err, errors="replace") as f:
+                tail = f.read()[-4000:].strip()
+        except OSError:
+            tail = ""
+        if tail:
+            click.echo(f"--- last lines of {err} ---\n{tail}", err=True)
+        _fail(f"the raylite {'head' if node.head else 'node'} exited (code {code}); its log is {err}")
 
 
 @main.command()
