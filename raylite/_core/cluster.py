@@ -19,6 +19,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from raylite._core import accelerators
 from raylite._core import cluster_files as CF
 from raylite._core import resources as R
 from raylite._core.config import Config
@@ -78,14 +79,17 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
                timeout_s: float = 60.0, labels: dict | None = None, node_port: int = 0,
                extra_resources: dict | None = None, include_dashboard: bool = False,
                dashboard_host: str = "127.0.0.1", dashboard_port: int = 8265, agent_port: int = 0,
-               metrics_port: int = 0) -> StartedNode:
+               metrics_port: int = 0, creator_pid: int = 0, env: dict[str, str] | None = None) -> StartedNode:
     """Start a head node or a worker node as a detached process; wait until it serves.
 
     `extra_resources` are added to `resources` (e.g. `memory` from `raylite start --memory`);
-    `node_port` fixes the node's TCP port (0: a free one). Without `node_ip` the node finds its
-    own address (a pod is told none) and a head listens on every interface, as Ray's GCS does,
-    so other machines and `127.0.0.1:PORT` (KubeRay's RAY_ADDRESS in the head pod) both reach it.
-    `agent_port` starts the node's health server (node_health.py), `metrics_port` its metrics."""
+    `node_port` fixes the node's TCP port (0: a free one); `creator_pid`: the node stops when
+    that process exits (`raylite.cluster_utils.Cluster`'s nodes die with the program that made
+    them); `env`: extra environment for the daemon (e.g. from Ray's `_system_config`). Without
+    `node_ip` the node finds its own address (a pod is told none) and a head listens on every
+    interface, as Ray's GCS does, so other machines and `127.0.0.1:PORT` (KubeRay's RAY_ADDRESS
+    in the head pod) both reach it. `agent_port` starts the node's health server
+    (node_health.py), `metrics_port` its metrics."""
     _check_auth(config)
     temp_dir = config.temp_dir
     if not node_ip and not head and address and address != "auto":
@@ -114,7 +118,8 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
         hostport, found = CF.resolve(address, temp_dir, token or config.token)
         token = token or config.token or found
         extra = ["--head-address", f"tcp://{hostport}"]
-    total = node_resources(num_cpus, num_gpus, {**(resources or {}), **(extra_resources or {})}, head, ip)
+    total = node_resources(num_cpus, num_gpus, {**accelerators.label_resources(labels), **(resources or {}),
+                                                **(extra_resources or {})}, head, ip)
     if labels:
         extra += ["--labels", json.dumps(labels)]
     if node_port:
@@ -123,7 +128,9 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
         extra += ["--agent-port", str(agent_port)]
     if metrics_port:
         extra += ["--metrics-port", str(metrics_port)]
-    env = dict(os.environ)
+    if creator_pid:
+        extra += ["--creator-pid", str(creator_pid)]
+    env = {**os.environ, **(env or {})}
     env["RAYLITE_TOKEN"] = token  # never on the command line, where `ps` shows it
     env["RAYLITE_TEMP_DIR"] = temp_dir
     if object_store_memory:
@@ -320,6 +327,16 @@ def _describe(total: dict) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
+def _accelerators(total: dict) -> str:
+    """' [2x A100]': a node's accelerators by type, as its `accelerator_type:` resources say."""
+    types = [k.split(":", 1)[1] for k in total if k.startswith("accelerator_type:")]
+    if not types:
+        return ""
+    gpus = R.from_fixed({"GPU": total.get("GPU", 0)})["GPU"]
+    count = f"{gpus:g}x " if gpus else ""
+    return f" [{count}{'/'.join(sorted(types, key=len))}]"
+
+
 def format_status(st: dict) -> str:
     lines = [f"======== raylite cluster status ({st['address']}) ========", "Node status"]
     alive = [n for n in st["nodes"] if n["alive"]]
@@ -327,7 +344,8 @@ def format_status(st: dict) -> str:
     lines.append(f" Active: {len(alive)}")
     for n in alive:
         head = " (head)" if "node:__internal_head__" in n["total"] else ""
-        lines.append(f"  {n['node_id'].hex()[:12]}  {n['ip']}{head}  {_describe(n['total'])}")
+        lines.append(f"  {n['node_id'].hex()[:12]}  {n['ip']}{head}{_accelerators(n['total'])}  "
+                     f"{_describe(n['total'])}")
     lines.append(f" Dead: {len(dead)}")
     for n in dead:
         lines.append(f"  {n['node_id'].hex()[:12]}  {n['ip']}  ({n.get('death_cause') or 'dead'})")

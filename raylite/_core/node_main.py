@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> None:
     token = args.token or os.environ.get("RAYLITE_TOKEN", "")
     # the driver process that spawned a local cluster's daemon (named by the driver itself: one
     # that died before this line leaves us reparented, and getppid() would name the new parent)
-    creator_pid = (args.creator_pid or os.getppid()) if args.exit_with_creator else 0
+    # (--creator-pid alone: stop with that process, without a local cluster's other ties to it)
+    creator_pid = args.creator_pid or (os.getppid() if args.exit_with_creator else 0)
     node_id = NodeID.from_hex(args.node_id) if args.node_id else NodeID.from_random()
     sockets = os.path.join(args.session_dir, "sockets")
     private_dir(sockets)
