@@ -25,7 +25,7 @@ from .kuberay import (
     ray_start_command,
     wait_gcs_ready_script,
 )
-from .pods import REPO, TOOL, Pod, nh, uses_compat_ray, wait_for
+from .pods import TOOL, Pod, nh, uses_compat_ray, wait_for
 
 _MODULES = itertools.count()
 RAY_IMPORT = "import ray" if uses_compat_ray() else "import raylite as ray"
@@ -46,13 +46,9 @@ def _skip_reason() -> str:
 
 
 def auth_env(token: str) -> dict[str, str]:
-    """KubeRay's `authOptions.mode: token` (RAY_AUTH_MODE, RAY_AUTH_TOKEN from a Secret). Where
-    this tree's raylite does not read RAY_AUTH_TOKEN yet, RAYLITE_TOKEN carries the same token."""
-    env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
-    sources = [os.path.join(REPO, "raylite", "_core", "config.py")]
-    if not any("RAY_AUTH_TOKEN" in open(p).read() for p in sources if os.path.exists(p)):
-        env["RAYLITE_TOKEN"] = token
-    return env
+    """KubeRay's `authOptions.mode: token`: RAY_AUTH_MODE and RAY_AUTH_TOKEN (from a Secret) in
+    every container (common/pod.go configureTokenAuth)."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from .conftest import RAY_IMPORT, RayClusterPods
+from .conftest import RAY_IMPORT, RayClusterPods, auth_env
 from .kuberay import DASHBOARD_PORT, submitter_command
 
 pytestmark = pytest.mark.slow
@@ -59,8 +59,7 @@ def test_submitter_runs_the_job_to_succeeded_and_never_resubmits(cluster, hosts)
                             entrypoint_num_cpus=0.5)
     # the submitter is a K8s Job's pod: a pod of its own, resolving the head service by DNS
     submitter = cluster.pod("rayjob-kr-submitter", hosts[2])
-    env = {"RAY_AUTH_MODE": "token", **{k: v for k, v in cluster.head_env().items()
-                                        if k in ("RAY_AUTH_TOKEN", "RAYLITE_TOKEN")}}
+    env = auth_env(cluster.token)  # KubeRay gives the submitter the token too
     first = submitter.run(cmd, env, timeout=240)
     assert first.returncode == 0, first.stdout + first.stderr + cluster.logs()
     info = _job_info(cluster, job_id)
@@ -80,7 +79,7 @@ def test_submitter_runs_the_job_to_succeeded_and_never_resubmits(cluster, hosts)
 
 def test_status_of_an_unknown_submission_fails_so_the_submitter_submits(cluster, hosts):
     submitter = cluster.pod("rayjob-kr-submitter2", hosts[2])
-    env = {k: v for k, v in cluster.head_env().items() if k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAYLITE_TOKEN")}
+    env = auth_env(cluster.token)
     out = submitter.run(f"ray job status --address http://{cluster.fqdn}:{DASHBOARD_PORT} no-such-job", env,
                         timeout=60)
     assert out.returncode != 0
