@@ -90,3 +90,12 @@ def test_block_exits_nonzero_when_the_node_dies_and_zero_on_sigterm(cluster):
     assert container.returncode == 0, worker.log("worker2.log")
     gone = worker.run("pgrep -f raylite._core.node_main", login=False)
     assert gone.returncode == 1  # no node daemon left in the pod
+
+
+def test_a_pod_without_the_token_is_told_why_it_cannot_join(cluster):
+    """KubeRay's default (no authOptions) gives pods no token: the worker's init container says
+    why, instead of the worker crash-looping."""
+    worker = cluster.workers[0]
+    out = worker.run(f"ray health-check --address {cluster.fqdn}:6379", {}, timeout=60)
+    assert out.returncode == 1
+    assert "refused this command's token" in out.stderr and "RAY_AUTH_TOKEN" in out.stderr
