@@ -6,6 +6,7 @@ RAY_AUTH_MODE (token | disabled), RAY_AUTH_TOKEN and RAY_AUTH_TOKEN_PATH (see `a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Mapping
@@ -84,7 +85,8 @@ class Config:
     # without auth and not allowed to refuses to start (see docs/security.md)
     auth_mode: str = "token"
     allow_no_auth: bool = False
-    # where the token came from: "RAYLITE_TOKEN", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", or ""
+    # where the token came from: "RAYLITE_TOKEN", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH",
+    # "~/.ray/auth_token", "RAY_AUTH_MODE=disabled" or ""
     token_source: str = ""
     log_level: str = "WARNING"
     # the head's HTTP API server (jobs, state, logs, dashboard); started on its first request
@@ -103,6 +105,9 @@ class Config:
     task_events_job_end_grace_s: float = 5.0
     # a stopped job's entrypoint gets SIGTERM, then SIGKILL after this
     job_stop_grace_s: float = 3.0
+    # Ray Client server (ray://HOST:PORT) on a `raylite start --head` head: -1 = Ray's 10001,
+    # skipped with a warning when taken; 0 = off; else that port (a taken one fails the start)
+    ray_client_server_port: int = -1
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
@@ -175,6 +180,12 @@ def auth_from_env(env: Mapping[str, str], token: str, allow_no_auth: bool) -> di
             if not value:
                 raise AuthConfigError(f"RAY_AUTH_TOKEN_PATH={path!r} is empty; it must hold the cluster token")
             out.update(token=value, token_source="RAY_AUTH_TOKEN_PATH")
+        else:  # Ray's third place: the file `ray get-auth-token --generate` writes
+            with contextlib.suppress(OSError):
+                with open(os.path.join(env.get("HOME") or os.path.expanduser("~"), ".ray", "auth_token")) as f:
+                    value = f.read().strip()
+                if value:
+                    out.update(token=value, token_source="~/.ray/auth_token")
     elif mode == "disabled" and allow_no_auth:
         out.update(token=NO_AUTH_TOKEN, token_source="RAY_AUTH_MODE=disabled")
     return out

@@ -127,13 +127,13 @@ FLAGS: list[tuple[str, Any, Any]] = [
     ("--verbose", "count", _verbose),
     ("--dashboard-agent-listen-port", "int", _port("agent_port", "--dashboard-agent-listen-port")),
     ("--metrics-export-port", "int", _port("metrics_port", "--metrics-export-port")),
+    # the head's Ray Client server (ray://HOST:PORT); 0 runs none (default 10001)
+    ("--ray-client-server-port", "int", _set_env("RAYLITE_RAY_CLIENT_SERVER_PORT")),
     # accepted for compatibility
     ("--disable-usage-stats", "flag", "raylite collects no usage statistics"),
     ("--dashboard-agent-grpc-port", "int", "raylite runs no dashboard agent"),
     ("--dashboard-grpc-port", "int", "raylite runs no dashboard agent"),
     ("--runtime-env-agent-port", "int", "runtime environments are set up by the node itself"),
-    ("--ray-client-server-port", "int", "raylite has no Ray Client server; drivers connect with "
-                                        "init(address=...)"),
     ("--object-manager-port", "int", "objects travel over the node's one TCP port (--node-manager-port)"),
     ("--gcs-server-port", "int", "the head listens on --port"),
     ("--min-worker-port", "int", "workers use ephemeral ports"),

@@ -197,6 +197,8 @@ def test_serve_cli(head):
     status = head.ray(SERVE, "status", "--address", head.url)
     assert "echo:" in status and "status: RUNNING" in status and "Echo:" in status and "HEALTHY" in status
     assert "status: RUNNING" in head.ray(SERVE, "status", "--name", "echo", "--address", head.url)
+    shown = head.ray(SERVE, "config", "--address", head.url)
+    assert "import_path: echo_app:build" in shown and "word: hej" in shown
     # deploying the same file again keeps the running replica
     before = head.get("/api/serve/applications/").json()["applications"]["echo"]["deployments"]["Echo"]["replicas"]
     head.ray(SERVE, "deploy", config, "--address", head.url)

@@ -26,6 +26,12 @@ def test_token_comes_from_rays_variables_only_in_token_mode(tmp_path):
     # RAYLITE_TOKEN wins; without RAY_AUTH_MODE=token Ray's token is ignored (as Ray does)
     assert Config.from_env({"RAYLITE_TOKEN": "mine", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "x"}).token == "mine"
     assert Config.from_env({"RAY_AUTH_TOKEN": "x"}).token == ""
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text("t3\n")  # Ray's default file, last in line
+    assert Config.from_env({"RAY_AUTH_MODE": "token", "HOME": str(home)}).token == "t3"
+    assert Config.from_env({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "t1", "HOME": str(home)}).token == "t1"
+    assert Config.from_env({"HOME": str(home)}).token == ""
     with pytest.raises(AuthConfigError, match="RAY_AUTH_TOKEN_PATH"):
         Config.from_env({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(tmp_path / "missing")})
     with pytest.raises(AuthConfigError, match="is not one of"):
