@@ -159,3 +159,32 @@ def submitter_command(address: str, job_id: str, entrypoint: str, *, runtime_env
         cmd += ["--entrypoint-num-cpus", f"{entrypoint_num_cpus:f}"]
     cmd += ["--", entrypoint, ";", "fi", ";", "ray", "job", "logs", "--address", address, "--follow", job_id]
     return " ".join(cmd)
+
+
+def sidecar_submitter_command(job_id: str, entrypoint: str, *, runtime_env: dict | None = None,
+                              address: str = f"http://127.0.0.1:{DASHBOARD_PORT}") -> str:
+    """common/job.go BuildJobSubmitCommand (SidecarMode): in the head pod, wait for the head's
+    gcs_healthz, then (with RAY_EXPECTED_MIN_WORKERS) for that many ALIVE workers in
+    `/nodes?view=summary`, then `ray job submit` (which waits for the job)."""
+    health = WGET_PROBE.format(timeout=10, port=DASHBOARD_PORT, path="api/gcs_healthz")
+    count = ("\"$(python3 -c \"import urllib.request,json,os; req=urllib.request.Request('" + address
+             + "/nodes?view=summary'); t=os.environ.get('RAY_AUTH_TOKEN',''); t and req.add_header("
+             "'x-ray-authorization','Bearer '+t); d=json.loads(urllib.request.urlopen(req,timeout=5).read()); "
+             "print(len([n for n in d.get('data',{}).get('summary',[]) if n.get('raylet',{}).get('state')"
+             "=='ALIVE']))\" 2>/dev/null || echo 0)\"")
+    cmd = ["until", health, ">/dev/null", "2>&1", ";",
+           "do", "echo", _quote(f"Waiting for Ray Dashboard GCS to become healthy at {address} ..."), ";",
+           "sleep", "2", ";", "done", ";",
+           "if", "[", "-n", "\"$RAY_EXPECTED_MIN_WORKERS\"", "]", "&&", "[", "\"$RAY_EXPECTED_MIN_WORKERS\"",
+           "-gt", "\"0\"", "]", ";", "then",
+           "EXPECTED_NODES=$(($RAY_EXPECTED_MIN_WORKERS + 1))", ";",
+           "echo", _quote("Waiting for $EXPECTED_NODES nodes (1 head + $RAY_EXPECTED_MIN_WORKERS workers) to register..."),
+           ";", "until", "[", count, "-ge", "\"$EXPECTED_NODES\"", "]", ";",
+           "do", "echo", _quote("Waiting for Ray nodes to register. Expected: $EXPECTED_NODES ..."), ";",
+           "sleep", "2", ";", "done", ";",
+           "echo", _quote("All expected nodes are registered."), ";", "fi", ";",
+           "ray", "job", "submit", "--address", address]
+    if runtime_env:
+        cmd += ["--runtime-env-json", _quote(json.dumps(runtime_env, separators=(",", ":")))]
+    cmd += ["--submission-id", job_id, "--", entrypoint, ";"]
+    return " ".join(cmd)

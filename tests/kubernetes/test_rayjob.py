@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 
 from .conftest import RAY_IMPORT, RayClusterPods, auth_env
-from .kuberay import DASHBOARD_PORT, submitter_command
+from .kuberay import DASHBOARD_PORT, sidecar_submitter_command, submitter_command
 
 pytestmark = pytest.mark.slow
 
@@ -19,7 +19,7 @@ JOB_SCRIPT = RAY_IMPORT + """
 import os
 from raylite.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 ray.init()
-with open("/tmp/job-runs.txt", "a") as f:  # how many times the entrypoint ran
+with open(f"/tmp/job-runs-{os.environ['KR_MARK']}.txt", "a") as f:  # how many times this job's entrypoint ran
     f.write("run\\n")
 @ray.remote(num_cpus=1)
 def where():
@@ -38,6 +38,8 @@ def cluster(hosts, tmp_path_factory):
         c.start_head()
         c.start_worker(0)
         c.wait_ready(timeout_s=30.0)
+        with open(os.path.join(c.head.tmp, "job.py"), "w") as f:  # the image's (or a ConfigMap's) script
+            f.write(JOB_SCRIPT)
         yield c
     finally:
         c.stop()
@@ -51,8 +53,6 @@ def _job_info(cluster, job_id: str) -> dict:
 
 
 def test_submitter_runs_the_job_to_succeeded_and_never_resubmits(cluster, hosts):
-    with open(os.path.join(cluster.head.tmp, "job.py"), "w") as f:  # the image's (or a ConfigMap's) script
-        f.write(JOB_SCRIPT)
     job_id = "rayjob-kr-abc12"
     address = f"{cluster.fqdn}:{DASHBOARD_PORT}"  # RayJob.Status.DashboardURL
     cmd = submitter_command(address, job_id, "python /tmp/job.py", runtime_env={"env_vars": {"KR_MARK": "m1"}},
@@ -70,7 +70,7 @@ def test_submitter_runs_the_job_to_succeeded_and_never_resubmits(cluster, hosts)
     second = submitter.run(cmd, env, timeout=120)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "JOB-RESULT" in second.stdout  # `ray job logs --follow` printed the finished job's output
-    with open(os.path.join(cluster.head.tmp, "job-runs.txt")) as f:
+    with open(os.path.join(cluster.head.tmp, "job-runs-m1.txt")) as f:
         assert f.read().count("run") == 1  # the entrypoint ran once
     assert _job_info(cluster, job_id)["status"] == "SUCCEEDED"
     status = submitter.run(f"ray job status --address http://{address} {job_id}", env, timeout=60)
@@ -83,3 +83,16 @@ def test_status_of_an_unknown_submission_fails_so_the_submitter_submits(cluster,
     out = submitter.run(f"ray job status --address http://{cluster.fqdn}:{DASHBOARD_PORT} no-such-job", env,
                         timeout=60)
     assert out.returncode != 0
+
+
+def test_sidecar_submitter_waits_for_the_workers_then_runs_the_job(cluster):
+    """SidecarMode: the submitter runs in the head pod, waits for gcs_healthz and for
+    RAY_EXPECTED_MIN_WORKERS ALIVE workers in /nodes?view=summary, then submits and waits."""
+    job_id = "rayjob-kr-sidecar"
+    cmd = sidecar_submitter_command(job_id, "python /tmp/job.py", runtime_env={"env_vars": {"KR_MARK": "s1"}})
+    env = {**auth_env(cluster.token), "RAY_EXPECTED_MIN_WORKERS": "1"}
+    out = cluster.head.run(cmd, env, timeout=240)
+    assert out.returncode == 0, out.stdout + out.stderr + cluster.logs()
+    assert "All expected nodes are registered." in out.stdout
+    assert f"JOB-RESULT {sorted([cluster.head.ip, cluster.workers[0].ip])} ['s1']" in out.stdout
+    assert _job_info(cluster, job_id)["status"] == "SUCCEEDED"
