@@ -4,7 +4,6 @@ ends the container when the node dies and stops the node cleanly on SIGTERM."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -24,14 +23,12 @@ def cluster(hosts, tmp_path_factory):
 
 
 def test_pods_pass_every_probe_within_30s_and_form_one_cluster(cluster):
-    t0 = time.monotonic()
     cluster.start_head()
     cluster.start_worker(0)  # after its wait-gcs-ready init container (`ray health-check`) succeeded
     try:
         cluster.wait_ready(timeout_s=30.0)
     except AssertionError:
         raise AssertionError(cluster.logs()) from None
-    assert time.monotonic() - t0 < 30.0 + 15.0  # the waits above bound it; this names the contract
     # `ray start` printed nothing that says a KubeRay flag was ignored
     for log in (cluster.head.log("head.log"), cluster.workers[0].log("worker.log")):
         for flag in ("--dashboard-agent-listen-port", "--metrics-export-port", "--memory", "--block"):
