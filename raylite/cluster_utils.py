@@ -359,13 +359,105 @@ def _driver_head() -> str:
 
 
 class AutoscalingCluster:
-    """Ray's `AutoscalingCluster` (a cluster whose fake nodes an autoscaler adds and removes) is
-    not available: raylite has no autoscaler yet."""
+    """Ray's `AutoscalingCluster`: a head on this machine and an autoscaler that adds and removes
+    worker nodes of `worker_node_types` as demand comes and goes; the nodes are real node
+    daemons on loopback addresses (127.0.<type>.<n>, one per node), started and stopped by the
+    local node provider (raylite.autoscaler) from a thread of this process::
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError("raylite.cluster_utils.AutoscalingCluster needs an autoscaler, which "
-                                  "raylite does not have yet; use Cluster and add_node()/remove_node() to "
-                                  "change the cluster's size.")
+        cluster = AutoscalingCluster(head_resources={"CPU": 0},
+                                     worker_node_types={"cpu_node": {"resources": {"CPU": 2},
+                                                                     "min_workers": 0, "max_workers": 2}},
+                                     idle_timeout_minutes=0.1)
+        cluster.start()
+        raylite.init("auto")
+        ...
+        raylite.shutdown()
+        cluster.shutdown()
+
+    The autoscaler package (L7) is loaded with importlib when start() runs, the way the
+    package's facades load their libraries, so this module does not import upwards."""
+
+    def __init__(self, head_resources: dict, worker_node_types: dict, autoscaler_v2: bool = False,
+                 **config_kwargs: Any) -> None:
+        if not isinstance(head_resources, dict) or not isinstance(worker_node_types, dict) or not worker_node_types:
+            raise TypeError("AutoscalingCluster(head_resources={...}, worker_node_types={name: {resources: {...}, "
+                            "min_workers: N, max_workers: N}})")
+        self._head_resources = dict(head_resources)
+        self._types = {str(k): dict(v) for k, v in worker_node_types.items()}
+        idle_min = config_kwargs.pop("idle_timeout_minutes", None)
+        self._idle_timeout_s = float(config_kwargs.pop("idle_timeout_s", 60.0 if idle_min is None else idle_min * 60))
+        self._upscaling_speed = float(config_kwargs.pop("upscaling_speed", 1.0))
+        self._interval_s = float(config_kwargs.pop("update_interval_s", 0.5))
+        self._cluster: Cluster | None = None
+        self._provider: Any = None
+        self._autoscaler: Any = None
+        self._stop: Any = None
+        self._thread: Any = None
+        self._state_dir = ""
+
+    def start(self, _system_config: dict | None = None, override_env: dict | None = None) -> None:
+        """Start the head and the autoscaler (which starts min_workers nodes of each type)."""
+        import importlib
+        import tempfile
+        import threading
+
+        res = dict(self._head_resources)
+        head_args: dict[str, Any] = {"num_cpus": res.pop("CPU", 0), "num_gpus": res.pop("GPU", 0),
+                                     "resources": res}
+        if "object_store_memory" in res:
+            head_args["object_store_memory"] = int(res.pop("object_store_memory"))
+        if _system_config:
+            head_args["_system_config"] = _system_config
+        if override_env:
+            head_args["env_vars"] = dict(override_env)
+        self._cluster = Cluster(initialize_head=True, head_node_args=head_args)
+        self._state_dir = tempfile.mkdtemp(prefix="rlasc", dir="/tmp")
+        node_types = {}
+        for i, (name, t) in enumerate(sorted(self._types.items()), start=1):
+            res = dict(t.get("resources") or {})
+            args = []
+            if "object_store_memory" in res:
+                args.append(f"--object-store-memory={int(res.pop('object_store_memory'))}")
+            max_workers = int(t.get("max_workers", 0))
+            node_types[name] = {"resources": res, "min_workers": int(t.get("min_workers", 0)),
+                                "max_workers": max_workers, "start_args": args,
+                                "worker_ips": [{"name": f"{name}-{j}", "ip": f"127.0.{i}.{j + 1}"}
+                                               for j in range(max_workers)]}
+        local = importlib.import_module("raylite.autoscaler.providers.local")
+        loop = importlib.import_module("raylite.autoscaler.autoscaler")
+        self._provider = local.LocalProvider({
+            "head_address": self._cluster.address, "token": self._cluster._token,
+            "idle_timeout_s": self._idle_timeout_s, "upscaling_speed": self._upscaling_speed,
+            "state_dir": self._state_dir, "available_node_types": node_types})
+        self._autoscaler = loop.Autoscaler(self._provider, address=self._cluster.address)
+        # one round now: its published node types keep requests that only a worker node fits
+        # pending from the first one on (and min_workers nodes are being launched)
+        self._autoscaler.update()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._autoscaler.run, args=(self._interval_s, self._stop),
+                                        name="raylite-autoscaler", daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> str | None:
+        return self._cluster.address if self._cluster is not None else None
+
+    def shutdown(self) -> None:
+        """Stop the autoscaler, the nodes it started and the head. Safe to call more than once."""
+        import shutil
+
+        if self._stop is not None:
+            self._stop.set()
+            self._thread.join(60)
+            self._autoscaler.close()
+            self._provider.shutdown()
+            self._stop = None
+        if self._cluster is not None:
+            self._cluster.shutdown()
+            self._cluster = None
+        if self._state_dir:
+            shutil.rmtree(self._state_dir, ignore_errors=True)
+            self._state_dir = ""
 
 
 __all__ = ["AutoscalingCluster", "Cluster", "ClusterNode"]

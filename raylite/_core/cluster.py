@@ -263,15 +263,39 @@ def local_address(config: Config, address: str = "auto") -> str:
     return address
 
 
+def head_target(config: Config, address: str = "auto") -> tuple[str, str]:
+    """(HOST:PORT or unix://..., token) of the head that `address` names, as the CLI reaches it."""
+    address = local_address(config, address)
+    if address.startswith("unix://"):
+        return address, config.token or CF.local_head_token(address)
+    return CF.resolve(address, config.temp_dir, config.token)
+
+
+def cluster_demand(config: Config, address: str = "auto") -> dict:
+    """The head's nodes (with idle seconds) and what waits for a node: the autoscaler's input."""
+    from raylite._core import protocol as P
+    from raylite._core.driver import run_head_request
+
+    hostport, token = head_target(config, address)
+    info = run_head_request(hostport, token, P.GetClusterInfo())
+    return {"nodes": info.nodes, "demands": info.demands or {}}
+
+
+def put_kv(config: Config, address: str, namespace: str, key: bytes, value: bytes | None) -> None:
+    """Write (or delete, value None) one row of the head's KV store without joining the cluster."""
+    from raylite._core import protocol as P
+    from raylite._core.driver import run_head_request
+
+    hostport, token = head_target(config, address)
+    msg = P.KvDel(namespace, key, False) if value is None else P.KvPut(namespace, key, value, True)
+    run_head_request(hostport, token, msg)
+
+
 def cluster_status(config: Config, address: str = "auto") -> dict:
     """Nodes, resources and demands as the head sees them (facts for `raylite status`)."""
     from raylite._core.driver import query_cluster
 
-    address = local_address(config, address)
-    if address.startswith("unix://"):
-        hostport, token = address, config.token or CF.local_head_token(address)
-    else:
-        hostport, token = CF.resolve(address, config.temp_dir, config.token)
+    hostport, token = head_target(config, address)
     nodes = query_cluster(hostport, token)
     alive = [n for n in nodes if n["alive"]]
     total: dict[str, int] = {}
@@ -290,7 +314,39 @@ def cluster_status(config: Config, address: str = "auto") -> dict:
                 feasible[shape] = any(R.fits(demand, m["total"]) for m in alive)
             (pending if feasible[shape] else infeasible).append(demand)
     return {"address": hostport, "nodes": nodes, "total": total, "used": used,
-            "pending": pending, "infeasible": infeasible, "notices": cluster_notices(hostport, token)}
+            "pending": pending, "infeasible": infeasible, "notices": cluster_notices(hostport, token),
+            "autoscaler": autoscaler_view(hostport, token)}
+
+
+def autoscaler_view(hostport: str, token: str) -> dict | None:
+    """The view an autoscaler published in the head's KV (raylite.autoscaler), or None."""
+    from raylite._core import control_store as CS
+    from raylite._core import protocol as P
+    from raylite._core.driver import run_head_request
+
+    try:
+        raw = run_head_request(hostport, token, P.KvGet(CS.AUTOSCALER_NAMESPACE, CS.AUTOSCALER_VIEW_KEY)).value
+        return json.loads(raw) if raw else None
+    except Exception:  # noqa: BLE001 - extra: status shows the rest without it
+        return None
+
+
+def format_autoscaler(view: dict) -> list[str]:
+    """`raylite status` lines for the autoscaler: pending launches, idle nodes, unmet demands."""
+    age = max(0.0, time.time() - float(view.get("time") or 0))
+    lines = [f"Autoscaler (view of {age:.0f}s ago, idle timeout {view.get('idle_timeout_s', 0):g}s)"]
+    launches = {k: v for k, v in (view.get("pending_launches") or {}).items() if v}
+    lines.append("  pending launches: " + (", ".join(f"{n} {k}" for k, n in sorted(launches.items())) or "none"))
+    if view.get("provider_busy"):
+        lines.append("  waiting for the provider to finish the last scale-down")
+    for w in view.get("workers") or []:
+        state = w["status"] if w["status"] != "running" else (f"idle {w['idle_s']:g}s" if w.get("idle_s") else "busy")
+        lines.append(f"  {w['node_type']}  {w['node_id']}  {state}")
+    for name in view.get("terminating") or []:
+        lines.append(f"  terminating idle node {name}")
+    for item in [*(view.get("infeasible") or []), *(view.get("capped") or [])]:
+        lines.append(f"  cannot meet {item['demand']}: {item['reason']}")
+    return lines
 
 
 NOTICE_NAMESPACE = "raylite_status"  # KV: key -> JSON {"text", "job_id"}; written by libraries (Data)
@@ -367,6 +423,8 @@ def format_status(st: dict) -> str:
         lines.append(f"  pending: {R.describe(_public(d) or d)}")
     for d in st["infeasible"]:
         lines.append(f"  infeasible (no node can ever fit it): {R.describe(_public(d) or d)}")
+    if st.get("autoscaler"):
+        lines.extend(format_autoscaler(st["autoscaler"]))
     if st.get("notices"):
         lines.append("Warnings")
         lines.extend(f"  {text}" for text in st["notices"])

@@ -582,7 +582,8 @@ class GetClusterInfo(Message):
 
 @message(71)
 class ClusterInfo(Message):
-    nodes: list  # [{node_id, address, ip, alive, total, available, labels, ...}]
+    nodes: list  # [{node_id, address, ip, alive, total, available, labels, idle_s, ...}]
+    demands: dict | None = None  # ControlStore.demands(): what waits for a node (the autoscaler's input)
 
 
 @message(72)
@@ -724,6 +725,9 @@ class PickNodeReply(Message):
     error_type: str = ""
     error: str = ""
     covered: bool = False  # the SPREAD batch has now been offered every node once
+    # no node fits the request yet, but the cluster's autoscaler can launch one that would:
+    # the requester keeps the lease pending and asks again
+    wait: bool = False
 
 
 # ---------------------------------------------------------------- node <-> node

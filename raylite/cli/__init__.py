@@ -186,6 +186,8 @@ def memory(address: str, limit: int) -> None:
         raylite.shutdown()
 
 
+from raylite.cli.autoscaler import autoscaler as _autoscaler  # noqa: E402  (issue 27: autoscaling)
+from raylite.cli.autoscaler import kuberay_autoscaler as _kuberay_autoscaler  # noqa: E402
 from raylite.cli.health_check import health_check as _health_check  # noqa: E402  (issue 27: KubeRay)
 from raylite.cli.job import job as _job_group  # noqa: E402  (issue 12: jobs)
 from raylite.cli.serve import serve as _serve_group  # noqa: E402 - lazy: loads Serve on first use
@@ -195,6 +197,8 @@ main.add_command(_job_group)
 _register_state(main)
 main.add_command(_serve_group)
 main.add_command(_health_check)
+main.add_command(_kuberay_autoscaler)
+main.add_command(_autoscaler)
 
 if __name__ == "__main__":
     main()

@@ -138,7 +138,7 @@ def test_wrong_use_is_a_clear_error(cluster, fresh_temp_dir):
     cluster.connect()
     with pytest.raises(ValueError, match="driver is attached to node"):
         cluster.remove_node(cluster.head_node)
-    with pytest.raises(NotImplementedError, match="needs an autoscaler"):
+    with pytest.raises(TypeError, match="worker_node_types"):
         AutoscalingCluster(head_resources={"CPU": 1}, worker_node_types={})
 
 
