@@ -66,8 +66,11 @@ def _check_auth(config: Config) -> None:
               "network.", file=sys.stderr)
 
 
-def default_ip() -> str:
-    return CF.local_ip_towards("10.255.255.255", 1)
+def default_ip(toward: str = "") -> str:
+    """This machine's IP as other machines reach it (raylite/_core/node_ip.py says how)."""
+    from raylite._core.node_ip import detect_node_ip
+
+    return detect_node_ip(toward)
 
 
 def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "", node_ip: str = "",
@@ -76,28 +79,36 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
                persist: str = "", token: str = "", tls_cert: str = "", tls_key: str = "",
                timeout_s: float = 60.0, labels: dict | None = None, node_port: int = 0,
                extra_resources: dict | None = None, include_dashboard: bool = False,
-               dashboard_host: str = "127.0.0.1", dashboard_port: int = 8265,
-               creator_pid: int = 0, env: dict[str, str] | None = None) -> StartedNode:
+               dashboard_host: str = "127.0.0.1", dashboard_port: int = 8265, agent_port: int = 0,
+               metrics_port: int = 0, creator_pid: int = 0, env: dict[str, str] | None = None) -> StartedNode:
     """Start a head node or a worker node as a detached process; wait until it serves.
 
     `extra_resources` are added to `resources` (e.g. `memory` from `raylite start --memory`);
     `node_port` fixes the node's TCP port (0: a free one); `creator_pid`: the node stops when
     that process exits (`raylite.cluster_utils.Cluster`'s nodes die with the program that made
-    them); `env`: extra environment for the daemon (e.g. from Ray's `_system_config`)."""
+    them); `env`: extra environment for the daemon (e.g. from Ray's `_system_config`). Without
+    `node_ip` the node finds its own address (a pod is told none) and a head listens on every
+    interface, as Ray's GCS does, so other machines and `127.0.0.1:PORT` (KubeRay's RAY_ADDRESS
+    in the head pod) both reach it. `agent_port` starts the node's health server
+    (node_health.py), `metrics_port` its metrics."""
     _check_auth(config)
     temp_dir = config.temp_dir
+    if not node_ip and not head and address and address != "auto":
+        with contextlib.suppress(ValueError):
+            node_ip = default_ip(CF.normalize_address(address))
     ip = node_ip or default_ip()
+    head_bind = ip if node_ip else "0.0.0.0"
     session = os.path.join(temp_dir, f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}_"
                            f"{secrets.token_hex(2)}")
     os.makedirs(os.path.join(session, "logs"), exist_ok=True)
     CF.private_dir(os.path.join(session, "sockets"))
     if head:
-        _check_port_free(ip, port)
+        _check_port_free(head_bind, port)
         token = token or config.token or secrets.token_hex(16)
         hostport = f"{ip}:{port}"
         token_file = os.path.join(session, "token")
         CF.write_private(token_file, token)
-        extra = ["--head", "--head-port", str(port)]
+        extra = ["--head", "--head-port", str(port), "--head-bind", head_bind]
         if persist:
             extra += ["--persist", persist]
         if include_dashboard:
@@ -114,6 +125,10 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
         extra += ["--labels", json.dumps(labels)]
     if node_port:
         extra += ["--node-port", str(node_port)]
+    if agent_port:
+        extra += ["--agent-port", str(agent_port)]
+    if metrics_port:
+        extra += ["--metrics-port", str(metrics_port)]
     if creator_pid:
         extra += ["--creator-pid", str(creator_pid)]
     env = {**os.environ, **(env or {})}

@@ -74,6 +74,9 @@ class Config:
     # credentials of the Redis server given to `--persist redis://HOST:PORT` (Ray's --redis-password)
     redis_username: str = ""
     redis_password: str = ""
+    # keys of this cluster in a shared Redis (KubeRay: RAY_external_storage_namespace, the
+    # RayCluster's UID), so clusters sharing one Redis never read each other's tables
+    persist_namespace: str = ""
     # address of a running cluster (RAYLITE_ADDRESS) and its token
     address: str = ""
     token: str = ""

@@ -230,6 +230,9 @@ class NameTakenError(ValueError):
     pass
 
 
+_HEAD_NODE_RESOURCE = "node:__internal_head__"
+
+
 def expired_nodes(nodes: Mapping[bytes, NodeRecord], now: float, timeout_s: float) -> list[bytes]:
     """Alive nodes whose last heartbeat is older than timeout_s.
 
@@ -252,6 +255,7 @@ class ControlStore:
         # alive nodes that can go silent, least recently heard from first: the liveness check
         # reads only the front (the expired ones), never every node
         self._by_last_seen: OrderedDict[bytes, None] = OrderedDict()
+        self._restored_heads: list[bytes] = []  # head nodes of the previous head, until resume()
         self.ring = S.NodeRing()  # where picks walk (scheduling.NodeRing)
         self._node_actors: dict[bytes, set[bytes]] = {}  # node id -> actors placed there
         self._launchable: list[Resources] = []  # the autoscaler's node types (AUTOSCALER_VIEW_KEY)
@@ -786,6 +790,8 @@ class ControlStore:
                                              labels, store_dir, None, alive, now, cause, local, data)
             if alive:
                 self._watch(self.nodes[node_id])
+                if _HEAD_NODE_RESOURCE in total:  # it ran in the head's own process: gone with it
+                    self._restored_heads.append(node_id)
         for actor_id, v in load("actors"):
             spec_wire, state, address, worker_id, node_id, pid, restarts, cause, no_restart = v
             self.actors[actor_id] = ActorRecord(TaskSpec.from_wire(spec_wire), ActorState(state), address,
@@ -810,8 +816,14 @@ class ControlStore:
             self.jobs[job_id] = {**v, "alive": False}
 
     def resume(self) -> list[Effect]:
-        """After a restore: carry on placing the actors and groups that were not placed yet."""
-        return [*(ScheduleActor(actor_id) for actor_id, a in self.actors.items()
+        """After a restore: the old head node is dead (it lived in the head's process; a
+        restarted head pod has a new one), then carry on placing the actors and groups that
+        were not placed yet."""
+        lost: list[Effect] = []
+        for node_id in self._restored_heads:
+            lost += self.node_lost(node_id, "the head restarted; this head node ran in its process")
+        self._restored_heads = []
+        return [*lost, *(ScheduleActor(actor_id) for actor_id, a in self.actors.items()
                   if a.state in (ActorState.PENDING, ActorState.RESTARTING)),
                 *self._retry_unplaced()]
 

@@ -154,6 +154,12 @@ def init_remote(address: str, *, namespace: str, log_to_driver: bool) -> DriverI
         nodes = query_cluster(hostport, token)
         my_ip = config.node_ip_address or CF.local_ip_towards(host, int(port))
     candidates = local_nodes(nodes, my_ip)
+    if not candidates and not config.node_ip_address:  # e.g. 127.0.0.1:6379 (KubeRay's RAY_ADDRESS
+        # in the head pod) to a head listening on every interface: a node here has one of our IPs
+        from raylite._core.node_ip import local_ips
+
+        mine = local_ips()
+        candidates = [n for ip in sorted(mine) for n in local_nodes(nodes, ip)]
     if not candidates:
         raise ConnectionError(
             f"the raylite cluster at {hostport} has no alive node on this machine (IP {my_ip}); drivers "

@@ -32,6 +32,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--head", action="store_true", help="also run the head in this process")
     p.add_argument("--head-address", default="", help="tcp://HOST:PORT of the head (worker nodes)")
     p.add_argument("--head-port", type=int, default=0, help="TCP port for the head (0: unix socket only)")
+    p.add_argument("--head-bind", default="", help="address the head listens on (default: --ip)")
+    p.add_argument("--agent-port", type=int, default=0, help="port of the node's health server (0: none)")
+    p.add_argument("--metrics-port", type=int, default=0, help="port of the node's metrics (0: none)")
     p.add_argument("--node-port", type=int, default=0)
     p.add_argument("--ip", default="127.0.0.1")
     p.add_argument("--resources", default="{}", help="JSON, fixed-point totals")
@@ -122,7 +125,8 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool, 
 
         try:
             persist = open_persistence(args.persist, redis_username=config.redis_username,
-                                       redis_password=config.redis_password)
+                                       redis_password=config.redis_password,
+                                       namespace=config.persist_namespace)
         except Exception as e:  # noqa: BLE001
             _fail(f"cannot open the head's persistence store {args.persist!r}: {e}")
         head = Head(config, token, persist=persist)
@@ -131,9 +135,9 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool, 
         head_address = head_unix
         if args.head_port:
             try:
-                await head.listen(f"tcp://{args.ip}:{args.head_port}")
+                await head.listen(f"tcp://{args.head_bind or args.ip}:{args.head_port}")
             except OSError as e:
-                _fail(f"cannot listen on {args.ip}:{args.head_port}: {e.strerror or e}. Is a raylite "
+                _fail(f"cannot listen on {args.head_bind or args.ip}:{args.head_port}: {e.strerror or e}. Is a raylite "
                       "head already running there? Stop it with `raylite stop`, or pick another "
                       "port with --port.")
             # every node, the head's own included, and every client use the TCP address,
@@ -155,6 +159,7 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool, 
         loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
     if creator_pid:  # a local cluster lives as long as the driver process, not the thread, that made it
         watch_creator(loop, creator_pid, lambda: stop.done() or stop.set_result(None))
+    health = await _start_health(args, node, head, token)  # answers "not ready" until registered
     try:
         await _start_or_clean_up(node)
     except HandshakeError as e:
@@ -191,11 +196,34 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool, 
     await asyncio.wait([waiter, stop], return_when=asyncio.FIRST_COMPLETED)
     if lazy is not None:
         await lazy.stop()
+    for server in health:
+        server.close()
     if ray_client is not None:
         ray_client.close()
     node.stop()
     if head is not None:
         head.close()
+
+
+async def _start_health(args, node: NodeDaemon, head, token: str) -> list:
+    """The node's health server (`--agent-port`, KubeRay's probes) and metrics (`--metrics-port`)."""
+    if not (args.agent_port or args.metrics_port):
+        return []
+    from raylite._core import node_health
+
+    checks = node_health.NodeChecks(node, head)
+    servers = []
+    for port, kind in ((args.agent_port, "health"), (args.metrics_port, "metrics")):
+        if not port:
+            continue
+        try:
+            servers.append(await node_health.serve(checks, "0.0.0.0", port, kind=kind, token=token))
+        except OSError as e:
+            shm_files.destroy(node.store)  # it never served: leave no store directory behind
+            flag = "--dashboard-agent-listen-port" if kind == "health" else "--metrics-export-port"
+            _fail(f"cannot listen on port {port} for the node's {kind} server: {e.strerror or e}. "
+                  f"Pick another {flag}.")
+    return servers
 
 
 def _start_ray_client_server(args, config, token, head_address):

@@ -103,11 +103,13 @@ def _check(table: str) -> str:
     return table
 
 
-def open_persistence(spec: str, *, redis_username: str = "", redis_password: str = "") -> Persistence | None:
+def open_persistence(spec: str, *, redis_username: str = "", redis_password: str = "",
+                     namespace: str = "") -> Persistence | None:
     """'' -> None; 'sqlite:PATH' -> SQLite; 'redis://[USER:PASSWORD@]HOST:PORT' -> Redis.
 
     Credentials in the URL win over `redis_username`/`redis_password` (which come from
-    RAYLITE_REDIS_USERNAME/_PASSWORD, kept off the command line where `ps` shows it)."""
+    RAYLITE_REDIS_USERNAME/_PASSWORD, kept off the command line where `ps` shows it).
+    `namespace` (RAYLITE_PERSIST_NAMESPACE) separates clusters that share one Redis."""
     if not spec:
         return None
     if spec.startswith("sqlite:"):
@@ -120,5 +122,6 @@ def open_persistence(spec: str, *, redis_username: str = "", redis_password: str
             redis_username, redis_password = (user, password) if sep else ("", user)
         host, _, port = hostport.partition(":")
         return RedisPersistence(host or "127.0.0.1", int(port or 6379), username=redis_username,
-                                password=redis_password)
+                                password=redis_password,
+                                prefix=f"raylite:{namespace}" if namespace else "raylite")
     raise ValueError(f"--persist takes sqlite:PATH or redis://[USER:PASSWORD@]HOST:PORT, not {spec!r}")

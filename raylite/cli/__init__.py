@@ -71,6 +71,11 @@ def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: f
         assert isinstance(custom, dict)
     except Exception:  # noqa: BLE001
         _fail(f"--resources must be a JSON object such as '{{\"accel\": 2}}', not {resources!r}")
+    from raylite.cli import ray_env
+
+    token_given = bool(token)
+
+    persist = ray_env.apply(head, persist)  # KubeRay's RAY_REDIS_ADDRESS, REDIS_PASSWORD, ...
     if dashboard_port is None:
         dashboard_port = get_config().dashboard_port
     try:
@@ -97,16 +102,43 @@ def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: f
                        f"{node.ray_client_port}')  (from any machine that reaches it, RAYLITE_TOKEN set)")
         if node.dashboard_url:
             token = CF.read_token(os.path.join(node.session_dir, "token"))
+            if token and (token_given or get_config().token_source):
+                # a token the user gave (--token, RAYLITE_TOKEN, RAY_AUTH_TOKEN from a Kubernetes
+                # Secret) stays out of the output: a container's log is read by more people
+                token = ""
             click.echo(f"  Dashboard:                 {CF.dashboard_link(node.dashboard_url, token)}\n"
                        f"  Jobs, state and logs API:  {node.dashboard_url}  (send the token: Authorization: "
                        "Bearer <token>; `raylite job submit` does)")
     else:
         click.echo(f"raylite node joined {node.address} (pid {node.pid}, node {node.node_id[:12]}).")
     if block:
-        signal.signal(signal.SIGINT, lambda *a: node.process.terminate())
-        signal.signal(signal.SIGTERM, lambda *a: node.process.terminate())
-        node.process.wait()
-        C.forget_node(get_config(), node)
+        _block(node)
+
+
+def _block(node: C.StartedNode) -> None:
+    """`--block`: stay in the foreground as long as the node runs. SIGTERM/SIGINT stop it
+    cleanly (exit 0); a node that dies on its own exits this command non-zero, so a container
+    running `ray start --block` (KubeRay) ends and is restarted."""
+    asked: list[int] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        asked.append(signum)
+        node.process.terminate()
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    code = node.process.wait()
+    C.forget_node(get_config(), node)
+    if not asked:
+        err = os.path.join(node.session_dir, "logs", "node.err")
+        try:  # the container's log is all a dead pod leaves behind
+            with open(err, errors="replace") as f:
+                tail = f.read()[-4000:].strip()
+        except OSError:
+            tail = ""
+        if tail:
+            click.echo(f"--- last lines of {err} ---\n{tail}", err=True)
+        _fail(f"the raylite {'head' if node.head else 'node'} exited (code {code}); its log is {err}")
 
 
 @main.command()
@@ -156,6 +188,7 @@ def memory(address: str, limit: int) -> None:
 
 from raylite.cli.autoscaler import autoscaler as _autoscaler  # noqa: E402  (issue 27: autoscaling)
 from raylite.cli.autoscaler import kuberay_autoscaler as _kuberay_autoscaler  # noqa: E402
+from raylite.cli.health_check import health_check as _health_check  # noqa: E402  (issue 27: KubeRay)
 from raylite.cli.job import job as _job_group  # noqa: E402  (issue 12: jobs)
 from raylite.cli.serve import serve as _serve_group  # noqa: E402 - lazy: loads Serve on first use
 from raylite.cli.state import register as _register_state  # noqa: E402  (issue 12: list/get/summary/logs/timeline)
@@ -163,6 +196,7 @@ from raylite.cli.state import register as _register_state  # noqa: E402  (issue 
 main.add_command(_job_group)
 _register_state(main)
 main.add_command(_serve_group)
+main.add_command(_health_check)
 main.add_command(_kuberay_autoscaler)
 main.add_command(_autoscaler)
 

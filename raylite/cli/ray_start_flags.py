@@ -35,6 +35,8 @@ class NodeOverrides:
     resources: dict[str, float] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     node_port: int = 0
+    agent_port: int = 0  # the node's health server (KubeRay's probes), node_health.py
+    metrics_port: int = 0  # the node's Prometheus metrics
 
 
 def _set_env(name: str) -> Callable[[Any, NodeOverrides], None]:
@@ -55,6 +57,14 @@ def _verbose(value: int, out: NodeOverrides) -> None:
 
 def _node_port(value: int, out: NodeOverrides) -> None:
     out.node_port = value
+
+
+def _port(attr: str, flag: str) -> Callable[[int, NodeOverrides], None]:
+    def apply(value: int, out: NodeOverrides) -> None:
+        if not 0 < value < 65536:
+            raise click.BadParameter(f"must be a TCP port (1-65535), not {value}", param_hint=flag)
+        setattr(out, attr, value)
+    return apply
 
 
 def _labels(value: str, out: NodeOverrides) -> None:
@@ -115,14 +125,14 @@ FLAGS: list[tuple[str, Any, Any]] = [
     ("--redis-username", "str", _set_env("RAYLITE_REDIS_USERNAME")),  # for --persist redis://
     ("--redis-password", "str", _set_env("RAYLITE_REDIS_PASSWORD")),
     ("--verbose", "count", _verbose),
+    ("--dashboard-agent-listen-port", "int", _port("agent_port", "--dashboard-agent-listen-port")),
+    ("--metrics-export-port", "int", _port("metrics_port", "--metrics-export-port")),
     # the head's Ray Client server (ray://HOST:PORT); 0 runs none (default 10001)
     ("--ray-client-server-port", "int", _set_env("RAYLITE_RAY_CLIENT_SERVER_PORT")),
     # accepted for compatibility
     ("--disable-usage-stats", "flag", "raylite collects no usage statistics"),
-    ("--dashboard-agent-listen-port", "int", "raylite runs no dashboard agent"),
     ("--dashboard-agent-grpc-port", "int", "raylite runs no dashboard agent"),
     ("--dashboard-grpc-port", "int", "raylite runs no dashboard agent"),
-    ("--metrics-export-port", "int", "raylite runs no per-node metrics agent"),
     ("--runtime-env-agent-port", "int", "runtime environments are set up by the node itself"),
     ("--object-manager-port", "int", "objects travel over the node's one TCP port (--node-manager-port)"),
     ("--gcs-server-port", "int", "the head listens on --port"),
@@ -164,6 +174,9 @@ _HELP = {
     "--redis-username": "Username for the Redis server of --persist redis://HOST:PORT.",
     "--redis-password": "Password for the Redis server of --persist redis://HOST:PORT.",
     "--verbose": "More log output from the node (-v: INFO, -vv: DEBUG).",
+    "--dashboard-agent-listen-port": "Serve the node's health endpoints (/api/healthz, /api/local_raylet_healthz, "
+                                     "/api/gcs_healthz on the head; no token) on this port (Ray's: 52365).",
+    "--metrics-export-port": "Serve this node's Prometheus metrics at /metrics on this port (token required).",
 }
 
 _CTX_KEY = "raylite.ray_start_flags"
@@ -231,4 +244,8 @@ def node_overrides() -> dict[str, Any]:
         kwargs["node_port"] = out.node_port
     if out.resources:
         kwargs["extra_resources"] = out.resources
+    if out.agent_port:
+        kwargs["agent_port"] = out.agent_port
+    if out.metrics_port:
+        kwargs["metrics_port"] = out.metrics_port
     return kwargs

@@ -27,6 +27,9 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
 
 COOKIE_PREFIX = "raylite_token"
+# the only path served without the token: KubeRay's head probe (`wget -T 2 -q -O-
+# http://localhost:8265/api/gcs_healthz | grep success`) sends none; it answers `success` or an error
+UNAUTHENTICATED_PATHS = frozenset({"/api/gcs_healthz"})
 RAY_COOKIE = "ray-authentication-token"
 
 
@@ -44,7 +47,9 @@ class TokenAuth:
         self.no_auth = no_auth  # RAY_AUTH_MODE=disabled accepted with RAYLITE_ALLOW_NO_AUTH=1
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] not in ("http", "websocket"):
+        if scope["type"] not in ("http", "websocket") or (
+                scope["type"] == "http" and scope.get("method") in ("GET", "HEAD")
+                and scope.get("path") in UNAUTHENTICATED_PATHS):
             await self.app(scope, receive, send)
             return
         presented, from_query = _presented(scope)

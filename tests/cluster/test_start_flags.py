@@ -11,6 +11,8 @@ import socket
 import subprocess
 import sys
 import tempfile
+import urllib.error
+import urllib.request
 
 import numpy as np
 import pytest
@@ -45,7 +47,7 @@ def dirs(monkeypatch):
 
 
 def test_ray_start_flags_act_or_say_they_do_nothing(dirs, monkeypatch, tmp_path):
-    port, node_port = free_port(), free_port()
+    port, node_port, agent_port, metrics_port = free_port(), free_port(), free_port(), free_port()
     labels_file = tmp_path / "labels.yaml"
     labels_file.write_text("zone: z1\n")
     out = _cli(dirs["env"], "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
@@ -53,17 +55,22 @@ def test_ray_start_flags_act_or_say_they_do_nothing(dirs, monkeypatch, tmp_path)
                # meaningful here
                "--memory=123456789", "--labels=region=us-west,tier=a", f"--labels-file={labels_file}",
                f"--temp-dir={dirs['flag_temp']}", f"--object-spilling-directory={dirs['spill']}",
-               f"--node-manager-port={node_port}", "-v",
+               f"--node-manager-port={node_port}", "-v", f"--dashboard-agent-listen-port={agent_port}",
+               f"--metrics-export-port={metrics_port}",
                # accepted, no effect
                "--disable-usage-stats", "--include-dashboard=false", "--min-worker-port=10002",
-               "--max-worker-port=19999", "--metrics-export-port=8080", "--log-style=record",
+               "--max-worker-port=19999", "--log-style=record",
                "--log-color=false", "--system-config={}", "--storage=/tmp/x", "--ray-client-server-port=0",
-               "--dashboard-agent-listen-port=52365", "--runtime-env-agent-port=1234")
+               "--runtime-env-agent-port=1234")
     assert out.returncode == 0, out.stderr
-    for flag in ("--disable-usage-stats", "--min-worker-port", "--metrics-export-port",
-                 "--log-style", "--system-config", "--storage"):
+    for flag in ("--disable-usage-stats", "--min-worker-port", "--log-style", "--system-config", "--storage"):
         assert f"Note: {flag} has no effect in raylite" in out.stderr, out.stderr
     assert "--memory" not in out.stderr and "--labels" not in out.stderr
+    # the node's health server (KubeRay's probes) and metrics port
+    with urllib.request.urlopen(f"http://127.0.0.1:{agent_port}/api/local_raylet_healthz", timeout=10) as r:
+        assert r.read() == b"success"
+    with pytest.raises(urllib.error.HTTPError, match="401"):
+        urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10)
     # --temp-dir: the session lives there, not in RAYLITE_TEMP_DIR
     assert glob.glob(os.path.join(dirs["flag_temp"], "session_*")) and not os.path.exists(dirs["env_temp"])
     token = open(glob.glob(os.path.join(dirs["flag_temp"], "session_*", "token"))[0]).read()

@@ -227,3 +227,21 @@ def test_client_disconnect_cancels_the_request(serve_instance):
 
     wait_for(lambda: handle.count.remote().result() == 1, timeout_s=10, what="the replica to see the cancel")
     serve.delete("waiter")
+
+
+def test_proxy_health_and_routes_win_over_an_app_at_the_root(serve_instance):
+    """KubeRay's RayService worker probe reads :8000/-/healthz whatever the apps' prefixes are."""
+    serve, url = serve_instance
+
+    @serve.deployment
+    def catch_all(request: Request) -> str:
+        return "app"
+
+    serve.run(catch_all.bind(), name="root_app", route_prefix="/")
+    try:
+        assert httpx.get(f"{url}/anything").text == "app"
+        r = httpx.get(f"{url}/-/healthz")
+        assert (r.status_code, r.text) == (200, "success")
+        assert httpx.get(f"{url}/-/routes").json().get("/") == "root_app"
+    finally:
+        serve.delete("root_app")

@@ -294,6 +294,23 @@ def test_spread_picks_of_one_batch_cover_every_node():
     assert picks[-1][1] and not any(covered for _, covered in picks[:-1])
 
 
+def test_a_restored_head_node_is_dead_at_once_and_worker_nodes_get_time_to_rejoin():
+    """The head node runs in the head's process: a restarted head (a restarted KubeRay head pod)
+    declares the previous one dead on resume, with a cause saying so; other nodes reconnect."""
+    store, clock = store_with_nodes(N1, N2)
+    store.nodes[N1].total[CS._HEAD_NODE_RESOURCE] = R.to_fixed({"x": 1})["x"]
+    rows: dict[str, dict] = {}
+    for nid in (N1, N2):
+        e = store._persist_node(store.nodes[nid])
+        rows.setdefault(e.table, {})[e.key] = e.value
+    again = ControlStore(clock, 5.0)
+    again.restore(lambda table: rows.get(table, {}).items())
+    effects = again.resume()
+    assert {e.node_id for e in effects if isinstance(e, CS.MarkNodeDead)} == {N1}
+    assert not again.nodes[N1].alive and "head restarted" in again.nodes[N1].death_cause
+    assert again.nodes[N2].alive
+
+
 # ------------------------------------------------------------------ autoscaler (issue 27)
 def _publish_node_types(store: ControlStore, launching: int = 0, **types: dict) -> None:
     import json

@@ -30,9 +30,14 @@ def routes(ctx: Any) -> list:
                              "session_name": os.path.basename(ctx.session_dir)})
 
     async def healthz(request: Request) -> PlainTextResponse:
+        # served without the token (auth.UNAUTHENTICATED_PATHS, KubeRay's head probe): it says
+        # whether the head's control store answers, and nothing else
         from raylite._core import protocol as P
 
-        await ctx.head.request(P.GetClusterInfo(), 5.0)
+        try:
+            await ctx.head.request(P.KvGet("raylite_health", b""), 1.5)
+        except Exception:  # noqa: BLE001 - the detail stays in the server
+            return PlainTextResponse("head did not answer", status_code=503)
         return PlainTextResponse("success")
 
     return [Route("/api/version", version), Route("/api/ray/version", version),

@@ -84,11 +84,13 @@ class ProxyImpl:
             req.request_id = os.urandom(16).hex()
         path = req.path
         found = req.route
+        # the proxy's own paths win over an app at "/" (as in Ray: KubeRay's RayService worker
+        # probe reads :8000/-/healthz whatever the apps' route prefixes are)
+        if path == "/-/healthz":
+            return req.respond(200, _TEXT, b"success")
+        if path == "/-/routes":
+            return req.respond(200, _JSON, json.dumps({p: a for p, a, _ in self.routes}).encode())
         if found is None:
-            if path == "/-/healthz":
-                return req.respond(200, _TEXT, b"success")
-            if path == "/-/routes":
-                return req.respond(200, _JSON, json.dumps({p: a for p, a, _ in self.routes}).encode())
             return req.respond(404, _TEXT, (f"Path '{path}' not found. Ping http://.../-/routes for available "
                                             "routes.").encode())
         prefix, app_name, dep = found
