@@ -103,7 +103,7 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
     os.makedirs(os.path.join(session, "logs"), exist_ok=True)
     CF.private_dir(os.path.join(session, "sockets"))
     if head:
-        _check_port_free(head_bind, port)
+        port = _check_port_free(head_bind, port)
         token = token or config.token or secrets.token_hex(16)
         hostport = f"{ip}:{port}"
         token_file = os.path.join(session, "token")
@@ -168,7 +168,9 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
                        info.get("ray_client_port", 0))
 
 
-def _check_port_free(ip: str, port: int) -> None:
+def _check_port_free(ip: str, port: int) -> int:
+    """The head's port: `port` once checked free, or for 0 a free port the system picks (as
+    `ray start --head --port 0` does: the head needs a real port to write in its address)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -177,6 +179,7 @@ def _check_port_free(ip: str, port: int) -> None:
             raise StartError(f"port {port} on {ip} is in use ({e.strerror}). A raylite head may already "
                              "run there: stop it with `raylite stop`, or pick another port with "
                              "--port.") from None
+        return s.getsockname()[1]
 
 
 def _read_line(proc: subprocess.Popen, timeout_s: float) -> str:

@@ -99,11 +99,26 @@ def resolve(address: str, temp_dir: str, token: str = "") -> tuple[str, str]:
                 "address='HOST:PORT'.")
         address = info["address"]
     address = normalize_address(address)
-    if not token and info is not None and info.get("address") == address:
+    if not token and info is not None and _same_local_head(info.get("address", ""), address):
         with contextlib.suppress(OSError):
             with open(info["token_file"]) as f:
                 token = f.read().strip()
     return address, token
+
+
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def _same_local_head(registered: str, address: str) -> bool:
+    """Whether `address` names the head `raylite start` registered on this machine: the same
+    HOST:PORT, or a loopback name with the same port (the head listens on every interface,
+    and Ray's examples say `ray.init(address="localhost:6379")` or `127.0.0.1:6379`)."""
+    if not registered:
+        return False
+    if registered == address:
+        return True
+    host, _, port = address.rpartition(":")
+    return host in _LOOPBACK_HOSTS and port == registered.rpartition(":")[2]
 
 
 @dataclass

@@ -41,7 +41,8 @@ class Cluster:
     nodes: list = field(default_factory=list)  # StartedNode
 
     def add_head(self, **kw) -> C.StartedNode:
-        port = kw.pop("port", None) or free_port()
+        port = kw.pop("port", None)
+        port = free_port() if port is None else port  # 0: the head picks one (as Ray's --port 0)
         node = C.start_node(self.config, head=True, port=port, node_ip="127.0.0.1", token=self.token, **kw)
         self.address = node.address
         self.token = open(os.path.join(node.session_dir, "token")).read()

@@ -34,3 +34,19 @@ def test_system_config_when_joining_a_running_cluster_is_named_as_ignored(make_c
         assert ray.cluster_resources().get("CPU") == 1
     finally:
         ray.shutdown()
+
+
+def test_port_zero_head_gets_a_real_port_and_localhost_reaches_it(make_cluster):
+    """`ray start --head --port 0` (Ray: "we will allocate an available port") used to record
+    and print HOST:0, with no TCP listener at all; and `init(address="localhost:PORT")` on the
+    head's own machine was refused for a missing token while the printed address worked."""
+    c = make_cluster()
+    node = c.add_head(port=0, num_cpus=1, resources={"zero_r": 1})
+    port = int(node.address.rsplit(":", 1)[1])
+    assert port > 0
+    wait_until(lambda: len(c.alive_ids()) == 1, what="the head node")
+    ray.init(address=f"localhost:{port}")
+    try:
+        assert ray.cluster_resources().get("zero_r") == 1
+    finally:
+        ray.shutdown()

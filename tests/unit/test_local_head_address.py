@@ -1,0 +1,30 @@
+"""Which addresses name the head `raylite start` registered on this machine (its token is then
+read from the head's token file, as for the exact address): Ray's examples connect to a local
+head as `localhost:6379` or `127.0.0.1:6379` whatever IP the head printed."""
+
+from __future__ import annotations
+
+from raylite._core import cluster_files as CF
+
+
+def _register(tmp_path, address: str) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("secret-token\n")
+    CF.write_address_file(str(tmp_path), address, str(token_file), str(tmp_path))
+
+
+def test_a_loopback_name_with_the_registered_port_gets_the_local_token(tmp_path):
+    _register(tmp_path, "10.1.2.3:6379")
+    for address in ("10.1.2.3:6379", "127.0.0.1:6379", "localhost:6379", "ray://localhost:6379"):
+        assert CF.resolve(address, str(tmp_path)) == (CF.normalize_address(address), "secret-token")
+
+
+def test_another_port_or_host_gets_no_token(tmp_path):
+    _register(tmp_path, "10.1.2.3:6379")
+    assert CF.resolve("127.0.0.1:6380", str(tmp_path)) == ("127.0.0.1:6380", "")
+    assert CF.resolve("10.9.9.9:6379", str(tmp_path)) == ("10.9.9.9:6379", "")
+
+
+def test_an_explicit_token_wins(tmp_path):
+    _register(tmp_path, "10.1.2.3:6379")
+    assert CF.resolve("localhost:6379", str(tmp_path), "mine") == ("localhost:6379", "mine")
