@@ -164,8 +164,9 @@ class RemoteClient:
             why = str(e).split("refused the connection: ", 1)[-1].split(". Pass the", 1)[0]
             raise RayClientError(
                 f"the Ray Client server at ray://{self.hostport} refused this program: {why}. Set the "
-                "cluster's token in RAYLITE_TOKEN (`raylite start --head` prints where its token file "
-                "is), and use the same raylite version as the cluster.") from None
+                "cluster's token in RAYLITE_TOKEN, or RAY_AUTH_TOKEN with RAY_AUTH_MODE=token (`raylite "
+                "start --head` prints where its token file is), and use the same raylite version as "
+                "the cluster.") from None
         except ConnectionBrokenError as e:
             raise RayClientError(
                 f"cannot reach a Ray Client server at ray://{self.hostport}: {e.__cause__ or e}. Check "

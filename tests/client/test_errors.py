@@ -23,7 +23,7 @@ def test_wrong_token(client_head, monkeypatch):
     import raylite as ray
 
     monkeypatch.setattr(config_mod, "_CONFIG", config_mod.get_config().replace(token="not-the-token"))
-    with pytest.raises(ConnectionError, match="refused this program.*wrong or missing cluster token.*RAYLITE_TOKEN"):
+    with pytest.raises(ConnectionError, match="refused this program.*wrong or missing cluster token.*RAYLITE_TOKEN.*RAY_AUTH_TOKEN"):
         ray.init(client_head["url"])
     assert not ray.is_initialized()
 
