@@ -13,7 +13,8 @@ named by its last component, or `NAME=DIR` names it. `--recursive` takes the exa
 subdirectories too (named by their path, e.g. `http_guide/streaming_example.py`);
 `--siblings` copies the example's directory (files and subdirectories) into its working
 directory first, for examples that import a sibling module or read a sibling file (Serve's). An example "runs" when it exits 0
-within the time limit. The aliasing is a small shim package written at run time (see
+within the time limit. The aliasing is compat/ray (the `ray` distribution users install) or, with
+`--alias shim`, a small shim package written at run time (see
 `write_shim`): `ray`, `ray.util`, `ray.data`, ... resolve to `raylite`, `raylite.util`,
 `raylite.data`, ..., and a `ray` command on PATH runs raylite's CLI. Nothing of Ray's code is
 needed by this script; the examples live wherever the caller keeps them (outside this repo).
@@ -85,13 +86,22 @@ exec "{python}" -m raylite.cli "$@"
 '''
 
 
-def write_shim(shim_dir: Path, python: str) -> Path:
-    """Write the `ray` alias package and a `ray` command into `shim_dir`; return it."""
-    (shim_dir / "ray").mkdir(parents=True, exist_ok=True)
-    (shim_dir / "ray" / "__init__.py").write_text(_SHIM_INIT)
-    (shim_dir / "bin").mkdir(exist_ok=True)
+_COMPAT_CLI = """#!/bin/sh
+exec "{python}" -c 'import sys; sys.argv[0] = "ray"; import ray; ray._cli_main()' "$@"
+"""
+
+
+def write_shim(shim_dir: Path, python: str, alias: str = "shim") -> Path:
+    """Write the `ray` alias package (alias "shim") and a `ray` command into `shim_dir`; return it.
+
+    With alias "compat" no package is written: compat/ray (the distribution users install) is
+    put on PYTHONPATH instead (see raylite_env), and the command runs its `ray` entry point."""
+    if alias == "shim":
+        (shim_dir / "ray").mkdir(parents=True, exist_ok=True)
+        (shim_dir / "ray" / "__init__.py").write_text(_SHIM_INIT)
+    (shim_dir / "bin").mkdir(parents=True, exist_ok=True)
     cli = shim_dir / "bin" / "ray"
-    cli.write_text(_SHIM_CLI.format(python=python))
+    cli.write_text((_SHIM_CLI if alias == "shim" else _COMPAT_CLI).format(python=python))
     cli.chmod(0o755)
     return shim_dir
 
@@ -191,9 +201,10 @@ def ray_env(ray_python: str) -> dict[str, str]:
     return env
 
 
-def raylite_env(shim: Path, raylite_root: Path, temp_dir: Path) -> dict[str, str]:
+def raylite_env(shim: Path, raylite_root: Path, temp_dir: Path, alias: str = "shim") -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "PYTHONPATH"))}
-    env["PYTHONPATH"] = f"{shim}:{raylite_root}"
+    first = shim if alias == "shim" else raylite_root / "compat" / "ray" / "src"
+    env["PYTHONPATH"] = f"{first}:{raylite_root}"
     env["PATH"] = f"{shim / 'bin'}:{env.get('PATH', '')}"
     env["RAYLITE_TEMP_DIR"] = str(temp_dir)
     return env
@@ -296,6 +307,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="take Ray's verdicts from --results instead of running Ray again")
     parser.add_argument("--only", nargs="*", default=None, help="run only these example names")
     parser.add_argument("--shim-dir", type=Path, help="where to write the `ray` alias (default: a temp dir)")
+    parser.add_argument("--alias", choices=("compat", "shim"), default="compat",
+                        help="what `import ray` is: compat = the compat/ray distribution users install "
+                             "(default), shim = a package that makes sys.modules['ray'] raylite itself "
+                             "(how the figures before compat/ray existed were measured)")
     parser.add_argument("--recursive", action="store_true",
                         help="take examples from subdirectories too (named by their relative path)")
     parser.add_argument("--siblings", action="store_true",
@@ -304,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     shim = write_shim(args.shim_dir or Path(tempfile.mkdtemp(prefix="ray-shim-")),
-                      args.raylite_python)
+                      args.raylite_python, args.alias)
     previous = _load_previous(args.results if args.reuse_ray else None)
     if args.results and args.results.exists():
         kept = _load_previous(args.results)
@@ -334,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[ray fails ] {library}/{name}", flush=True)
                 continue
             temp_dir = Path(tempfile.mkdtemp(prefix="raylite-conf-"))
-            env = raylite_env(shim, args.raylite_root, temp_dir)
+            env = raylite_env(shim, args.raylite_root, temp_dir, args.alias)
             v.raylite = run_one(args.raylite_python, script, env, args.timeout, args.siblings)
             stop_raylite(args.raylite_python, env)
             if v.raylite.ok:

@@ -32,6 +32,24 @@ def test_shim_makes_ray_the_raylite_modules(tmp_path):
     assert os.access(shim / "bin" / "ray", os.X_OK)
 
 
+def test_compat_alias_is_the_compat_ray_distribution(tmp_path):
+    """The default alias is compat/ray, what users install: `ray` is its package (not raylite
+    itself), its modules are raylite's, and the `ray` command is its entry point."""
+    shim = conformance.write_shim(tmp_path / "shim", sys.executable, "compat")
+    assert not (shim / "ray").exists()
+    env = conformance.raylite_env(shim, REPO, tmp_path / "temp", "compat")
+    code = ("import ray, raylite, ray.dag\n"
+            "assert ray is not raylite and ray.dag is raylite.dag and ray.init is raylite.init\n"
+            "print(ray.__file__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(REPO / "compat" / "ray" / "src" / "ray" / "__init__.py")
+    version = subprocess.run([str(shim / "bin" / "ray"), "--version"], capture_output=True, text=True,
+                             env=env, timeout=120)
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.startswith("ray, version 2.60.0 (raylite ")
+
+
 def test_rst_page_becomes_its_testcode_blocks():
     page = textwrap.dedent("""
         Title
