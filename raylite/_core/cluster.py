@@ -163,7 +163,8 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
         proc.stdout.close()
     CF.write_node_file(session, proc.pid, head, hostport)
     if head:
-        CF.write_address_file(temp_dir, hostport, token_file, session, info.get("dashboard_url", ""))
+        CF.write_address_file(temp_dir, hostport, token_file, session, info.get("dashboard_url", ""),
+                              bind=head_bind)
     return StartedNode(proc.pid, session, hostport, info["node_id"], head, proc, info.get("dashboard_url", ""),
                        info.get("ray_client_port", 0))
 

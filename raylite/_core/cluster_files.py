@@ -44,12 +44,14 @@ def private_dir(path: str) -> str:
 
 
 def write_address_file(temp_dir: str, address: str, token_file: str, session_dir: str,
-                       dashboard_url: str = "") -> None:
+                       dashboard_url: str = "", bind: str = "") -> None:
+    """`bind`: the interface the head listens on ("0.0.0.0": every one, so a loopback address
+    with its port reaches this head and no other process)."""
     os.makedirs(temp_dir, exist_ok=True)
     tmp = address_file(temp_dir) + f".{os.getpid()}"
     with open(tmp, "w") as f:
         json.dump({"address": address, "token_file": token_file, "session_dir": session_dir,
-                   "dashboard_url": dashboard_url}, f)
+                   "dashboard_url": dashboard_url, "bind": bind}, f)
     os.replace(tmp, address_file(temp_dir))
 
 
@@ -99,7 +101,7 @@ def resolve(address: str, temp_dir: str, token: str = "") -> tuple[str, str]:
                 "address='HOST:PORT'.")
         address = info["address"]
     address = normalize_address(address)
-    if not token and info is not None and _same_local_head(info.get("address", ""), address):
+    if not token and info is not None and _same_local_head(info, address):
         with contextlib.suppress(OSError):
             with open(info["token_file"]) as f:
                 token = f.read().strip()
@@ -109,16 +111,20 @@ def resolve(address: str, temp_dir: str, token: str = "") -> tuple[str, str]:
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
-def _same_local_head(registered: str, address: str) -> bool:
-    """Whether `address` names the head `raylite start` registered on this machine: the same
-    HOST:PORT, or a loopback name with the same port (the head listens on every interface,
-    and Ray's examples say `ray.init(address="localhost:6379")` or `127.0.0.1:6379`)."""
+def _same_local_head(info: dict, address: str) -> bool:
+    """Whether `address` names the head `raylite start` registered on this machine (its token
+    is then sent there): the same HOST:PORT, or a loopback name with the same port where the
+    head is itself on loopback or listens on every interface, so nothing else can hold that
+    port (Ray's examples say `ray.init(address="localhost:6379")` or `127.0.0.1:6379`)."""
+    registered = info.get("address", "")
     if not registered:
         return False
     if registered == address:
         return True
     host, _, port = address.rpartition(":")
-    return host in _LOOPBACK_HOSTS and port == registered.rpartition(":")[2]
+    reg_host, _, reg_port = registered.rpartition(":")
+    return (host in _LOOPBACK_HOSTS and port == reg_port
+            and (reg_host in _LOOPBACK_HOSTS or info.get("bind") == "0.0.0.0"))
 
 
 @dataclass

@@ -88,10 +88,28 @@ def _live_local_urls(temp_dir: str) -> list[tuple[str, str]]:
     return out
 
 
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _same_url(found: str, url: str) -> bool:
+    """The same API server: equal URLs, or loopback names for one another with the same scheme
+    and port (`http://localhost:8265` is the `http://127.0.0.1:8265` a head wrote down)."""
+    if found.rstrip("/") == url:
+        return True
+    from urllib.parse import urlsplit
+
+    a, b = urlsplit(found), urlsplit(url)
+    try:
+        same_port = a.port == b.port and a.port is not None
+    except ValueError:
+        return False
+    return a.scheme == b.scheme and same_port and a.hostname in _LOOPBACK and b.hostname in _LOOPBACK
+
+
 def _token_for_url(url: str, temp_dir: str) -> str:
     url = url.rstrip("/")
     for found, token in _live_local_urls(temp_dir):
-        if found == url:
+        if _same_url(found, url):
             return token
     return ""
 

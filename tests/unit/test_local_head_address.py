@@ -7,10 +7,10 @@ from __future__ import annotations
 from raylite._core import cluster_files as CF
 
 
-def _register(tmp_path, address: str) -> None:
+def _register(tmp_path, address: str, bind: str = "0.0.0.0") -> None:
     token_file = tmp_path / "token"
     token_file.write_text("secret-token\n")
-    CF.write_address_file(str(tmp_path), address, str(token_file), str(tmp_path))
+    CF.write_address_file(str(tmp_path), address, str(token_file), str(tmp_path), bind=bind)
 
 
 def test_a_loopback_name_with_the_registered_port_gets_the_local_token(tmp_path):
@@ -28,3 +28,12 @@ def test_another_port_or_host_gets_no_token(tmp_path):
 def test_an_explicit_token_wins(tmp_path):
     _register(tmp_path, "10.1.2.3:6379")
     assert CF.resolve("localhost:6379", str(tmp_path), "mine") == ("localhost:6379", "mine")
+
+
+def test_a_head_bound_to_one_ip_does_not_lend_its_token_to_loopback(tmp_path):
+    """With --node-ip-address the head listens on that IP only: another process may hold the
+    loopback port, and must not be sent the token."""
+    _register(tmp_path, "10.1.2.3:6379", bind="10.1.2.3")
+    assert CF.resolve("127.0.0.1:6379", str(tmp_path)) == ("127.0.0.1:6379", "")
+    _register(tmp_path, "127.0.0.1:6379", bind="127.0.0.1")
+    assert CF.resolve("localhost:6379", str(tmp_path)) == ("localhost:6379", "secret-token")
