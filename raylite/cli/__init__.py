@@ -33,6 +33,13 @@ def main() -> None:
     """raylite: a small, fast, Ray-compatible distributed framework."""
 
 
+def _prog_name() -> str:
+    """The name this CLI was run under: "ray" from compat/ray's command, else "raylite"."""
+    ctx = click.get_current_context(silent=True)
+    name = ctx.find_root().info_name if ctx is not None else ""
+    return "ray" if name == "ray" else "raylite"
+
+
 @main.command()
 @ray_start_flags  # Ray's other `ray start` flags (raylite/cli/ray_start_flags.py)
 @click.option("--head", is_flag=True, help="Start the head node of a new cluster on this machine.")
@@ -91,14 +98,16 @@ def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: f
         source = get_config().token_source if not token else ""
         how = (f"with {source} set as here" if source.startswith("RAY_AUTH_TOKEN")
                else f"--token=<token from {node.session_dir}/token>")
+        cmd = _prog_name()  # `ray start` (compat/ray) names the commands and module a Ray user types
+        mod = "ray" if cmd == "ray" else "raylite"
         click.echo(f"raylite head started (pid {node.pid}, node {node.node_id[:12]}).\n"
                    f"  Address: {node.address}\n"
-                   f"  Join other machines with:  raylite start --address={node.address} {how}\n"
-                   f"  Connect a driver with:     raylite.init(address='auto')  (on this machine) or "
-                   f"raylite.init(address='{node.address}')\n"
-                   f"  Stop it with:              raylite stop")
+                   f"  Join other machines with:  {cmd} start --address={node.address} {how}\n"
+                   f"  Connect a driver with:     {mod}.init(address='auto')  (on this machine) or "
+                   f"{mod}.init(address='{node.address}')\n"
+                   f"  Stop it with:              {cmd} stop")
         if node.ray_client_port:
-            click.echo(f"  Ray Client (one port):     raylite.init('ray://{node.address.rsplit(':', 1)[0]}:"
+            click.echo(f"  Ray Client (one port):     {mod}.init('ray://{node.address.rsplit(':', 1)[0]}:"
                        f"{node.ray_client_port}')  (from any machine that reaches it, RAYLITE_TOKEN set)")
         if node.dashboard_url:
             token = CF.read_token(os.path.join(node.session_dir, "token"))

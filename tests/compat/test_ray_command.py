@@ -60,6 +60,10 @@ def test_start_head_status_stop_round_trip(env):
     assert started.returncode == 0, started.stderr
     pid = int(started.stdout.split("(pid ", 1)[1].split(",", 1)[0])
     assert psutil.pid_exists(pid)
+    # the hints name what a Ray user types, not raylite's own command and module
+    assert f"Join other machines with:  ray start --address=127.0.0.1:{port}" in started.stdout
+    assert "ray.init(address='auto')" in started.stdout and "Stop it with:              ray stop" in started.stdout
+    assert "raylite start" not in started.stdout and "raylite.init" not in started.stdout
     status = _ray(env, "status")
     assert status.returncode == 0, status.stderr
     assert f"127.0.0.1:{port}" in status.stdout and "0/1 CPU" in status.stdout
