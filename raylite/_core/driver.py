@@ -232,7 +232,7 @@ def run_head_request(hostport: str, token: str, msg, timeout_s: float = 10.0):
     import asyncio
 
     from raylite._core.transport import rpc
-    from raylite._core.transport.base import ConnectionBrokenError
+    from raylite._core.transport.base import ConnectionBrokenError, RemoteError
 
     async def ask():
         target = hostport if hostport.startswith("unix://") else f"tcp://{hostport}"
@@ -245,6 +245,13 @@ def run_head_request(hostport: str, token: str, msg, timeout_s: float = 10.0):
                 "this machine.") from None
         try:
             return await conn.request(msg, timeout_s)
+        except RemoteError as e:
+            if e.error_type != "NotImplementedError":
+                raise
+            raise ConnectionError(
+                f"{hostport} answered, but it is not a raylite head: it is another raylite port (the "
+                f"Ray Client port? connect to that with address='ray://{hostport}'). A driver on a "
+                "cluster machine uses the head's --port (6379 by default).") from None
         finally:
             conn.close()
 

@@ -52,3 +52,14 @@ def test_raylite_version_differs(client_head, monkeypatch):
     with pytest.raises(RuntimeError, match="the cluster runs raylite .* and this program raylite 0.0.1-other"):
         ray.init(client_head["url"])
     assert not ray.is_initialized()
+
+
+def test_the_client_port_without_ray_scheme_is_named(client_head):
+    """init(address="HOST:10001") (the Ray Client port, no `ray://`) with the right token failed
+    with "RemoteError: no handler for GetClusterInfo"."""
+    import raylite as ray
+
+    hostport = f"127.0.0.1:{client_head['port']}"
+    with pytest.raises(ConnectionError, match=f"not a raylite head.*address='ray://{hostport}'"):
+        ray.init(address=hostport)
+    assert not ray.is_initialized()
