@@ -217,3 +217,34 @@ def test_a_strict_spread_placement_group_gets_a_node_per_bundle(monkeypatch):
         raylite.shutdown()
         cluster.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_a_node_that_cannot_join_is_reported_in_the_autoscaler_log(caplog, monkeypatch):
+    """A node that exits at once (here: no head at the address; in use, a missing token) was
+    relaunched every round with its reason only in a per-node log file, and each exit was kept
+    in a list that grew for as long as the autoscaler ran."""
+    import logging
+    import shutil
+    import tempfile
+
+    from tests.api_fixtures import free_port
+
+    monkeypatch.delenv("RAYLITE_TOKEN", raising=False)
+    state_dir = tempfile.mkdtemp(prefix="rlasf", dir="/tmp")  # short: unix socket paths
+    port = free_port()  # nothing listens there
+    provider = LocalProvider({"cluster_name": "t", "head_address": f"127.0.0.1:{port}",
+                              "state_dir": state_dir, "token": "some-token",
+                              "available_node_types": {"w": {"resources": {"CPU": 1}, "max_workers": 1,
+                                                             "worker_ips": ["127.0.0.61"]}}})
+    provider.failures = [f"old {i}" for i in range(30)]
+    try:
+        provider.create_nodes("w", 1)
+        provider.nodes["127.0.0.61"].process.wait(timeout=60)
+        with caplog.at_level(logging.WARNING, logger="raylite.autoscaler"):
+            assert provider.non_terminated_nodes() == []
+    finally:
+        provider.shutdown()
+        shutil.rmtree(state_dir, ignore_errors=True)
+    assert any("node on 127.0.0.61 exited" in r.getMessage() and f"127.0.0.1:{port}" in r.getMessage()
+               for r in caplog.records), caplog.text
+    assert len(provider.failures) == 20 and provider.failures[-1].startswith("node on 127.0.0.61 exited")

@@ -26,6 +26,7 @@ stops that node's processes only), then waits for the starting process.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
 import subprocess
@@ -36,6 +37,9 @@ from typing import Any
 
 from raylite.autoscaler.policy import NodeType
 from raylite.autoscaler.providers.base import ProviderNode
+
+_log = logging.getLogger("raylite.autoscaler")
+_KEPT_FAILURES = 20  # a node that cannot join is relaunched every round: keep the latest only
 
 NODE_LABEL = "raylite.io/autoscaler-node"
 STOP_TIMEOUT_S = 30.0
@@ -141,7 +145,9 @@ class LocalProvider:
     def non_terminated_nodes(self) -> list[ProviderNode]:
         for name, r in list(self.nodes.items()):
             if r.process.poll() is not None:  # it exited by itself (failed to join, was killed)
-                self.failures.append(f"node on {name} exited ({r.process.returncode}): {_tail(r.log_path)}")
+                failure = f"node on {name} exited ({r.process.returncode}): {_tail(r.log_path)}"
+                _log.warning("%s (log: %s)", failure, r.log_path)  # a wrong token or head address shows here
+                self.failures = [*self.failures[-(_KEPT_FAILURES - 1):], failure]
                 del self.nodes[name]
         return [ProviderNode(name, r.node_type, r.host.ip, {NODE_LABEL: name}) for name, r in self.nodes.items()]
 
