@@ -141,7 +141,8 @@ class ApiClient:
         if r.status_code == 401:
             raise PermissionError(
                 f"the raylite API server at {self.url} refused the request (401): pass the cluster token "
-                "with RAYLITE_TOKEN=<token> (the token is in the head's session directory, "
+                "with RAYLITE_TOKEN=<token> or RAY_AUTH_TOKEN=<token> with RAY_AUTH_MODE=token (the token "
+                "is in the head's session directory, "
                 "<temp dir>/session_*/token), or headers={'Authorization': 'Bearer <token>'}.")
         return r
 

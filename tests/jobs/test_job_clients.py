@@ -71,7 +71,7 @@ def test_python_client_stop_and_errors(api):
     assert _wait_terminal(client, sid).status == JobStatus.STOPPED
     with pytest.raises(RuntimeError, match="raysubmit_unknown"):
         client.get_job_info("raysubmit_unknown")
-    with pytest.raises(PermissionError, match="token"):
+    with pytest.raises(PermissionError, match="RAYLITE_TOKEN=<token> or RAY_AUTH_TOKEN=<token> with RAY_AUTH_MODE=token"):
         JobSubmissionClient(api.url, headers={"Authorization": "Bearer wrong"})
 
 
