@@ -176,8 +176,12 @@ def status(address: str) -> None:
 
 @main.command()
 @click.option("--address", default="auto", show_default=True, help="HOST:PORT of the head.")
-@click.option("--limit", type=int, default=100, show_default=True, help="Show at most this many objects.")
-def memory(address: str, limit: int) -> None:
+@click.option("--limit", "--num-entries", "--n", "limit", type=int, default=100, show_default=True,
+              help="Show at most this many objects (Ray's --num-entries/--n).")
+@click.option("--stats-only", is_flag=True, help="Only the totals per location, no object list (as Ray's).")
+@click.option("--units", type=click.Choice(["B", "KB", "MB", "GB"], case_sensitive=False), default="MB",
+              show_default=True, help="Unit of the totals (as Ray's; MB is MiB).")
+def memory(address: str, limit: int, stats_only: bool, units: str) -> None:
     """List objects: size, owner, where they are (inline, shared memory, spilled), who holds refs."""
     import raylite
     from raylite._state import format_objects, list_objects, summarize_objects
@@ -187,10 +191,16 @@ def memory(address: str, limit: int) -> None:
     except Exception as e:  # noqa: BLE001  no cluster there, or a refused token
         _fail(f"could not connect to a raylite cluster at {address!r}: {e}")
     try:
-        click.echo(format_objects(list_objects(limit=limit)))
+        if not stats_only:
+            click.echo(format_objects(list_objects(limit=limit)))
         summary = summarize_objects()
+        unit = units.upper()
+        scale = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}[unit]
+        name = unit if unit == "B" else unit[0] + "iB"
+        if stats_only:
+            click.echo(f"{summary['total_objects']} objects, {summary['total_bytes'] / scale:.1f} {name} in all")
         for where, totals in sorted(summary["by_location"].items()):
-            click.echo(f"  {where}: {totals['count']} objects, {totals['bytes'] / (1 << 20):.1f} MiB")
+            click.echo(f"  {where}: {totals['count']} objects, {totals['bytes'] / scale:.1f} {name}")
     finally:
         raylite.shutdown()
 

@@ -56,6 +56,12 @@ def test_status_and_memory_see_a_cluster_started_by_init_elsewhere(driver_elsewh
     memory = subprocess.run([*CLI, "memory"], env=env, capture_output=True, text=True, timeout=60)
     assert memory.returncode == 0, memory.stderr
     assert object_hex in memory.stdout and "SHARED_MEMORY" in memory.stdout
+    # Ray's spellings (its memory docs say `ray memory --stats-only`): totals only, in KiB
+    stats = subprocess.run([*CLI, "memory", "--stats-only", "--units", "KB", "--num-entries", "5"], env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert stats.returncode == 0, stats.stderr
+    assert object_hex not in stats.stdout and "objects" in stats.stdout and "in all" in stats.stdout
+    assert "SHARED_MEMORY:" in stats.stdout and " KiB" in stats.stdout
 
 
 def test_status_without_any_cluster_is_one_clear_line(tmp_path):
