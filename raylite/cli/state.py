@@ -136,8 +136,13 @@ def summary_cmd(resource: str, address: str | None, fmt: str) -> None:
         click.echo(format_table([label, middle, "COUNTS"], rows))
 
 
+_RAY_LOG_KINDS = ("cluster", "actor", "task", "job")  # Ray's `ray logs KIND ...` spellings
+
+
 @click.command(name="logs")
 @click.argument("filename", required=False, default="")
+@click.argument("pattern", required=False, default="")
+@click.option("--id", "id_", default="", help="With Ray's `ray logs actor|task|job`: the actor, task or job id.")
 @click.option("--address", default=None, help=_ADDRESS_HELP)
 @click.option("--node-id", default="", help="The node (id or prefix); default: the head's.")
 @click.option("--actor-id", default="", help="Print the output of this actor's worker.")
@@ -147,10 +152,27 @@ def summary_cmd(resource: str, address: str | None, fmt: str) -> None:
 @click.option("--follow", is_flag=True, help="Keep printing what is appended.")
 @click.option("--tail", type=int, default=-1, help="Only the last N lines (default: all).")
 @click.option("--glob", "glob_", default="", help="With no file named: list only files matching this.")
-def logs_cmd(filename: str, address: str | None, node_id: str, actor_id: str, task_id: str, job_id: str,
-             err: bool, follow: bool, tail: int, glob_: str) -> None:
-    """List the cluster's log files, or print one (by name, actor, task or job)."""
+def logs_cmd(filename: str, pattern: str, id_: str, address: str | None, node_id: str, actor_id: str,
+             task_id: str, job_id: str, err: bool, follow: bool, tail: int, glob_: str) -> None:
+    """List the cluster's log files, or print one (by name, actor, task or job).
+
+    Ray's spellings work too: `logs cluster [FILE|GLOB]`, `logs actor|task|job --id ID`."""
     from raylite.dashboard.log_client import list_logs, stream_log
+
+    if filename in _RAY_LOG_KINDS:
+        kind, filename = filename, ""
+        if kind == "cluster":
+            if any(c in pattern for c in "*?["):
+                glob_ = pattern
+            else:
+                filename = pattern
+        elif not id_:
+            _fail(f"`logs {kind}` needs --id <{kind} id> (as in Ray), or use --{kind}-id")
+        else:
+            actor_id, task_id, job_id = (id_ if kind == k else v for k, v in
+                                         (("actor", actor_id), ("task", task_id), ("job", job_id)))
+    elif pattern:
+        _fail(f"unexpected argument {pattern!r}: name one log file, or use Ray's `logs cluster FILE|GLOB`")
 
     if not (filename or actor_id or task_id or job_id):
         rows = _guard(list_logs, address, node_id, glob_)

@@ -65,6 +65,23 @@ def test_cli_logs_list_actor_task_tail_and_errors(api):
     assert r.returncode == 1 and "no-such-file.log" in r.stderr
 
 
+def test_cli_logs_takes_rays_kind_spellings(api):
+    """Ray's docs say `ray logs cluster [FILE|GLOB]` and `ray logs actor|task|job --id ID`;
+    `cluster` was read as a file name and `--id` was refused."""
+    talker = Talker.options(name="ray-spelling-talker").remote()
+    raylite.get(talker.say.remote("ray-spelling"))
+    actor = wait_for(lambda: [a for a in state.list_actors() if a.state == "ALIVE" and a.name == "ray-spelling-talker"],
+                     10, 0.1, "the actor")[0]
+    listed = api.here("logs", "cluster", check=True)
+    assert "node.err" in listed.stdout and "worker_out" in listed.stdout
+    only = api.here("logs", "cluster", "node.*", check=True)
+    assert "node.err" in only.stdout and "worker_out" not in only.stdout
+    wait_for(lambda: "ray-spelling" in api.here("logs", "actor", "--id", actor.actor_id).stdout, 60, 0.2,
+             "the actor's output through `logs actor --id`")
+    missing = api.here("logs", "actor")
+    assert missing.returncode == 1 and "--id" in missing.stderr
+
+
 def test_cli_logs_follow_streams_new_output(api):
     talker = Talker.remote()
     raylite.get(talker.say.remote("first"))
