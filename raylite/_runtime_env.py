@@ -107,6 +107,8 @@ _NO_RUNTIME_ENV: dict = {}  # shared by every task that has none (a queued task 
 def merge_runtime_env(job_env: dict | None, task_env: dict | None) -> dict:
     if not job_env and not task_env:
         return _NO_RUNTIME_ENV
+    if not task_env:
+        return job_env  # merged and checked when it became the job's (or the running task's)
     merged = dict(job_env or {})
     for k, v in (task_env or {}).items():
         if k == "env_vars":
