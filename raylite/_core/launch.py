@@ -40,6 +40,20 @@ class NodeProcess:
     sys_path: tuple[str, ...] = ()  # the driver's directories its workers import from (PYTHONPATH)
 
 
+def package_root_path() -> list[str]:
+    """raylite's package root for a child interpreter's PYTHONPATH, where that interpreter would
+    not find raylite by itself (a source checkout run in place). Installed into site-packages,
+    it is found anyway, and that folder on PYTHONPATH would come before a job environment's own
+    packages (runtime_env pip) in every process started with it."""
+    from raylite._core.pip_env import base_site_dirs
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    real = os.path.realpath(root)
+    if any(os.path.realpath(d) == real for d in base_site_dirs()):
+        return []
+    return [root]
+
+
 def driver_sys_path(has_working_dir: bool = False) -> list[str]:
     """The directories a driver's workers import its own modules from, as in Ray: the script's
     directory (when the script runs with it on sys.path, as `python path/main.py` does), and
@@ -143,9 +157,8 @@ def spawn_node(config: Config, *, num_cpus=None, num_gpus=None, resources=None,
     if object_store_memory:
         env["RAYLITE_OBJECT_STORE_BYTES"] = str(int(object_store_memory))
     env.update(system_config_env(system_config)[0])  # Ray's init(_system_config=...)
-    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     code = tuple(driver_sys_path())  # the workers import the driver's modules beside its script
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [pkg_root, *code, env.get("PYTHONPATH", "")] if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [*package_root_path(), *code, env.get("PYTHONPATH", "")] if p)
     cmd = [sys.executable, "-m", "raylite._core.node_main", "--session-dir", session, "--head",
            "--resources", json.dumps(total), "--labels", json.dumps(labels or {}), "--exit-with-creator",
            "--creator-pid", str(os.getpid())]

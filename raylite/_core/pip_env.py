@@ -126,11 +126,10 @@ LAYER_PTH = "_raylite_base_interpreter.pth"
 
 def _layer_pth(dirs: list[str]) -> str:
     """One .pth line: add the running interpreter's site dirs after the environment's own, each
-    through site.addsitedir (so their .pth files, editable installs among them, work), skipping
-    what is already on sys.path (a worker that activates the environment has them)."""
-    # site runs the line with exec() and separate locals, which a comprehension cannot see
-    return ("import site; [__import__('site').addsitedir(d) for d in " + json.dumps(dirs)
-            + " if d not in __import__('sys').path]\n")
+    through site.addsitedir, so their .pth files (editable installs among them) work even for a
+    dir already on sys.path through PYTHONPATH (which reads no .pth files). A worker that
+    activates the environment skips this file: it is that interpreter already."""
+    return "import site; list(map(site.addsitedir, " + json.dumps(dirs) + "))\n"
 
 
 def bin_dir(venv: str) -> str:
@@ -262,14 +261,17 @@ def _run(cmd: list[str], what: str, timeout_s: float) -> None:
 
 
 def activate_in_process(venv: str) -> None:
-    """Make the environment's packages importable here, ahead of the base's (a worker)."""
-    path = site_packages(venv)
-    if path not in sys.path:
-        sys.path.insert(0, path)
-    with contextlib.suppress(Exception):
-        import site
+    """Make the environment's packages importable here, ahead of the base's (a worker, whose
+    interpreter is the one the environment layers over: its own layer file is not run)."""
+    import site
 
-        site.addsitedir(path)  # .pth files of the installed packages
-        if sys.path[0] != path:
-            sys.path.remove(path)
-            sys.path.insert(0, path)
+    path = site_packages(venv)
+    if path in sys.path:
+        sys.path.remove(path)
+    sys.path.insert(0, path)
+    with contextlib.suppress(OSError):
+        known = {os.path.normcase(os.path.abspath(p)) for p in sys.path if p}
+        for name in sorted(os.listdir(path)):  # .pth files of the installed packages
+            if name.endswith(".pth") and name != LAYER_PTH:
+                with contextlib.suppress(Exception):
+                    site.addpackage(path, name, known)  # type: ignore[attr-defined]

@@ -58,6 +58,16 @@ def build_wheel(tmp, name: str, version: str, value: str) -> str:
 
 
 @pytest.fixture(scope="module")
+def raylite_wheel(tmp_path_factory) -> str:
+    """raylite itself as a wheel, built from this checkout (installed as users install it)."""
+    out = tmp_path_factory.mktemp("raylite-wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                    "-w", str(out), ROOT], check=True, timeout=240, capture_output=True)
+    (wheel,) = out.glob("raylite-*.whl")
+    return str(wheel)
+
+
+@pytest.fixture(scope="module")
 def wheels(tmp_path_factory):
     if shutil.which("pip") is None and subprocess.run([sys.executable, "-m", "pip", "--version"],
                                                        capture_output=True).returncode != 0:
@@ -85,9 +95,10 @@ def _pip_install(python: str, wheel: str, env: dict | None = None, user: bool = 
                    env=env)
 
 
-def make_env(kind: str, tmp, wheels) -> tuple[str, dict]:
+def make_env(kind: str, tmp, wheels, request) -> tuple[str, dict]:
     """(python, extra environment variables) of a user's environment of `kind`, holding
-    rl_layer_user 1.0."""
+    rl_layer_user 1.0 and rl_layer_mine; raylite comes from this checkout through PYTHONPATH,
+    except in "venv-installed", where it is installed into the venv from a wheel."""
     env_dir = str(tmp / f"user-{kind}")
     extra: dict[str, str] = {}
     if kind == "system":
@@ -100,8 +111,9 @@ def make_env(kind: str, tmp, wheels) -> tuple[str, dict]:
         extra["PYTHONUSERBASE"] = env_dir  # the user's package goes to a user site of its own
         for wheel in (wheels["user1"], wheels["mine"]):
             _pip_install(python, wheel, env={**os.environ, **extra}, user=True)
+        extra["PYTHONPATH"] = ROOT
         return python, extra
-    if kind == "venv":
+    if kind in ("venv", "venv-installed"):
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", env_dir], check=True, timeout=120)
     elif kind == "virtualenv":
         if shutil.which("virtualenv") is None:
@@ -117,6 +129,10 @@ def make_env(kind: str, tmp, wheels) -> tuple[str, dict]:
     _give_raylites_deps(python)
     for wheel in (wheels["user1"], wheels["mine"]):
         _pip_install(python, wheel)
+    if kind == "venv-installed":
+        _pip_install(python, request.getfixturevalue("raylite_wheel"))
+    else:
+        extra["PYTHONPATH"] = ROOT
     return python, extra
 
 
@@ -138,7 +154,7 @@ def plain():
     import rl_layer_user
     return rl_layer_user.VALUE
 
-out = {"driver": rl_layer_user.VALUE, "plain": raylite.get(plain.remote(), timeout=120),
+out = {"raylite": raylite.__file__, "driver": rl_layer_user.VALUE, "plain": raylite.get(plain.remote(), timeout=120),
        "pip_task": raylite.get(in_job_env.remote(), timeout=240)}
 
 from raylite.job_submission import JobSubmissionClient
@@ -177,20 +193,22 @@ def short_temp_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.mark.parametrize("kind", ["venv", "virtualenv", "uv", "system"])
-def test_pip_env_is_layered_over_the_users_python(kind, tmp_path, wheels, short_temp_dir):
-    python, extra = make_env(kind, tmp_path, wheels)
+@pytest.mark.parametrize("kind", ["venv", "venv-installed", "virtualenv", "uv", "system"])
+def test_pip_env_is_layered_over_the_users_python(kind, tmp_path, wheels, short_temp_dir, request):
+    python, extra = make_env(kind, tmp_path, wheels, request)
     (tmp_path / "driver.py").write_text(DRIVER)
     (tmp_path / "job_driver.py").write_text(JOB_DRIVER)
     pip = {"packages": [wheels["job"], wheels["user2"]], "pip_install_options": ["--no-index"]}
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "RAYLITE_ADDRESS", "RAY_ADDRESS")}
-    env.update(extra, PYTHONPATH=ROOT, RAYLITE_TEMP_DIR=short_temp_dir)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VIRTUAL_ENV", "RAYLITE_ADDRESS", "RAY_ADDRESS", "PYTHONPATH")}
+    env.update(extra, RAYLITE_TEMP_DIR=short_temp_dir)
     done = subprocess.run([python, str(tmp_path / "driver.py"), json.dumps(pip), str(free_port()),
                            str(tmp_path / "job_driver.py")], capture_output=True, text=True, timeout=280,
                           env=env, cwd=str(tmp_path))
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, (done.stdout[-3000:], done.stderr[-5000:])
     out = json.loads(lines[-1][len("RESULT "):])
+    assert out["raylite"].startswith(ROOT if "PYTHONPATH" in extra else str(tmp_path)), out["raylite"]
     assert out["driver"] == out["plain"] == "user 1.0"  # the user's package, in the driver and a task
     # the job's version wins, its own package is there, and so is the user's own
     assert out["pip_task"] == ["job 2.0", "job only", "user only"]
