@@ -243,3 +243,20 @@ def test_the_layer_pth_puts_the_jobs_packages_first(tmp_path, wheels):
     path = json.loads(path)
     own = pip_env.site_packages(venv)
     assert all(path.index(own) < path.index(d) for d in pip_env.base_site_dirs())
+
+
+def test_runtime_env_uv_installs_with_uv_and_layers_the_same_way(tmp_path, wheels):
+    if shutil.which("uv") is None:
+        pytest.skip("uv is not installed (pip install uv)")
+    spec = {"packages": [wheels["user2"]], "uv_pip_install_options": ["--no-index"]}
+    venv = pip_env.ensure(str(tmp_path), "uv", spec)
+    assert venv is not None and venv != pip_env.ensure(str(tmp_path), "pip", spec)  # one env per tool
+    python = os.path.join(pip_env.bin_dir(venv), "python")
+    done = subprocess.run([python, "-c", "import msgpack, rl_layer_user; print(rl_layer_user.VALUE)"],
+                          capture_output=True, text=True, timeout=60,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert done.returncode == 0 and done.stdout.strip() == "job 2.0", done.stderr
+    installer = subprocess.run([python, "-c", "import importlib.metadata as m; "
+                                "print(m.distribution('rl_layer_user').read_text('INSTALLER'))"],
+                               capture_output=True, text=True, timeout=60)
+    assert installer.stdout.strip() == "uv", installer.stdout  # uv installed it, not pip
