@@ -138,7 +138,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             except BaseException:
                 driver.shutdown()
                 raise
-        _job_runtime_env = _with_driver_sys_path(_job_runtime_env, getattr(info, "node_sys_path", ()))
+        if not (address and address.startswith("ray://")):  # a Ray Client program's folders are elsewhere
+            _job_runtime_env = _with_driver_sys_path(_job_runtime_env, getattr(info, "node_sys_path", ()))
         return RayContext(info)
 
 
