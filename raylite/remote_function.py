@@ -202,7 +202,7 @@ class RemoteFunction(ExportedCode):
                 opts.get("scheduling_strategy"), resources, inherited)
             if not uses_current_group(opts.get("scheduling_strategy")):
                 self._placement = (opts, inherited, resources, strategy, capture_pg)
-        runtime_env = merge_runtime_env(api.job_runtime_env(), opts.get("runtime_env"))
+        runtime_env = merge_runtime_env(api.inherited_runtime_env(), opts.get("runtime_env"))
         payload, arg_refs, pinned = client.pack_args(args, kwargs, descriptor.qualname)
         retry_exc = opts.get("retry_exceptions", False) or False
         max_retries = opts.get("max_retries")

@@ -40,6 +40,7 @@ HTTP_DEFAULTS: dict[str, Any] = {
     # raylite's limits on what a client may send (http_limits.Limits has the same fields)
     "max_header_size_bytes": 16 * 1024, "max_header_count": 100, "max_request_body_size_bytes": 100 * 1024**2,
     "header_read_timeout_s": 30.0, "body_read_timeout_s": 30.0, "max_connections": 10_000,
+    "max_buffered_request_body_bytes": 256 * 1024**2,
 }
 PROXY_LOCATIONS = ("Disabled", "HeadOnly", "EveryNode")
 
@@ -359,7 +360,8 @@ def http_options(value: Any) -> dict:
         raise ValueError(f"http_options.port must be <= 65535, not {d['port']}")
     _number(d, "request_timeout_s", "http_options", positive=True, optional=True)
     _number(d, "keep_alive_timeout_s", "http_options", positive=True)
-    for key in ("max_header_size_bytes", "max_header_count", "max_request_body_size_bytes", "max_connections"):
+    for key in ("max_header_size_bytes", "max_header_count", "max_request_body_size_bytes", "max_connections",
+                "max_buffered_request_body_bytes"):
         _number(d, key, "http_options", minimum=1, integer=True)
     for key in ("header_read_timeout_s", "body_read_timeout_s"):
         _number(d, key, "http_options", positive=True)
