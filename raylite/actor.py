@@ -299,7 +299,7 @@ def exit_actor() -> None:
         raise TypeError("exit_actor() can only be called inside an actor.")
     client = runtime.client()
     try:
-        client.run_sync(client.head.request(P.KillActor(worker.actor_spec.actor_id, True)), timeout=5)
+        client.run_sync(client.head.request(P.KillActor(worker.actor_spec.actor_id, True, False)), timeout=5)
     except Exception:  # noqa: BLE001
         pass
     os._exit(0)

@@ -383,7 +383,7 @@ class Worker:
     def _terminate_actor(self) -> None:
         """`handle.__ray_terminate__.remote()`: end this actor for good (no restart)."""
         with contextlib.suppress(Exception):
-            self.client.run_sync(self.client.head.request(P.KillActor(self.actor_spec.actor_id, True)),
+            self.client.run_sync(self.client.head.request(P.KillActor(self.actor_spec.actor_id, True, False)),
                                  timeout=5)
         self._drain_output()
         os._exit(0)
