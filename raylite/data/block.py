@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import operator
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, TypeVar, Union
+from typing import Any, TypeVar, Union
 
 import cloudpickle
 import numpy as np
@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raylite.data._internal.arrow_columns import PythonObjectType, column_to_numpy, is_tensor_type
-from raylite.data._internal.column_accessor import BlockColumnAccessor
+from raylite.data._internal.column_accessor import BlockColumnAccessor  # noqa: F401  Ray's name, here
 from raylite.data._internal.rows import LazyRow
 
 # Ray's public names of ray.data.block, for type hints in user code (AggregateFnV2[AggType, U])
