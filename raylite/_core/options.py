@@ -78,6 +78,22 @@ def _check_value(key: str, value: Any, where: str) -> None:
                       stacklevel=4)
 
 
+def check_generator_returns(num_returns: Any, is_generator: bool, where: str) -> None:
+    """num_returns='streaming' or 'dynamic' asks for a generator: refused at once (decoration,
+    .options(), @method) for a plain function, as in Ray, instead of failing in the worker."""
+    if num_returns in ("streaming", "dynamic") and not is_generator:
+        raise ValueError(f"num_returns={num_returns!r} can only be used with generator functions "
+                         f"(functions that use 'yield'); {where} is not a generator function. "
+                         "Make it yield its values, or drop num_returns.")
+
+
+def resolve_num_returns(num_returns: Any, is_generator: bool) -> Any:
+    """num_returns=None means the default: 'streaming' for a generator, 1 otherwise (Ray)."""
+    if num_returns is None:
+        return "streaming" if is_generator else 1
+    return num_returns
+
+
 def resource_request(options: dict[str, Any], *, default_cpus: float) -> dict[str, int]:
     """Fixed-point resource request from num_cpus/num_gpus/memory/resources."""
     req: dict[str, float] = {}
