@@ -133,7 +133,8 @@ class ActorClass(ExportedCode):
             strategy=strategy, actor_id=actor_id, max_restarts=opts.get("max_restarts") or 0,
             max_task_retries=opts.get("max_task_retries") or 0, max_concurrency=max_concurrency,
             is_async=self._async, actor_name=name, namespace=namespace, detached=detached,
-            method_meta=self._meta, capture_pg=capture_pg)
+            method_meta=self._meta, capture_pg=capture_pg,
+            concurrency_groups=dict(opts.get("concurrency_groups") or {}))
         reply = client.register_actor(spec, bool(opts.get("get_if_exists")))
         if reply.existed:
             existing = TaskSpec.from_wire(reply.spec)
