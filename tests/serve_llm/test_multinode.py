@@ -123,7 +123,13 @@ def test_tensor_parallel_across_two_nodes(two_nodes, tiny_model, reference):
     cluster, other = two_nodes
     base_url = _deploy(_config(tiny_model, tensor_parallel_size=2))
     _assert_same_tokens(_complete(base_url), reference())
-    _assert_engine_on_both(cluster, other)
+    procs = _assert_engine_on_both(cluster, other)
+    # deleting the app takes the engine's processes down on both nodes
+    from raylite import serve
+
+    serve.delete("default")
+    every = [p for pids in procs.values() for p in pids]
+    wait_until(lambda: not any(_alive(p) for p in every), 120, "the engine's processes to exit")
 
 
 @pytest.mark.slow
@@ -155,3 +161,32 @@ def test_losing_the_other_node_restarts_the_replica_elsewhere(two_nodes, tiny_mo
     old_rank0 = before[cluster.head_node.node_id]
     assert not set(old_rank0) & set(procs[cluster.head_node.node_id]), "rank 0 was not restarted"
     _assert_same_tokens(_complete(base_url), reference())
+
+
+@pytest.mark.slow
+def test_losing_the_other_node_with_no_room_left_says_why(two_nodes, tiny_model):
+    from raylite import serve
+
+    cluster, other = two_nodes
+    _deploy(_config(tiny_model, tensor_parallel_size=2))
+    before = _assert_engine_on_both(cluster, other)
+    cluster.remove_node(other, allow_graceful=False)
+
+    def failed_with_reason() -> str:
+        dep = serve.status().applications["default"].deployments["LLMServer:tiny"]
+        return dep.message if dep.status == "DEPLOY_FAILED" else ""
+
+    message = wait_until(failed_with_reason, 300, "the deployment to report why it cannot restart")
+    assert "can never be placed" in message and "add nodes" in message, message
+    # the old engine's processes on the surviving node are gone with the replica
+    wait_until(lambda: not any(_alive(p) for p in before[cluster.head_node.node_id]), 120,
+         "rank 0's engine processes to exit")
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from raylite.serve.llm._internal.engine_layout import plan_layout
+from raylite.serve.llm._internal.engine_layout import one_node_threads_bind, plan_layout
 from raylite.serve.llm._internal.vllm_engine import choose_executor
 
 IPS = {"A": "10.0.0.1", "B": "10.0.0.2", "C": "10.0.0.3"}
@@ -60,3 +60,9 @@ def test_executor_is_always_named_and_ray_on_cpus_is_refused_with_the_fix():
         choose_executor("ray", True, "m", 2)
     with pytest.raises(ValueError, match="vLLM knows"):
         choose_executor("threads", False, "m", 2)
+
+
+def test_several_ranks_on_one_node_get_a_core_each():
+    # vLLM's automatic binding refuses two ranks on one NUMA node; raylite names the cores
+    assert one_node_threads_bind(2, [0, 1]) == "0|1"
+    assert one_node_threads_bind(2, [0, 1, 2, 3]) == "0,1|2,3"

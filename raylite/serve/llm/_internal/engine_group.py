@@ -130,12 +130,18 @@ class EngineGroup:
                            f"{rank}) are gone, so the engine cannot run: {why}")
 
     def processes(self) -> dict[str, list[int]]:
-        """node id -> pids of the engine's processes on the other nodes (rank 0's are local)."""
+        """node id -> pids of the engine's processes on the other nodes (rank 0's are local);
+        a node whose worker actor is gone is left out."""
         import raylite
 
-        ranks = sorted(self.leaders)
-        pids = raylite.get([self.leaders[r].pids.remote() for r in ranks], timeout=30)
-        return {self.layout.nodes[r].node_id: p for r, p in zip(ranks, pids)}
+        out: dict[str, list[int]] = {}
+        for rank in sorted(self.leaders):
+            try:
+                out[self.layout.nodes[rank].node_id] = raylite.get(
+                    self.leaders[rank].pids.remote(), timeout=30)
+            except Exception:  # noqa: BLE001 - dead with its node: check() reports it
+                continue
+        return out
 
     def shutdown(self) -> None:
         import raylite

@@ -67,6 +67,12 @@ class EngineLayout:
         return "|".join(_cores_for(sorted(cpus), first + i, slots) for i in range(local))
 
 
+def one_node_threads_bind(world_size: int, cpus: Sequence[int]) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND for an engine of `world_size` ranks all on this node."""
+    node = EngineNode("", "", 0, ())
+    return EngineLayout((node,), world_size).omp_threads_bind(0, cpus)
+
+
 def _cores_for(cpus: list[int], slot: int, slots: int) -> str:
     """Slot `slot` of `slots` equal shares of `cpus` (a core is shared when there are fewer
     cores than slots), as a core list vLLM reads ("0", "2,3")."""

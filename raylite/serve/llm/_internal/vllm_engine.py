@@ -13,6 +13,7 @@ from typing import Any
 
 from raylite.serve.llm._internal.engine_base import ChoiceDelta, Engine, SamplingOptions
 from raylite.serve.llm._internal.engine_group import EngineGroup
+from raylite.serve.llm._internal.engine_layout import one_node_threads_bind
 from raylite.serve.llm._internal.reaper import watch_children
 from raylite.serve.llm._internal.tokenizer import Tokenizer
 
@@ -92,6 +93,10 @@ class VLLMEngine(Engine):
                 self._group.start_nodes(kwargs)
                 os.environ.update(self._group.node_env(0, sorted(os.sched_getaffinity(0))))
                 kwargs = self._group.node_kwargs(kwargs, 0)
+            elif is_cpu and world_size > 1 and not os.environ.get("VLLM_CPU_OMP_THREADS_BIND"):
+                # vLLM's automatic binding refuses several ranks on one NUMA node
+                os.environ["VLLM_CPU_OMP_THREADS_BIND"] = one_node_threads_bind(
+                    world_size, sorted(os.sched_getaffinity(0)))
             args = AsyncEngineArgs(**kwargs)
             # built off the loop so that a node whose workers fail meanwhile is reported at once
             # instead of rank 0 waiting for it until vLLM's own start timeout
