@@ -38,6 +38,7 @@ class StartedNode:
     head: bool
     process: subprocess.Popen
     dashboard_url: str = ""
+    ray_client_port: int = 0  # the head's Ray Client server (ray://HOST:PORT), 0 when none
 
 
 def node_resources(num_cpus: float | None, num_gpus: float | None, resources: dict | None,
@@ -133,7 +134,8 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
     CF.write_node_file(session, proc.pid, head, hostport)
     if head:
         CF.write_address_file(temp_dir, hostport, token_file, session, info.get("dashboard_url", ""))
-    return StartedNode(proc.pid, session, hostport, info["node_id"], head, proc, info.get("dashboard_url", ""))
+    return StartedNode(proc.pid, session, hostport, info["node_id"], head, proc, info.get("dashboard_url", ""),
+                       info.get("ray_client_port", 0))
 
 
 def _check_port_free(ip: str, port: int) -> None:

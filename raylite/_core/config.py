@@ -89,6 +89,9 @@ class Config:
     task_events_job_end_grace_s: float = 5.0
     # a stopped job's entrypoint gets SIGTERM, then SIGKILL after this
     job_stop_grace_s: float = 3.0
+    # Ray Client server (ray://HOST:PORT) on a `raylite start --head` head: -1 = Ray's 10001,
+    # skipped with a warning when taken; 0 = off; else that port (a taken one fails the start)
+    ray_client_server_port: int = -1
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:

@@ -104,6 +104,15 @@ def encode(msg: Message, request_id: int = 0) -> bytes:
     )
 
 
+def encode_sized(msg: Message, request_id: int, size_hint: int) -> memoryview:
+    """encode() for a message holding about `size_hint` bytes of buffers (a Ray Client value):
+    packed once into a buffer of that size, not into one that doubles as it fills (which
+    copies a 100 MB value several times), and returned without a further copy."""
+    packer = msgpack.Packer(use_bin_type=True, autoreset=False, buf_size=size_hint + 65536)
+    packer.pack((msg.TAG, request_id, *[getattr(msg, f) for f in msg._FIELDS]))
+    return packer.getbuffer()
+
+
 def decode(data: bytes | memoryview) -> tuple[Message, int]:
     items = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
     cls = MESSAGES[items[0]]
@@ -824,3 +833,23 @@ class GetTimeSeries(Message):
 @message(143)
 class TimeSeriesReply(Message):
     series: dict  # {"time": [...], name: [value or None, ...]}
+
+
+# ---------------------------------------------------------------- Ray Client (ray://HOST:10001)
+@message(230)
+class ClientCall(Message):
+    """A remote driver's API call to its proxy driver on the head (client_remote.py ->
+    client_proxy.py, whose docstring lists the methods and their arguments). Sent without a
+    request id when the caller needs no answer (submit, release, export, ...)."""
+
+    method: str
+    args: list
+
+
+@message(231)
+class ClientCallReply(Message):
+    """ok: `value` is the method's result; not ok: `value` is [meta, buffers] of the pickled
+    exception, so the caller raises the original type."""
+
+    ok: bool
+    value: Any = None

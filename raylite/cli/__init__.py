@@ -90,6 +90,9 @@ def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: f
                    f"  Connect a driver with:     raylite.init(address='auto')  (on this machine) or "
                    f"raylite.init(address='{node.address}')\n"
                    f"  Stop it with:              raylite stop")
+        if node.ray_client_port:
+            click.echo(f"  Ray Client (one port):     raylite.init('ray://{node.address.rsplit(':', 1)[0]}:"
+                       f"{node.ray_client_port}')  (from any machine that reaches it, RAYLITE_TOKEN set)")
         if node.dashboard_url:
             token = CF.read_token(os.path.join(node.session_dir, "token"))
             click.echo(f"  Dashboard:                 {CF.dashboard_link(node.dashboard_url, token)}\n"
