@@ -229,6 +229,19 @@ def test_node_death_sends_its_placement_groups_back_to_pending():
     assert store.pgs[b"pg1"].state is PlacementGroupState.PENDING and CS.PlacePlacementGroup(b"pg1") in effects
 
 
+def test_removing_a_group_a_node_died_under_releases_its_bundles_on_the_live_nodes():
+    store, _ = store_with_nodes(N1, N2, cpus=1)
+    bundles = [R.to_fixed({"CPU": 1}), R.to_fixed({"CPU": 1})]
+    store.create_placement_group(b"pg1", bundles, "STRICT_SPREAD", "", "", False)
+    [plan] = store.plan_placement_group(b"pg1")
+    store.bundles_reserved(plan, list(plan.by_node), ok=True)
+    survivor = next(n for n in (N1, N2) if n != plan.bundle_nodes[1])
+    store.node_lost(plan.bundle_nodes[1], "cut")
+    effects = store.remove_placement_group(b"pg1")
+    # the live node's bundle was leaked before: its CPU stayed reserved for a group that is gone
+    assert CS.ReleaseBundlesOn(survivor, b"pg1", [0]) in effects
+
+
 # ------------------------------------------------------------------ key-value store, jobs, persistence
 def test_kv_put_get_del_keys():
     store, _ = store_with_nodes()
