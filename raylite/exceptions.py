@@ -186,6 +186,10 @@ class TaskCancelledError(RayError):
         self.task_id = task_id
         super().__init__(f"Task {task_id} was cancelled." if task_id else "This task was cancelled.")
 
+    def __reduce__(self) -> Any:
+        # rebuilt from its fields, not from the formatted message (which would be wrapped twice)
+        return (type(self), (self.task_id,), self.__dict__)
+
 
 class GetTimeoutError(RayError, TimeoutError):
     """get() or wait() ran past its timeout."""
@@ -200,6 +204,12 @@ class ObjectLostError(RayError):
         msg = f"Object {object_ref_hex} was lost"
         msg += f": {reason}" if reason else "."
         super().__init__(msg)
+
+    def __reduce__(self) -> Any:
+        # errors cross processes pickled: rebuild from the fields, not from the formatted message
+        # (Exception's default passes args, the message, back as object_ref_hex: "Object Object ...
+        # was lost was lost")
+        return (type(self), (self.object_ref_hex, self.reason), self.__dict__)
 
 
 class OwnerDiedError(ObjectLostError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import inspect
@@ -32,10 +33,15 @@ def strategy_to_wire(strategy: Any, resources: dict) -> tuple[list, dict]:
         pg = strategy.placement_group
         if pg is None:
             return [], resources
+        if isinstance(pg, str):
+            raise ValueError(f"PlacementGroupSchedulingStrategy(placement_group={pg!r}): pass a "
+                             "PlacementGroup, None (no group), or 'default' (the caller's group when "
+                             "its children are captured).")
         index = getattr(strategy, "placement_group_bundle_index", -1)
         if index is None:
             index = -1
-        if index >= 0 and index >= len(pg.bundle_specs):
+        # a group known by id only (get_current_placement_group()) has no bundle list to check against
+        if index >= 0 and pg.bundle_specs and index >= len(pg.bundle_specs):
             raise ValueError(f"placement_group_bundle_index {index} is out of range: the placement "
                              f"group has {len(pg.bundle_specs)} bundles.")
         return [], bundle_request(resources, pg.id.hex(), index)
@@ -52,6 +58,8 @@ def capture_and_strategy(strategy: Any, resources: dict, inherited: str) -> tupl
     explicit strategy). `inherited` is the caller's own captured group ("" if none)."""
     from raylite._core.scheduling import bundle_request
 
+    if uses_current_group(strategy):
+        strategy = _resolve_default_group(strategy, inherited)
     if strategy is None or strategy == "DEFAULT":
         if inherited:
             return [], bundle_request(resources, inherited, -1), inherited
@@ -61,6 +69,28 @@ def capture_and_strategy(strategy: Any, resources: dict, inherited: str) -> tupl
     if pg is not None and getattr(strategy, "placement_group_capture_child_tasks", False):
         capture = pg.id.hex()
     return wire, resources, capture
+
+
+def uses_current_group(strategy: Any) -> bool:
+    """`PlacementGroupSchedulingStrategy(placement_group="default")`: which group it means depends
+    on the caller (so a request made from it is not reused for another caller)."""
+    return getattr(strategy, "placement_group", None) == "default"
+
+
+def _resolve_default_group(strategy: Any, inherited: str) -> Any:
+    """Ray's `placement_group="default"`: the caller's own placement group when children are
+    captured (the strategy's `placement_group_capture_child_tasks`, else whether the caller
+    itself captures its children), else no group. A driver is in no group: no group."""
+    from raylite.placement_group import PlacementGroup, get_current_placement_group
+
+    capture = strategy.placement_group_capture_child_tasks
+    if capture is None:
+        capture = bool(inherited)
+    group = None
+    if capture:
+        group = PlacementGroup(bytes.fromhex(inherited), []) if inherited else get_current_placement_group()
+    return dataclasses.replace(strategy, placement_group=group,
+                               placement_group_capture_child_tasks=bool(capture and group is not None))
 
 
 def legacy_pg_options(opts: dict) -> dict:
@@ -170,7 +200,8 @@ class RemoteFunction(ExportedCode):
             resources = O.resource_request(opts, default_cpus=1)
             strategy, resources, capture_pg = capture_and_strategy(
                 opts.get("scheduling_strategy"), resources, inherited)
-            self._placement = (opts, inherited, resources, strategy, capture_pg)
+            if not uses_current_group(opts.get("scheduling_strategy")):
+                self._placement = (opts, inherited, resources, strategy, capture_pg)
         runtime_env = merge_runtime_env(api.job_runtime_env(), opts.get("runtime_env"))
         payload, arg_refs, pinned = client.pack_args(args, kwargs, descriptor.qualname)
         retry_exc = opts.get("retry_exceptions", False) or False

@@ -105,8 +105,8 @@ class TaskSubmitter:
         rec = TaskRecord(spec, spec.max_retries, retry_exceptions, pinned)
         if spec.num_returns in (STREAMING, DYNAMIC):
             self._generators[spec.task_id] = GeneratorState(dynamic=spec.num_returns == DYNAMIC)
-            gen = ObjectRefGenerator(spec.task_id, self) if spec.num_returns == STREAMING else None
             refs = [ObjectRef.counted(oid, self.address, self) for oid in return_ids]
+            gen = ObjectRefGenerator(spec.task_id, self, refs[0]) if spec.num_returns == STREAMING else None
             self._tasks[spec.task_id] = rec
             self.call_soon(self._enqueue_task, rec)
             return gen if gen is not None else refs[0]
@@ -583,8 +583,10 @@ class TaskSubmitter:
                 self._set_entry(first, "v", so.to_inline())
                 with self._lock:
                     self.refs.add_contained(first, [(r._id, r._owner) for r in gen.items])
-        else:
-            self._set_entry(first, *(gen.error or ("v", ser.serialize(None).to_inline())))
+        elif gen.error and (reply is None or reply.error_kind != "app"):
+            self._set_entry(first, *gen.error)  # the task itself failed: completed() raises it
+        else:  # it returned, or the user's generator raised (the stream carries that error): None
+            self._set_entry(first, "v", ser.serialize(None).to_inline())
         with self._lock:
             gen.done = True
             waiters, gen.waiters = gen.waiters, []
@@ -679,9 +681,6 @@ class TaskSubmitter:
                 for g in gens:
                     if latch in g.waiters:
                         g.waiters.remove(latch)
-
-    def generator_completed_ref(self, task_id: bytes) -> ObjectRef:
-        return ObjectRef(ObjectID.for_return(task_id, 1), self.address)
 
     def generator_length(self, task_id: bytes) -> int:
         gen = self._generators.get(task_id)

@@ -98,12 +98,15 @@ class ObjectRefGenerator:
 
     Iterate it (sync or async) to get one ObjectRef per yielded value; the
     iteration ends when the task returns, and raises the task's error if it failed.
+    The generator holds the ref to the task's own return (its completion) for as long as
+    it lives, so `completed()` works whenever it is asked, before or after the task ends.
     """
 
-    def __init__(self, task_id: bytes, client: Any) -> None:
+    def __init__(self, task_id: bytes, client: Any, completion: ObjectRef) -> None:
         self._task_id = task_id
         self._client = client
         self._index = 0
+        self._completion = completion
 
     def __iter__(self) -> ObjectRefGenerator:
         return self
@@ -127,7 +130,8 @@ class ObjectRefGenerator:
         return ref
 
     def completed(self) -> ObjectRef:
-        return self._client.generator_completed_ref(self._task_id)
+        """A ref that resolves (to None) when the task has returned, or raises its error."""
+        return self._completion
 
     def __len__(self) -> int:
         return self._client.generator_length(self._task_id)

@@ -56,8 +56,7 @@ class SerializedObject:
         return len(self.meta) + sum(memoryview(b).nbytes for b in self.buffers)
 
     def to_inline(self) -> list:
-        return [self.meta, [memoryview(b).cast("B").tobytes() if not isinstance(b, bytes) else b
-                            for b in self.buffers]]
+        return [self.meta, [b if isinstance(b, bytes) else bytes(_raw(b)) for b in self.buffers]]
 
 
 def contained_refs_sink() -> list | None:
@@ -349,6 +348,11 @@ _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
 def _raw(b: Any) -> Any:
+    """The buffer's bytes as one flat byte view, whatever its shape. Never `memoryview.cast("B")`:
+    Python refuses to cast a view with a 0 in its shape (an empty 2-D array, an empty
+    DataFrame's columns), while `PickleBuffer.raw()` flattens any contiguous buffer."""
+    if isinstance(b, bytes):
+        return b
     pb = b if isinstance(b, pickle.PickleBuffer) else pickle.PickleBuffer(b)
     try:
         return pb.raw()  # flat bytes of a C- or Fortran-contiguous buffer, no copy
@@ -357,7 +361,7 @@ def _raw(b: Any) -> Any:
 
 
 def _writev_all(fd: int, pieces: list) -> None:
-    views = [memoryview(p).cast("B") for p in pieces if len(memoryview(p).cast("B"))]
+    views = [v for v in (memoryview(_raw(p)) for p in pieces) if v.nbytes]
     while views:
         batch = views[:512]
         n = os.writev(fd, batch)
