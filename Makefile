@@ -25,6 +25,9 @@ install-test:
 	else \
 		$(PIP) install --progress-bar on -e '.[test]'; \
 	fi
+	@# the `ray` name (compat/ray, after raylite): tests/compat and tests/ecosystem import `ray`.
+	@# It refuses to install over a real Ray; those tests then skip, saying so.
+	$(PIP) install -e ./compat/ray || echo "compat/ray was not installed: the tests of the \`ray\` name will skip"
 	@# redis-server for the head-persistence tests (Debian's package; root only, best effort)
 	@if ! command -v redis-server >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		(apt-get install -y -q redis-server || (apt-get update -q && apt-get install -y -q redis-server)) >/dev/null 2>&1 \

@@ -38,7 +38,9 @@ _DROP_ENV = ("RAYLITE_ADDRESS", "RAY_ADDRESS", "RAYLITE_TOKEN", "RAY_API_SERVER_
              "RAYLITE_JOB_SUBMISSION_ID", "RAYLITE_DASHBOARD_PORT", "PYTEST_CURRENT_TEST")
 WRAPPERS = {"python": "exec {exe} \"$@\"", "python3": "exec {exe} \"$@\"",
             "raylite": "exec {exe} -m raylite.cli \"$@\"",
-            "serve": "exec {exe} -m raylite.serve.scripts \"$@\""}
+            "serve": "exec {exe} -m raylite.serve.scripts \"$@\"",
+            # compat/ray's `ray` command (docs/ecosystem.md), run on this checkout's raylite
+            "ray": "exec {exe} -c 'import sys, ray; sys.argv[0] = \"ray\"; ray._cli_main()' \"$@\""}
 
 
 @dataclass
