@@ -34,6 +34,7 @@ from raylite.data._internal.shuffle import (
     sort_bulk,
 )
 from raylite.data._internal.submitter import TaskOptions, get_submitter
+from raylite.data._internal.tasks import block_to_numpy, block_to_pandas
 from raylite.data._internal.transforms import (
     UDF,
     AddColumnStage,
@@ -60,6 +61,8 @@ from raylite.data.iterator import (
     StreamSplitDataIterator,
     _DatasetIterator,
 )
+
+_CONVERT = TaskOptions(num_cpus=1.0)  # a per-block conversion task (to_pandas_refs ...)
 
 
 class Schema:
@@ -572,20 +575,38 @@ class Dataset:
             raise ValueError(f"The dataset has more than the given limit of {limit} rows: {table.num_rows}.")
         return pd.DataFrame(table_to_pandas(table))
 
+    def _block_refs(self) -> list[Any]:
+        """Refs of this dataset's blocks, in order (run first if needed); blocks held in this
+        process (``from_items`` ...) are put into the store."""
+        mat = self.materialize()
+        logical = mat._logical
+        if isinstance(logical, L.InputData) and logical.blocks is not None:
+            sub = get_submitter()
+            return [sub.put(block) for block in logical.blocks]
+        return [r for b in mat._bundles() for r in b.refs()]
+
+    def _per_block(self, fn: Callable[..., Any], name: str, *args: Any) -> list[Any]:
+        sub = get_submitter()
+        return [sub.submit(fn, [ref, *args], num_returns=1, options=_CONVERT, name=name)[0]
+                for ref in self._block_refs()]
+
     def to_arrow_refs(self) -> list[Any]:
-        return [r for b in self.materialize()._bundles() for r in b.refs()]
+        """One ref per block to a pyarrow Table: the blocks themselves, no copy."""
+        return self._block_refs()
 
     def to_numpy_refs(self, *, column: str | None = None) -> list[Any]:
-        sub = get_submitter()
-        out = []
-        for block in self._iter_blocks():
-            batch = table_to_batch(block, "numpy")
-            out.append(sub.put(batch[column] if column else batch))
-        return out
+        """One ref per block to a dict of ndarrays (or, with ``column``, to that column's
+        ndarray), converted on the cluster: the data does not pass through this process."""
+        if column is not None:
+            names = self.columns()
+            if names and column not in names:
+                raise ValueError(f"to_numpy_refs(column={column!r}): the dataset has no such column; "
+                                 f"its columns are {names}.")
+        return self._per_block(block_to_numpy, "ToNumpyRefs", column)
 
     def to_pandas_refs(self) -> list[Any]:
-        sub = get_submitter()
-        return [sub.put(pd_df) for pd_df in (table_to_pandas(b) for b in self._iter_blocks())]
+        """One ref per block to a pandas DataFrame, converted on the cluster."""
+        return self._per_block(block_to_pandas, "ToPandasRefs")
 
     # ================================================================ writes
 

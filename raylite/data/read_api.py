@@ -17,6 +17,9 @@ import numpy as np
 import pyarrow as pa
 
 from raylite.data._internal import logical as L
+from raylite.data._internal import tasks as T
+from raylite.data._internal.operators import RefBundle
+from raylite.data._internal.submitter import TaskOptions, get_submitter
 from raylite.data.block import Block, batch_to_block, compact_block, items_to_block, to_arrow_array
 from raylite.data.dataset import Dataset, MaterializedDataset, _from_blocks
 from raylite.data.datasource import (
@@ -115,13 +118,63 @@ def from_torch(dataset: Any) -> MaterializedDataset:
     return from_items([dataset[i] for i in builtins.range(len(dataset))])
 
 
-def from_arrow_refs(refs: list[Any]) -> MaterializedDataset:
-    from raylite.data._internal.operators import RefBundle
-    from raylite.data._internal.submitter import get_submitter
-    from raylite.data.block import BlockMetadata
+def _ref_list(refs: Any, fn: str, what: str) -> list[Any]:
+    """One object ref or a list of them (Ray's contract for ``from_*_refs``); anything else is
+    an error naming the fix."""
+    sub = get_submitter()
+    if sub.is_ref(refs):
+        return [refs]
+    if isinstance(refs, (list, tuple)):
+        for r in refs:
+            if not sub.is_ref(r):
+                raise ValueError(f"{fn} expects object refs to {what}s, got a list containing a "
+                                 f"{type(r).__name__}. Put the values first (raylite.put(value)), or pass "
+                                 f"the values themselves to {fn.removesuffix('_refs')}().")
+        return list(refs)
+    raise ValueError(f"{fn} expects an object ref to a {what} or a list of them, got a "
+                     f"{type(refs).__name__}. Put the value first (raylite.put(value)), or pass it to "
+                     f"{fn.removesuffix('_refs')}().")
 
-    tables = get_submitter().get(list(refs))
-    bundles = [RefBundle([(r, BlockMetadata.of(t))]) for r, t in zip(refs, tables)]
+
+_CONVERT = TaskOptions(num_cpus=1.0)
+
+
+def _from_objects(refs: list[Any], convert: Any, name: str) -> MaterializedDataset:
+    """A dataset whose blocks are made from objects in the store by one task each, on the
+    cluster: the values never pass through this process; only their metadata does."""
+    sub = get_submitter()
+    outs = [sub.submit(convert, [r], num_returns=2, options=_CONVERT, name=name) for r in refs]
+    metas = sub.get([meta for _, meta in outs])
+    bundles = [RefBundle([(block, meta)]) for (block, _), meta in zip(outs, metas)]
+    return MaterializedDataset(L.InputData(name, bundles=bundles))
+
+
+def from_pandas_refs(dfs: Any) -> MaterializedDataset:
+    """A dataset from object refs to pandas DataFrames (one ref or a list): one block per
+    DataFrame, converted to Arrow on the cluster. The refs stay the caller's."""
+    return _from_objects(_ref_list(dfs, "from_pandas_refs", "pandas DataFrame"), T.pandas_to_block,
+                         "FromPandasRefs")
+
+
+def from_numpy_refs(ndarrays: Any) -> MaterializedDataset:
+    """A dataset from object refs to ndarrays (one ref or a list), column ``data`` as in
+    ``from_numpy``: one block per array, built on the cluster. The refs stay the caller's."""
+    return _from_objects(_ref_list(ndarrays, "from_numpy_refs", "numpy ndarray"), T.numpy_to_block,
+                         "FromNumpyRefs")
+
+
+def from_arrow_refs(tables: Any) -> MaterializedDataset:
+    """A dataset from object refs to Arrow tables (one ref or a list; a ref may also hold
+    Arrow's IPC stream format in bytes). Each table is a block as it is, with no copy: only
+    its metadata is computed, on the cluster."""
+    refs = _ref_list(tables, "from_arrow_refs", "pyarrow Table")
+    sub = get_submitter()
+    outs = [sub.submit(T.arrow_to_block, [r], num_returns=3, options=_CONVERT, name="FromArrowRefs")
+            for r in refs]
+    got = sub.get([x for _, meta, new in outs for x in (meta, new)])
+    metas, new = got[0::2], got[1::2]
+    bundles = [RefBundle([(block if made else ref, meta)])
+               for ref, (block, _, _), meta, made in zip(refs, outs, metas, new)]
     return MaterializedDataset(L.InputData("FromArrowRefs", bundles=bundles))
 
 

@@ -14,10 +14,20 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from raylite.data._internal.transforms import TransformChain, run_chain_blocks
-from raylite.data.block import Block, BlockMetadata, compact_block, concat_blocks
+from raylite.data.block import (
+    Block,
+    BlockMetadata,
+    batch_to_block,
+    compact_block,
+    concat_blocks,
+    table_to_batch,
+    table_to_pandas,
+    to_arrow_array,
+)
 
 
 def _use_cpus(num_cpus: float) -> None:
@@ -97,3 +107,55 @@ def zip_task(spec: list[tuple[int, int, int]], left: Block, *right_blocks: Block
         out = out.append_column(new, col.combine_chunks() if col.num_chunks > 1 else col)
     out = compact_block(out)
     return out, BlockMetadata.of(out)
+
+
+# ---------------------------------------------------------------- objects <-> blocks (*_refs)
+def _not_a(what: str, value: Any, fn: str) -> TypeError:
+    return TypeError(f"{fn}: an object ref given holds a {type(value).__module__}.{type(value).__name__}, "
+                     f"not a {what}. Pass refs to {what}s (raylite.put(value)).")
+
+
+def pandas_to_block(df: Any) -> tuple[Block, BlockMetadata]:
+    """``from_pandas_refs``: a DataFrame in the store -> a block beside it, and its metadata."""
+    import pandas as pd
+
+    if not isinstance(df, pd.DataFrame):
+        raise _not_a("pandas DataFrame", df, "from_pandas_refs")
+    block = batch_to_block(df, where="from_pandas_refs")
+    return block, BlockMetadata.of(block)
+
+
+def numpy_to_block(arr: Any) -> tuple[Block, BlockMetadata]:
+    """``from_numpy_refs``: an ndarray -> a block with one row per element of its first axis
+    in column ``data`` (as ``from_numpy``), and its metadata."""
+    if not isinstance(arr, np.ndarray):
+        raise _not_a("numpy ndarray", arr, "from_numpy_refs")
+    block = pa.table({"data": to_arrow_array(arr, "data")})
+    return block, BlockMetadata.of(block)
+
+
+def arrow_to_block(table: Any) -> tuple[Block | None, BlockMetadata, bool]:
+    """``from_arrow_refs``: (None, metadata, False) for a Table, which is used as a block as it
+    is (zero copy); for Arrow's IPC stream format in bytes, (the table read from it, its
+    metadata, True): a new block."""
+    if isinstance(table, (bytes, bytearray, memoryview)):
+        import pyarrow.ipc
+
+        block = pyarrow.ipc.open_stream(pa.py_buffer(table)).read_all()
+        return block, BlockMetadata.of(block), True
+    if not isinstance(table, pa.Table):
+        raise _not_a("pyarrow Table", table, "from_arrow_refs")
+    return None, BlockMetadata.of(table), False
+
+
+def block_to_pandas(block: Block) -> Any:
+    """``to_pandas_refs``: one DataFrame per block (a plain DataFrame, as ``to_pandas`` gives)."""
+    import pandas as pd
+
+    return pd.DataFrame(table_to_pandas(block))
+
+
+def block_to_numpy(block: Block, column: str | None) -> Any:
+    """``to_numpy_refs``: one dict of ndarrays per block, or one ndarray of ``column``."""
+    batch = table_to_batch(block, "numpy")
+    return batch if column is None else batch[column]
