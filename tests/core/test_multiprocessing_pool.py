@@ -148,3 +148,24 @@ def test_bad_arguments_say_what_to_change(cluster):
         Pool(processes=1, maxtasksperchild=0)
     with Pool(processes=1) as pool, pytest.raises(ValueError, match="chunksize"):
         pool.map(square, [1], chunksize=0)
+
+
+def test_ray_address_joins_a_running_cluster_from_a_fresh_driver(cluster, tmp_path):
+    """A program that never called init() gives the pool the cluster's address (ray_address=)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    address = cluster.get_runtime_context().gcs_address
+    script = tmp_path / "driver.py"
+    script.write_text(
+        "import raylite\n"
+        "from raylite.util.multiprocessing import Pool\n"
+        f"with Pool(processes=1, ray_address={address!r}) as pool:\n"
+        "    print(pool.map(abs, [-3, -4]), raylite.get_runtime_context().gcs_address)\n")
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(repo))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["[3,", "4]", address], proc.stdout
