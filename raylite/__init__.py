@@ -45,12 +45,16 @@ _LAZY_ATTRIBUTES = {
     "ObjectRefGenerator": ("raylite.object_ref", "ObjectRefGenerator"),
     "RemoteFunction": ("raylite.remote_function", "RemoteFunction"),
     "get_runtime_context": ("raylite.runtime_context", "get_runtime_context"),
+    # names libraries read from Ray's package (raylite/_private/compat_names.py says who)
+    "ObjectID": ("raylite.object_ref", "ObjectRef"),  # Ray's older name: the same class, as in Ray
+    "logger": ("raylite._private.compat_names", "logger"),
+    "ray_constants": ("raylite._private.ray_constants", None),
 }
 
 __version__ = "0.1.0"
 
 _LAZY_SUBMODULES = {"data", "train", "serve", "util", "dag", "tune", "job_submission", "dashboard",
-                    "experimental"}
+                    "experimental", "cloudpickle", "types"}
 
 
 def init(address: str | None = None, **kwargs: Any) -> Any:

@@ -16,6 +16,14 @@ class RuntimeContext:
 
         return api.ensure_initialized()
 
+    @property
+    def worker(self) -> Any:
+        """Ray's half-private worker object (libraries compare `.worker.mode` with WORKER_MODE
+        to tell a driver from a worker): raylite/_private/compat_names.py."""
+        from raylite._private.compat_names import global_worker
+
+        return global_worker
+
     def get_job_id(self) -> str:
         return self._client().job_id.hex()
 

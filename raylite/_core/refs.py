@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import types
 from typing import Any
 
 from raylite._core.serialization import contained_refs_sink
@@ -22,6 +23,8 @@ class ObjectRef:
     """A reference to an object in the cluster. Hashable; `hex()` is its id."""
 
     __slots__ = ("_id", "_owner", "_client", "__weakref__")
+    # `ObjectRef[int]` in annotations evaluated at run time (Ray's ObjectRef takes it too)
+    __class_getitem__ = classmethod(types.GenericAlias)
 
     def __init__(self, object_id: bytes, owner_address: str = "", *, _borrowed: bool = False) -> None:
         self._id = bytes(object_id)

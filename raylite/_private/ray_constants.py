@@ -1,0 +1,31 @@
+"""`ray._private.ray_constants` (also `ray.ray_constants`): the constants and env helpers
+libraries read, re-exported from the compatibility module raylite/_private/compat_names.py."""
+
+from raylite._private.compat_names import (
+    DEFAULT_CLIENT_PORT,
+    DEFAULT_DASHBOARD_AGENT_LISTEN_PORT,
+    DEFAULT_DASHBOARD_PORT,
+    DEFAULT_OBJECT_STORE_MEMORY_PROPORTION,
+    DEFAULT_PORT,
+    ENABLE_RAY_CLUSTER,
+    ID_SIZE,
+    LOGGER_FORMAT,
+    LOGGER_LEVEL,
+    RAY_ADDRESS_ENVIRONMENT_VARIABLE,
+    RAY_ENABLE_UV_RUN_RUNTIME_ENV,
+    RAY_NAMESPACE_ENVIRONMENT_VARIABLE,
+    RAY_RUNTIME_ENV_ENVIRONMENT_VARIABLE,
+    REDIS_DEFAULT_PASSWORD,
+    env_bool,
+    env_float,
+    env_integer,
+)
+
+__all__ = [
+    "DEFAULT_CLIENT_PORT", "DEFAULT_DASHBOARD_AGENT_LISTEN_PORT", "DEFAULT_DASHBOARD_PORT",
+    "DEFAULT_OBJECT_STORE_MEMORY_PROPORTION", "DEFAULT_PORT", "ENABLE_RAY_CLUSTER", "ID_SIZE",
+    "LOGGER_FORMAT", "LOGGER_LEVEL", "RAY_ADDRESS_ENVIRONMENT_VARIABLE",
+    "RAY_ENABLE_UV_RUN_RUNTIME_ENV", "RAY_NAMESPACE_ENVIRONMENT_VARIABLE",
+    "RAY_RUNTIME_ENV_ENVIRONMENT_VARIABLE", "REDIS_DEFAULT_PASSWORD", "env_bool", "env_float",
+    "env_integer",
+]
