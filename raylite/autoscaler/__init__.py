@@ -1,0 +1,1 @@
+"""raylite.autoscaler: Ray's `ray.autoscaler` names (the `sdk` module libraries call)."""
