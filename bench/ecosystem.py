@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from _common import median  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PROGRAMS = REPO / "examples" / "ecosystem"
+_SESSIONS = tempfile.mkdtemp(prefix="raylite-bench-ecosystem-")
 ALL = ["multiprocessing_pool", "joblib_sklearn", "dask_on_ray", "modin_on_ray", "daft_on_ray"]
 LIBRARIES = {"multiprocessing_pool": ["(standard library) multiprocessing"],
              "joblib_sklearn": ["joblib", "scikit-learn"], "dask_on_ray": ["dask"],
@@ -36,6 +38,7 @@ def _env(python: str) -> dict[str, str]:
     env = dict(os.environ, RAYLITE_DASHBOARD_PORT="0", RAY_USAGE_STATS_ENABLED="0")
     if python == sys.executable:  # this checkout's raylite, behind compat/ray's `import ray`
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+        env["RAYLITE_TEMP_DIR"] = _SESSIONS  # its own cluster, never one `raylite start` left running
     else:
         env.pop("PYTHONPATH", None)
     return env

@@ -20,9 +20,12 @@ REPO = Path(__file__).resolve().parents[2]
 PROGRAMS = REPO / "examples" / "ecosystem"
 
 
-def _env() -> dict[str, str]:
+def _env(sessions: Path | None = None) -> dict[str, str]:
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    return dict(os.environ, PYTHONPATH=path, RAYLITE_DASHBOARD_PORT="0")
+    env = dict(os.environ, PYTHONPATH=path, RAYLITE_DASHBOARD_PORT="0")
+    if sessions is not None:  # ray.init() starts this program's own cluster, never joins one left running
+        env["RAYLITE_TEMP_DIR"] = str(sessions)
+    return env
 
 
 @functools.lru_cache(maxsize=1)
@@ -49,7 +52,9 @@ def require(module: str, pin: str) -> None:
 def run(program: str, mode: str, cwd: Path, cpus: int = 2, timeout_s: float = 600) -> dict:
     """Run `program` in `mode` ('ray' or 'native'); its JSON line (mode, result, init_s, work_s, ray_backend)."""
     cmd = [sys.executable, str(PROGRAMS / f"{program}.py"), mode, "--cpus", str(cpus)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=cwd, timeout=timeout_s)
+    sessions = cwd / "sessions"
+    sessions.mkdir(exist_ok=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(sessions), cwd=cwd, timeout=timeout_s)
     assert proc.returncode == 0, (f"{program} {mode} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
                                   f"stderr:\n{proc.stderr[-6000:]}")
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
