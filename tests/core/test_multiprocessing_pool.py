@@ -169,3 +169,10 @@ def test_ray_address_joins_a_running_cluster_from_a_fresh_driver(cluster, tmp_pa
                           env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["[3,", "4]", address], proc.stdout
+
+
+def test_the_integrations_load_on_first_use_from_raylite_util():
+    import raylite.util
+
+    assert raylite.util.multiprocessing.Pool is Pool
+    assert callable(raylite.util.joblib.register_ray) and callable(raylite.util.dask.ray_dask_get)
