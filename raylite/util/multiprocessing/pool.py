@@ -7,7 +7,9 @@ semantics follow the standard library where Ray's `ray.util.multiprocessing.Pool
 * The pool holds `processes` actors (default: the cluster's CPU count), each running the
   `initializer(*initargs)` once when it starts, and one chunk of work at a time.
 * Work is cut into chunks (`chunksize`, or the standard library's heuristic) that are handed to
-  the actors round-robin when submitted; the actors queue them.
+  the actors round-robin when submitted; the actors queue them. The iterable is read in full
+  when the call is made (also by `imap`), so it must be finite.
+* `context` is accepted for the standard library's signature and has no meaning here.
 * A failing item raises its own exception (same type, `__cause__` holding the remote traceback),
   from `map`, `get()` or the iterator of `imap`, like the standard library.
 * `maxtasksperchild=N`: an actor that has been given N chunks is told to exit once they are done
