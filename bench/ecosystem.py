@@ -28,10 +28,10 @@ from _common import median  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 PROGRAMS = REPO / "examples" / "ecosystem"
 _SESSIONS = tempfile.mkdtemp(prefix="raylite-bench-ecosystem-")
-ALL = ["multiprocessing_pool", "joblib_sklearn", "dask_on_ray", "modin_on_ray", "daft_on_ray"]
+ALL = ["multiprocessing_pool", "joblib_sklearn", "dask_on_ray", "modin_on_ray", "daft_on_ray", "hamilton_on_ray"]
 LIBRARIES = {"multiprocessing_pool": ["(standard library) multiprocessing"],
              "joblib_sklearn": ["joblib", "scikit-learn"], "dask_on_ray": ["dask"],
-             "modin_on_ray": ["modin"], "daft_on_ray": ["daft"]}
+             "modin_on_ray": ["modin"], "daft_on_ray": ["daft"], "hamilton_on_ray": ["apache-hamilton"]}
 
 
 def _env(python: str) -> dict[str, str]:
