@@ -108,7 +108,11 @@ def spawn_node(config: Config, *, num_cpus=None, num_gpus=None, resources=None,
         env["RAYLITE_OBJECT_STORE_BYTES"] = str(int(object_store_memory))
     env.update(system_config_env(system_config)[0])  # Ray's init(_system_config=...)
     pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [pkg_root, os.getcwd(), env.get("PYTHONPATH", "")] if p)
+    # as in Ray, the driver script's folder and the current folder are importable in workers: a
+    # program's helper modules next to it (Hamilton's dataflow modules, say) are found by name
+    script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] and os.path.isfile(sys.argv[0]) else ""
+    script_dir = os.path.dirname(os.path.realpath(script)) if script else ""
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [pkg_root, script_dir, os.getcwd(), env.get("PYTHONPATH", "")] if p)
     cmd = [sys.executable, "-m", "raylite._core.node_main", "--session-dir", session, "--head",
            "--resources", json.dumps(total), "--labels", json.dumps(labels or {}), "--exit-with-creator",
            "--creator-pid", str(os.getpid())]
