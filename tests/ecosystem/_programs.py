@@ -10,8 +10,10 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -52,9 +54,12 @@ def require(module: str, pin: str) -> None:
 def run(program: str, mode: str, cwd: Path, cpus: int = 2, timeout_s: float = 600) -> dict:
     """Run `program` in `mode` ('ray' or 'native'); its JSON line (mode, result, init_s, work_s, ray_backend)."""
     cmd = [sys.executable, str(PROGRAMS / f"{program}.py"), mode, "--cpus", str(cpus)]
-    sessions = cwd / "sessions"
-    sessions.mkdir(exist_ok=True)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(sessions), cwd=cwd, timeout=timeout_s)
+    # short: the session's unix sockets live under it (pytest's tmp_path can be too long for them)
+    sessions = Path(tempfile.mkdtemp(prefix="rl-eco-", dir="/tmp"))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(sessions), cwd=cwd, timeout=timeout_s)
+    finally:
+        shutil.rmtree(sessions, ignore_errors=True)
     assert proc.returncode == 0, (f"{program} {mode} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
                                   f"stderr:\n{proc.stderr[-6000:]}")
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
