@@ -197,3 +197,53 @@ def _size(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n} B"
+
+
+# ------------------------------------------------------------------ the autoscaler's view of the head
+AUTOSCALER_NAMESPACE = "__autoscaler__"  # control_store.AUTOSCALER_* (the head reads these rows)
+
+
+def get_cluster_demand(address: str | None = None) -> dict[str, Any]:
+    """The head's nodes and what waits for resources, in Ray's units (floats), for an
+    autoscaler: {"nodes": [{node_id (hex), ip, alive, labels, total, available, pending,
+    idle_s, is_head}], "demands": {"waiting": [...], "actors": [...], "placement_groups":
+    [{bundles, strategy}], "requested": [...]}}. `idle_s` is how long the node has had nothing
+    running, reserved, queued or stored; "waiting" are requests no node fits yet that a node
+    type of the autoscaler would (they stay pending while its view is published)."""
+    import json
+
+    from raylite._core import cluster as C
+    from raylite._core import resources as R
+    from raylite._core.config import get_config
+
+    raw = C.cluster_demand(get_config(), address or "auto")
+    nodes = []
+    for n in raw["nodes"]:
+        nodes.append({"node_id": n["node_id"].hex(), "ip": n["ip"], "alive": n["alive"],
+                      "labels": dict(n.get("labels") or {}), "total": R.from_fixed(n["total"]),
+                      "available": R.from_fixed(n["available"]),
+                      "pending": [R.from_fixed(p) for p in n.get("pending") or []],
+                      "idle_s": float(n.get("idle_s") or 0.0),
+                      "is_head": "node:__internal_head__" in n["total"]})
+    d = raw["demands"]
+    requested = json.loads(d["requested"]).get("bundles", []) if d.get("requested") else []
+    return {"nodes": nodes, "demands": {
+        "waiting": [R.from_fixed(r) for r in d.get("waiting", [])],
+        "actors": [R.from_fixed(r) for r in d.get("actors", [])],
+        "placement_groups": [{"bundles": [R.from_fixed(b) for b in pg["bundles"]], "strategy": pg["strategy"]}
+                             for pg in d.get("placement_groups", [])],
+        "requested": requested}}
+
+
+def publish_autoscaler_view(view: dict[str, Any] | None, address: str | None = None) -> None:
+    """Store an autoscaler's view in the head's KV: {"node_types": {name: {"resources": {...},
+    "min_workers", "max_workers"}}, "launching": N, ...}. While it is there, requests that only
+    a launchable node type fits stay pending instead of failing, and `raylite status` shows it.
+    None removes it (requests no node fits fail again)."""
+    import json
+
+    from raylite._core import cluster as C
+    from raylite._core.config import get_config
+
+    value = None if view is None else json.dumps(view).encode()
+    C.put_kv(get_config(), address or "auto", AUTOSCALER_NAMESPACE, b"view", value)

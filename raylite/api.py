@@ -111,7 +111,10 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
 
         global _job_runtime_env
         _job_runtime_env = merge_runtime_env(None, runtime_env) if runtime_env else {}
-        if address and address not in ("local",):
+        if address and address.startswith("ray://"):  # Ray Client: one port on the head
+            info = driver.init_ray_client(address, namespace=namespace or _anon_namespace(),
+                                          log_to_driver=log_to_driver, runtime_env=runtime_env or {})
+        elif address and address not in ("local",):
             if kwargs.get("_system_config"):
                 warnings.warn("raylite.init() ignores _system_config when it connects to a running cluster "
                               f"({address}): a cluster's settings are fixed when it starts (Ray refuses this "

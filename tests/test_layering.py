@@ -23,7 +23,7 @@ def _imports(path: pathlib.Path) -> set[str]:
 
 
 def test_libraries_use_only_public_api():
-    for lib in ("data", "train", "serve", "util", "dag"):
+    for lib in ("data", "train", "serve", "util", "dag", "autoscaler"):
         for path in (ROOT / lib).rglob("*.py") if (ROOT / lib).exists() else []:
             bad = [m for m in _imports(path) if m.startswith("raylite._core")]
             assert not bad, f"{path.relative_to(ROOT.parent)} imports Core internals: {bad}"

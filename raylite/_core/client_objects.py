@@ -25,6 +25,10 @@ from raylite._core.node_sync import BlockingNodeLink
 from raylite._core.refs import ObjectRef
 from raylite._core.transport import rpc
 
+# a ref rebuilt from an id (ObjectRef(binary)) after every real reference was dropped
+_RELEASED = ("its owner released it: every reference to it had been dropped, so it was freed. Keep "
+             "the ObjectRef (from put() or .remote()) alive for as long as the value is needed.")
+
 
 class ObjectPlane:
     """put / get / wait and object transfer (mixed into CoreClient)."""
@@ -177,7 +181,7 @@ class ObjectPlane:
                 return entry
             entry = self.entries[oid] = ObjectEntry()
             if ref._owner == self.address or not ref._owner:
-                entry.kind, entry.payload = "e", self._lost_error(oid, "its owner released it")
+                entry.kind, entry.payload = "e", self._lost_error(oid, _RELEASED)
                 return entry
         self.loop.call_soon_threadsafe(self._start_fetch, oid, ref._owner)
         return entry
@@ -195,7 +199,7 @@ class ObjectPlane:
             reply: P.GetObjectStatusReply = await conn.request(P.GetObjectStatus(oid, True))
             kind = {"inline": "v", "error": "e", "store": "s"}.get(reply.kind)
             if kind is None:
-                self._set_entry(oid, "e", self._lost_error(oid, "its owner no longer has it"))
+                self._set_entry(oid, "e", self._lost_error(oid, _RELEASED))
             else:
                 self._set_entry(oid, kind, reply.payload)
         except Exception as e:  # noqa: BLE001

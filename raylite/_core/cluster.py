@@ -19,6 +19,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from raylite._core import accelerators
 from raylite._core import cluster_files as CF
 from raylite._core import resources as R
 from raylite._core.config import Config
@@ -37,6 +38,7 @@ class StartedNode:
     head: bool
     process: subprocess.Popen
     dashboard_url: str = ""
+    ray_client_port: int = 0  # the head's Ray Client server (ray://HOST:PORT), 0 when none
 
 
 def node_resources(num_cpus: float | None, num_gpus: float | None, resources: dict | None,
@@ -50,6 +52,20 @@ def node_resources(num_cpus: float | None, num_gpus: float | None, resources: di
     return total
 
 
+def _check_auth(config: Config) -> None:
+    """RAY_AUTH_MODE=disabled: refuse unless RAYLITE_ALLOW_NO_AUTH=1, and then say so loudly."""
+    from raylite._core.config import no_auth_refusal
+
+    refusal = no_auth_refusal(config)
+    if refusal:
+        raise StartError(refusal)
+    if config.auth_disabled:
+        print("WARNING: raylite is starting WITHOUT authentication (RAY_AUTH_MODE=disabled, "
+              "RAYLITE_ALLOW_NO_AUTH=1): anyone who can reach this node's ports can run code on it "
+              "and read its data. Use RAY_AUTH_MODE=token with RAY_AUTH_TOKEN outside a trusted "
+              "network.", file=sys.stderr)
+
+
 def default_ip() -> str:
     return CF.local_ip_towards("10.255.255.255", 1)
 
@@ -60,11 +76,15 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
                persist: str = "", token: str = "", tls_cert: str = "", tls_key: str = "",
                timeout_s: float = 60.0, labels: dict | None = None, node_port: int = 0,
                extra_resources: dict | None = None, include_dashboard: bool = False,
-               dashboard_host: str = "127.0.0.1", dashboard_port: int = 8265) -> StartedNode:
+               dashboard_host: str = "127.0.0.1", dashboard_port: int = 8265,
+               creator_pid: int = 0, env: dict[str, str] | None = None) -> StartedNode:
     """Start a head node or a worker node as a detached process; wait until it serves.
 
     `extra_resources` are added to `resources` (e.g. `memory` from `raylite start --memory`);
-    `node_port` fixes the node's TCP port (0: a free one)."""
+    `node_port` fixes the node's TCP port (0: a free one); `creator_pid`: the node stops when
+    that process exits (`raylite.cluster_utils.Cluster`'s nodes die with the program that made
+    them); `env`: extra environment for the daemon (e.g. from Ray's `_system_config`)."""
+    _check_auth(config)
     temp_dir = config.temp_dir
     ip = node_ip or default_ip()
     session = os.path.join(temp_dir, f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}_"
@@ -88,12 +108,15 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
         hostport, found = CF.resolve(address, temp_dir, token or config.token)
         token = token or config.token or found
         extra = ["--head-address", f"tcp://{hostport}"]
-    total = node_resources(num_cpus, num_gpus, {**(resources or {}), **(extra_resources or {})}, head, ip)
+    total = node_resources(num_cpus, num_gpus, {**accelerators.label_resources(labels), **(resources or {}),
+                                                **(extra_resources or {})}, head, ip)
     if labels:
         extra += ["--labels", json.dumps(labels)]
     if node_port:
         extra += ["--node-port", str(node_port)]
-    env = dict(os.environ)
+    if creator_pid:
+        extra += ["--creator-pid", str(creator_pid)]
+    env = {**os.environ, **(env or {})}
     env["RAYLITE_TOKEN"] = token  # never on the command line, where `ps` shows it
     env["RAYLITE_TEMP_DIR"] = temp_dir
     if object_store_memory:
@@ -126,7 +149,8 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
     CF.write_node_file(session, proc.pid, head, hostport)
     if head:
         CF.write_address_file(temp_dir, hostport, token_file, session, info.get("dashboard_url", ""))
-    return StartedNode(proc.pid, session, hostport, info["node_id"], head, proc, info.get("dashboard_url", ""))
+    return StartedNode(proc.pid, session, hostport, info["node_id"], head, proc, info.get("dashboard_url", ""),
+                       info.get("ray_client_port", 0))
 
 
 def _check_port_free(ip: str, port: int) -> None:
@@ -224,15 +248,39 @@ def local_address(config: Config, address: str = "auto") -> str:
     return address
 
 
+def head_target(config: Config, address: str = "auto") -> tuple[str, str]:
+    """(HOST:PORT or unix://..., token) of the head that `address` names, as the CLI reaches it."""
+    address = local_address(config, address)
+    if address.startswith("unix://"):
+        return address, config.token or CF.local_head_token(address)
+    return CF.resolve(address, config.temp_dir, config.token)
+
+
+def cluster_demand(config: Config, address: str = "auto") -> dict:
+    """The head's nodes (with idle seconds) and what waits for a node: the autoscaler's input."""
+    from raylite._core import protocol as P
+    from raylite._core.driver import run_head_request
+
+    hostport, token = head_target(config, address)
+    info = run_head_request(hostport, token, P.GetClusterInfo())
+    return {"nodes": info.nodes, "demands": info.demands or {}}
+
+
+def put_kv(config: Config, address: str, namespace: str, key: bytes, value: bytes | None) -> None:
+    """Write (or delete, value None) one row of the head's KV store without joining the cluster."""
+    from raylite._core import protocol as P
+    from raylite._core.driver import run_head_request
+
+    hostport, token = head_target(config, address)
+    msg = P.KvDel(namespace, key, False) if value is None else P.KvPut(namespace, key, value, True)
+    run_head_request(hostport, token, msg)
+
+
 def cluster_status(config: Config, address: str = "auto") -> dict:
     """Nodes, resources and demands as the head sees them (facts for `raylite status`)."""
     from raylite._core.driver import query_cluster
 
-    address = local_address(config, address)
-    if address.startswith("unix://"):
-        hostport, token = address, config.token or CF.local_head_token(address)
-    else:
-        hostport, token = CF.resolve(address, config.temp_dir, config.token)
+    hostport, token = head_target(config, address)
     nodes = query_cluster(hostport, token)
     alive = [n for n in nodes if n["alive"]]
     total: dict[str, int] = {}
@@ -251,7 +299,39 @@ def cluster_status(config: Config, address: str = "auto") -> dict:
                 feasible[shape] = any(R.fits(demand, m["total"]) for m in alive)
             (pending if feasible[shape] else infeasible).append(demand)
     return {"address": hostport, "nodes": nodes, "total": total, "used": used,
-            "pending": pending, "infeasible": infeasible, "notices": cluster_notices(hostport, token)}
+            "pending": pending, "infeasible": infeasible, "notices": cluster_notices(hostport, token),
+            "autoscaler": autoscaler_view(hostport, token)}
+
+
+def autoscaler_view(hostport: str, token: str) -> dict | None:
+    """The view an autoscaler published in the head's KV (raylite.autoscaler), or None."""
+    from raylite._core import control_store as CS
+    from raylite._core import protocol as P
+    from raylite._core.driver import run_head_request
+
+    try:
+        raw = run_head_request(hostport, token, P.KvGet(CS.AUTOSCALER_NAMESPACE, CS.AUTOSCALER_VIEW_KEY)).value
+        return json.loads(raw) if raw else None
+    except Exception:  # noqa: BLE001 - extra: status shows the rest without it
+        return None
+
+
+def format_autoscaler(view: dict) -> list[str]:
+    """`raylite status` lines for the autoscaler: pending launches, idle nodes, unmet demands."""
+    age = max(0.0, time.time() - float(view.get("time") or 0))
+    lines = [f"Autoscaler (view of {age:.0f}s ago, idle timeout {view.get('idle_timeout_s', 0):g}s)"]
+    launches = {k: v for k, v in (view.get("pending_launches") or {}).items() if v}
+    lines.append("  pending launches: " + (", ".join(f"{n} {k}" for k, n in sorted(launches.items())) or "none"))
+    if view.get("provider_busy"):
+        lines.append("  waiting for the provider to finish the last scale-down")
+    for w in view.get("workers") or []:
+        state = w["status"] if w["status"] != "running" else (f"idle {w['idle_s']:g}s" if w.get("idle_s") else "busy")
+        lines.append(f"  {w['node_type']}  {w['node_id']}  {state}")
+    for name in view.get("terminating") or []:
+        lines.append(f"  terminating idle node {name}")
+    for item in [*(view.get("infeasible") or []), *(view.get("capped") or [])]:
+        lines.append(f"  cannot meet {item['demand']}: {item['reason']}")
+    return lines
 
 
 NOTICE_NAMESPACE = "raylite_status"  # KV: key -> JSON {"text", "job_id"}; written by libraries (Data)
@@ -290,6 +370,16 @@ def _describe(total: dict) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
+def _accelerators(total: dict) -> str:
+    """' [2x A100]': a node's accelerators by type, as its `accelerator_type:` resources say."""
+    types = [k.split(":", 1)[1] for k in total if k.startswith("accelerator_type:")]
+    if not types:
+        return ""
+    gpus = R.from_fixed({"GPU": total.get("GPU", 0)})["GPU"]
+    count = f"{gpus:g}x " if gpus else ""
+    return f" [{count}{'/'.join(sorted(types, key=len))}]"
+
+
 def format_status(st: dict) -> str:
     lines = [f"======== raylite cluster status ({st['address']}) ========", "Node status"]
     alive = [n for n in st["nodes"] if n["alive"]]
@@ -297,7 +387,8 @@ def format_status(st: dict) -> str:
     lines.append(f" Active: {len(alive)}")
     for n in alive:
         head = " (head)" if "node:__internal_head__" in n["total"] else ""
-        lines.append(f"  {n['node_id'].hex()[:12]}  {n['ip']}{head}  {_describe(n['total'])}")
+        lines.append(f"  {n['node_id'].hex()[:12]}  {n['ip']}{head}{_accelerators(n['total'])}  "
+                     f"{_describe(n['total'])}")
     lines.append(f" Dead: {len(dead)}")
     for n in dead:
         lines.append(f"  {n['node_id'].hex()[:12]}  {n['ip']}  ({n.get('death_cause') or 'dead'})")
@@ -317,6 +408,8 @@ def format_status(st: dict) -> str:
         lines.append(f"  pending: {R.describe(_public(d) or d)}")
     for d in st["infeasible"]:
         lines.append(f"  infeasible (no node can ever fit it): {R.describe(_public(d) or d)}")
+    if st.get("autoscaler"):
+        lines.extend(format_autoscaler(st["autoscaler"]))
     if st.get("notices"):
         lines.append("Warnings")
         lines.extend(f"  {text}" for text in st["notices"])

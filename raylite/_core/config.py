@@ -1,7 +1,12 @@
-"""One frozen Config, read once; the only reader of RAYLITE_* environment variables."""
+"""One frozen Config, read once; the only reader of RAYLITE_* environment variables.
+
+It also reads Ray's authentication variables, the way KubeRay sets them in every pod:
+RAY_AUTH_MODE (token | disabled), RAY_AUTH_TOKEN and RAY_AUTH_TOKEN_PATH (see `auth_from_env`).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Mapping
@@ -72,6 +77,14 @@ class Config:
     # address of a running cluster (RAYLITE_ADDRESS) and its token
     address: str = ""
     token: str = ""
+    # Ray's RAY_AUTH_MODE: "token" (raylite always authenticates) or "disabled", which takes
+    # effect only with allow_no_auth (RAYLITE_ALLOW_NO_AUTH=1); a head or node asked to run
+    # without auth and not allowed to refuses to start (see docs/security.md)
+    auth_mode: str = "token"
+    allow_no_auth: bool = False
+    # where the token came from: "RAYLITE_TOKEN", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH",
+    # "~/.ray/auth_token", "RAY_AUTH_MODE=disabled" or ""
+    token_source: str = ""
     log_level: str = "WARNING"
     # the head's HTTP API server (jobs, state, logs, dashboard); started on its first request
     include_dashboard: bool = True
@@ -89,6 +102,9 @@ class Config:
     task_events_job_end_grace_s: float = 5.0
     # a stopped job's entrypoint gets SIGTERM, then SIGKILL after this
     job_stop_grace_s: float = 3.0
+    # Ray Client server (ray://HOST:PORT) on a `raylite start --head` head: -1 = Ray's 10001,
+    # skipped with a warning when taken; 0 = off; else that port (a taken one fails the start)
+    ray_client_server_port: int = -1
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
@@ -107,10 +123,80 @@ class Config:
                 values[field.name] = float(raw)
             else:
                 values[field.name] = raw
+        values.update(auth_from_env(env, values.get("token", ""), values.get("allow_no_auth", False)))
         return cls(**values)
+
+    @property
+    def auth_disabled(self) -> bool:
+        """True when RAY_AUTH_MODE=disabled was accepted (RAYLITE_ALLOW_NO_AUTH=1)."""
+        return self.auth_mode == "disabled" and self.allow_no_auth
 
     def replace(self, **changes) -> Config:
         return dataclasses.replace(self, **changes)
+
+
+# The token a cluster uses when RAY_AUTH_MODE=disabled is accepted: public, so every component
+# (which all still run the token handshake) agrees on it without a secret. Never a real secret.
+NO_AUTH_TOKEN = "raylite-auth-disabled"
+_AUTH_MODES = ("token", "disabled")
+
+
+class AuthConfigError(ValueError):
+    """RAY_AUTH_MODE / RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH cannot be used as given."""
+
+
+def auth_from_env(env: Mapping[str, str], token: str, allow_no_auth: bool) -> dict[str, str]:
+    """The token and auth mode from Ray's variables, as Ray reads them.
+
+    RAYLITE_TOKEN wins. Otherwise, with RAY_AUTH_MODE=token (what KubeRay sets with
+    `authOptions.mode: token`), RAY_AUTH_TOKEN, else the file RAY_AUTH_TOKEN_PATH names, is the
+    cluster token: so a pod that cannot read the head's token file still joins. As in Ray,
+    RAY_AUTH_TOKEN is ignored without RAY_AUTH_MODE=token (a shell holding another cluster's
+    token must not change which token raylite presents). RAY_AUTH_MODE=disabled with
+    RAYLITE_ALLOW_NO_AUTH=1 gives every component the public NO_AUTH_TOKEN.
+    """
+    mode = (env.get("RAY_AUTH_MODE") or "token").strip().lower()
+    if mode not in _AUTH_MODES:
+        raise AuthConfigError(f"RAY_AUTH_MODE={env.get('RAY_AUTH_MODE')!r} is not one of {list(_AUTH_MODES)}; "
+                              "unset it (raylite always uses a token) or set RAY_AUTH_MODE=token")
+    out = {"auth_mode": mode, "token_source": "RAYLITE_TOKEN" if token else ""}
+    if token:
+        return out
+    if mode == "token" and "RAY_AUTH_MODE" in env:
+        if env.get("RAY_AUTH_TOKEN", "").strip():
+            out.update(token=env["RAY_AUTH_TOKEN"].strip(), token_source="RAY_AUTH_TOKEN")
+        elif env.get("RAY_AUTH_TOKEN_PATH"):
+            path = env["RAY_AUTH_TOKEN_PATH"]
+            try:
+                with open(os.path.expanduser(path)) as f:
+                    value = f.read().strip()
+            except OSError as e:
+                raise AuthConfigError(f"RAY_AUTH_TOKEN_PATH={path!r} cannot be read ({e.strerror}); "
+                                      "point it at a file holding the cluster token, or set "
+                                      "RAY_AUTH_TOKEN instead") from None
+            if not value:
+                raise AuthConfigError(f"RAY_AUTH_TOKEN_PATH={path!r} is empty; it must hold the cluster token")
+            out.update(token=value, token_source="RAY_AUTH_TOKEN_PATH")
+        else:  # Ray's third place: the file `ray get-auth-token --generate` writes
+            with contextlib.suppress(OSError):
+                with open(os.path.join(env.get("HOME") or os.path.expanduser("~"), ".ray", "auth_token")) as f:
+                    value = f.read().strip()
+                if value:
+                    out.update(token=value, token_source="~/.ray/auth_token")
+    elif mode == "disabled" and allow_no_auth:
+        out.update(token=NO_AUTH_TOKEN, token_source="RAY_AUTH_MODE=disabled")
+    return out
+
+
+def no_auth_refusal(config: Config) -> str:
+    """Why a head or node must not start ("" when it may): RAY_AUTH_MODE=disabled asked for a
+    cluster anyone who reaches its ports could run code on, without raylite's explicit opt-in."""
+    if config.auth_mode == "disabled" and not config.allow_no_auth:
+        return ("RAY_AUTH_MODE=disabled asks for a cluster without authentication: anyone who can reach "
+                "its ports could run code on it. raylite refuses by default. Either use a token "
+                "(RAY_AUTH_MODE=token with RAY_AUTH_TOKEN, e.g. KubeRay's `authOptions: {mode: token}`), "
+                "or, on a network you trust, set RAYLITE_ALLOW_NO_AUTH=1 on every node, driver and CLI.")
+    return ""
 
 
 # Ray's `init(_system_config={...})` keys that raylite honours: the Config field each sets, and

@@ -32,6 +32,18 @@ Resources = dict[str, int]  # fixed-point amounts by resource name (resources.py
 # a placement attempt that must wait (no room now, or a node refused) tries again after this
 PLACEMENT_RETRY_S = 0.05
 
+# The cluster autoscaler's KV rows (raylite.autoscaler): its published view (the node types it
+# can launch, as JSON {"node_types": {name: {"resources": {...}}}, ...}) and the standing
+# `request_resources()` demand. While a view is published, a request that no node fits now but
+# a launchable node type would stays pending instead of failing as infeasible (Ray's behaviour
+# with an autoscaler).
+AUTOSCALER_NAMESPACE = "__autoscaler__"
+AUTOSCALER_VIEW_KEY = b"view"
+AUTOSCALER_REQUEST_KEY = b"request_resources"
+# an autoscaler republishes its view every round; one not refreshed for this long is gone (it
+# crashed or was stopped without withdrawing it), and requests waiting on it fail as infeasible
+AUTOSCALER_VIEW_TTL_S = 60.0
+
 
 class ActorState(enum.Enum):
     """PENDING -> ALIVE [-> RESTARTING -> ALIVE]* -> DEAD. DEAD is terminal and may be
@@ -79,6 +91,7 @@ class NodeRecord:
     data_address: str = ""
     pending: list[Any] = field(default_factory=list)  # resource demands queued on the node
     stats: dict[str, Any] = field(default_factory=dict)  # latest machine/worker statistics
+    idle_since: float | None = None  # monotonic time it last became idle; None while busy
 
     def view(self) -> S.NodeView:
         return S.NodeView(self.node_id, self.total, self.available, self.alive)
@@ -241,6 +254,12 @@ class ControlStore:
         self._by_last_seen: OrderedDict[bytes, None] = OrderedDict()
         self.ring = S.NodeRing()  # where picks walk (scheduling.NodeRing)
         self._node_actors: dict[bytes, set[bytes]] = {}  # node id -> actors placed there
+        self._launchable: list[Resources] = []  # the autoscaler's node types (AUTOSCALER_VIEW_KEY)
+        self._launching = 0  # nodes the autoscaler is launching now
+        self._view_at = 0.0  # when the autoscaler last published its view
+        self.waiting: dict[int, Resources] = {}  # lease picks that wait for a node to join
+        self._next_wait = 0
+        self.actors_awaiting_node: set[bytes] = set()  # actors no node fits yet, a node type would
 
     # ------------------------------------------------------------ nodes
     def register_node(self, node_id: bytes, address: str, ip: str, resources: Mapping[str, int], labels: Mapping[str, str],
@@ -253,10 +272,12 @@ class ControlStore:
                     "new node id"), []
         rec = NodeRecord(node_id, address, ip, dict(resources), dict(resources), dict(labels), store_dir,
                          link, last_seen=self.clock.monotonic(), local_address=local_address,
-                         data_address=data_address)
+                         data_address=data_address, idle_since=self.clock.monotonic())
         self.nodes[node_id] = rec
         self._watch(rec)
-        return "", [self._persist_node(rec), *self._retry_unplaced()]
+        awaiting = sorted(self.actors_awaiting_node)
+        self.actors_awaiting_node.clear()
+        return "", [self._persist_node(rec), *self._retry_unplaced(), *(ScheduleActor(a) for a in awaiting)]
 
     def _watch(self, rec: NodeRecord) -> None:
         """Track an alive node for the scheduler, and for heartbeat expiry unless it is on a
@@ -279,9 +300,76 @@ class ControlStore:
                 self.ring.totals_changed()
             rec.pending = list(pending)
             rec.last_seen = self.clock.monotonic()
+            self._update_idle(rec)
             if node_id in self._by_last_seen:
                 self._by_last_seen.move_to_end(node_id)
         return rec is None or rec.alive
+
+    def _update_idle(self, rec: NodeRecord) -> None:
+        """A node is idle when nothing uses it: all its resources free (no task, actor or
+        placement-group bundle holds any), nothing queued, no live actor placed there (even a
+        zero-CPU one) and no object in its store. The autoscaler removes only idle nodes."""
+        busy = (rec.available != rec.total or bool(rec.pending) or bool(self._node_actors.get(rec.node_id))
+                or int(rec.stats.get("store_used_bytes", 0) or 0) > 0)
+        if busy:
+            rec.idle_since = None
+        elif rec.idle_since is None:
+            rec.idle_since = self.clock.monotonic()
+
+    def idle_s(self, node_id: bytes) -> float:
+        """How long the node has been idle (0 while busy or dead)."""
+        rec = self.nodes.get(node_id)
+        if rec is None or not rec.alive or rec.idle_since is None:
+            return 0.0
+        return max(0.0, self.clock.monotonic() - rec.idle_since)
+
+    # ------------------------------------------------------------ autoscaler demand
+    def launchable_fits(self, request: Mapping[str, int]) -> bool:
+        """Whether a node type the autoscaler can launch would fit `request` (node:<ip> and
+        placement-group resources aside: a new node has its own)."""
+        if not self._autoscaler_alive():
+            return False
+        need = {k: v for k, v in request.items() if not k.startswith("node:") and "_group_" not in k}
+        return any(R.fits(need, shape) for shape in self._launchable)
+
+    def _autoscaler_alive(self) -> bool:
+        return bool(self._launchable) and self.clock.monotonic() - self._view_at <= AUTOSCALER_VIEW_TTL_S
+
+    def wait_for_node(self, request: Mapping[str, int]) -> int:
+        """Record a lease pick that waits for a node to join; returns its key for `stop_waiting`."""
+        self._next_wait += 1
+        self.waiting[self._next_wait] = dict(request)
+        return self._next_wait
+
+    def stop_waiting(self, key: int) -> None:
+        self.waiting.pop(key, None)
+
+    def demands(self) -> dict[str, Any]:
+        """What waits for resources, for the autoscaler: lease picks no node fits yet, actors
+        waiting for a node, unplaced placement groups, and the standing request_resources()."""
+        pgs = [{"bundles": list(pg.bundles), "strategy": pg.strategy, "pg_id": pg.pg_id.hex()}
+               for pg in self.pgs.values() if pg.state in _UNPLACED_PG]
+        actors = [dict(self.actors[a].spec.resources) or {"CPU": 10000} for a in sorted(self.actors_awaiting_node)
+                  if a in self.actors]
+        requested = self.kv.get((AUTOSCALER_NAMESPACE, AUTOSCALER_REQUEST_KEY))
+        return {"waiting": list(self.waiting.values()), "actors": actors, "placement_groups": pgs,
+                "requested": requested.decode() if requested else ""}
+
+    def _autoscaler_view_changed(self, value: bytes | None) -> None:
+        import json
+
+        self._launchable = []
+        self._launching = 0
+        self._view_at = self.clock.monotonic()
+        if not value:
+            return
+        try:
+            view = json.loads(value)
+            self._launching = int(view.get("launching") or 0)
+            for t in (view.get("node_types") or {}).values():
+                self._launchable.append(R.to_fixed({k: float(v) for k, v in (t.get("resources") or {}).items()}))
+        except (ValueError, TypeError, AttributeError):
+            self._launchable = []
 
     def link_closed(self, node_id: bytes, link: Any) -> list[Effect]:
         rec = self.nodes.get(node_id)
@@ -348,9 +436,10 @@ class ControlStore:
 
     def pick_node(self, resources: Mapping[str, int], strategy: list[Any], requester: bytes,
                   requester_available: Mapping[str, int] | None = None,
-                  batch: bytes = b"") -> tuple[NodeRecord | S.Infeasible, bool]:
+                  batch: bytes = b"") -> tuple[NodeRecord | S.Infeasible | None, bool]:
         """Spillback: (the node that should grant a lease its requester cannot or should not,
-        whether the SPREAD `batch` has now been offered every node once).
+        whether the SPREAD `batch` has now been offered every node once). None: no node has
+        room now and the autoscaler is launching nodes that fit it (wait for one to join).
 
         `requester_available` is the requester's own, current view of its free resources; it
         replaces the heartbeat copy, so a requester that is full is not picked for its own lease
@@ -360,6 +449,8 @@ class ControlStore:
         choice, covered = self._choose(resources, strategy, requester, batch)
         if isinstance(choice, S.Infeasible):
             return choice, covered
+        if choice is None and self._launching and not strategy and self.launchable_fits(resources):
+            return None, covered  # a node is being launched for demands like it: wait for it to join
         if choice is None:  # nobody has room now: queue where it fits, the requester first
             mine = self.nodes.get(requester)
             if mine is not None and mine.alive and R.fits(resources, mine.total):
@@ -367,6 +458,7 @@ class ControlStore:
             else:
                 choice = self.nodes[self.ring.next_feasible(resources, self.nodes)]  # type: ignore[index]
         R.subtract(choice.available, resources)  # optimistic until its next heartbeat
+        choice.idle_since = None  # busy from now: the autoscaler must not remove it meanwhile
         return choice, covered
 
     def _choose(self, resources: Mapping[str, int], strategy: list[Any], local: bytes | None = None,
@@ -427,6 +519,9 @@ class ControlStore:
         choice, _ = self._choose(placement_need if spec.resources.get("CPU") is None else need, spec.strategy)
         if isinstance(choice, S.Infeasible) and not spec.resources.get("CPU"):
             choice, _ = self._choose(need, spec.strategy)
+        if isinstance(choice, S.Infeasible) and not spec.strategy and self.launchable_fits(need):
+            self.actors_awaiting_node.add(actor_id)  # the autoscaler can add a node that fits it
+            return []
         if isinstance(choice, S.Infeasible):
             return self._actor_dead(actor_id, f"The actor {spec.function.qualname} cannot be scheduled: "
                                     f"{choice.reason}. Lower its resource request or add nodes with "
@@ -436,6 +531,7 @@ class ControlStore:
         # optimistic until the node's next heartbeat: actors placed in the same burst must see
         # each other, or they all land on the node that looked emptiest and queue there forever
         R.subtract(self.nodes[choice.node_id].available, need)
+        self.nodes[choice.node_id].idle_since = None
         return [StartActorOn(actor_id, choice.node_id, spec, need)]
 
     def actor_start_replied(self, actor_id: bytes, node_id: bytes, reply: P.StartActorReply) -> list[Effect]:
@@ -536,6 +632,7 @@ class ControlStore:
 
     def _actor_dead(self, actor_id: bytes, cause: str, unschedulable: bool = False) -> list[Effect]:
         rec = self.actors[actor_id]
+        self.actors_awaiting_node.discard(actor_id)
         on_node = self._node_actors.get(rec.node_id)
         if on_node is not None:
             on_node.discard(actor_id)
@@ -553,6 +650,8 @@ class ControlStore:
         existed = (namespace, key) in self.kv
         if overwrite or not existed:
             self.kv[(namespace, key)] = value
+            if (namespace, key) == (AUTOSCALER_NAMESPACE, AUTOSCALER_VIEW_KEY):
+                self._autoscaler_view_changed(value)
             return existed, [Persist("kv", _key(namespace, key), value)]
         return existed, []
 
@@ -567,6 +666,8 @@ class ControlStore:
             keys = [(namespace, key)] if (namespace, key) in self.kv else []
         for k in keys:
             del self.kv[k]
+            if k == (AUTOSCALER_NAMESPACE, AUTOSCALER_VIEW_KEY):
+                self._autoscaler_view_changed(None)
         return len(keys), [Unpersist("kv", _key(*k)) for k in keys]
 
     def kv_keys(self, namespace: str, prefix: bytes) -> list[bytes]:
@@ -586,6 +687,8 @@ class ControlStore:
         if pg is None or pg.state not in _UNPLACED_PG:
             return []
         placed = S.place_bundles(pg.bundles, pg.strategy, self.alive_views())
+        if isinstance(placed, S.Infeasible) and all(self.launchable_fits(b) for b in pg.bundles):
+            return []  # stays PENDING: the autoscaler can add nodes; a joining node retries it
         if isinstance(placed, S.Infeasible):
             pg.state = PlacementGroupState.INFEASIBLE
             pg.error = placed.reason
@@ -595,6 +698,7 @@ class ControlStore:
         by_node: dict[bytes, list[list[Any]]] = {}
         for i, nid in enumerate(placed):
             by_node.setdefault(nid, []).append([i, pg.bundles[i]])
+            self.nodes[nid].idle_since = None
         return [ReserveBundles(pg_id, placed, by_node)]
 
     def bundles_reserved(self, plan: ReserveBundles, reserved_on: list[bytes], ok: bool) -> list[Effect]:
@@ -700,6 +804,8 @@ class ControlStore:
         for k, value in load("kv"):
             ns, key = _unkey(k)
             self.kv[(ns, key)] = value
+            if (ns, key) == (AUTOSCALER_NAMESPACE, AUTOSCALER_VIEW_KEY):
+                self._autoscaler_view_changed(value)
         for pg_id, v in load("pgs"):
             bundles, strategy, name, ns, detached, state, bundle_nodes = v
             self.pgs[pg_id] = PlacementGroupRecord(pg_id, bundles, strategy, name, ns, detached,

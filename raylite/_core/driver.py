@@ -130,7 +130,7 @@ def shutdown() -> None:
 
         if info.local:  # the cluster's session: its logs stay (sessions.py)
             sessions.retire(info.session_dir)
-        else:  # this driver's private socket dir
+        elif info.session_dir:  # this driver's private socket dir
             shutil.rmtree(info.session_dir, ignore_errors=True)
 
 
@@ -175,6 +175,31 @@ def init_remote(address: str, *, namespace: str, log_to_driver: bool) -> DriverI
     found = CF.read_address_file(config.temp_dir)
     if found and found.get("address") == hostport:
         info.dashboard_url = found.get("dashboard_url", "")
+    runtime.set_driver(client, info)
+    atexit.register(shutdown)
+    return info
+
+
+def init_ray_client(address: str, *, namespace: str, log_to_driver: bool, runtime_env: dict) -> DriverInfo:
+    """Connect through a head's Ray Client server (`ray://HOST:PORT`, client_remote.py): the
+    calls of this program run in a proxy driver on the head, so only that port must be open."""
+    from raylite._core import cluster_files as CF
+    from raylite._core.client_remote import RemoteClient
+
+    config = get_config()
+    hostport = CF.normalize_address(address)
+    token = config.token
+    found = CF.read_address_file(config.temp_dir)
+    host = hostport.rsplit(":", 1)[0]
+    if not token and found and (host in ("127.0.0.1", "localhost", "::1")
+                                or found.get("address", "").rsplit(":", 1)[0] == host):
+        token = CF.read_token(found.get("token_file", ""))  # the head `raylite start` ran on this machine
+    client = RemoteClient(config, hostport, token)
+    facts = client.start(namespace, runtime_env)
+    if log_to_driver:
+        client.log_handler = _print_worker_output
+    info = DriverInfo("", None, "", facts["head_address"], facts["node_id"].hex(), token, facts["namespace"],
+                      facts["job_id"], False, log_to_driver, facts.get("dashboard_url", ""))
     runtime.set_driver(client, info)
     atexit.register(shutdown)
     return info

@@ -33,6 +33,10 @@ from raylite._core.transport import rpc
 
 log = logging.getLogger("raylite.head")
 
+# a lease pick that waits for the autoscaler's node is answered `wait` after at most this long
+# (the node asks again), so the node's request never times out and a dead requester is noticed
+PICK_WAIT_S = 4.0
+
 
 class Head:
     def __init__(self, config: Config, token: str, clock: Clock | None = None,
@@ -48,6 +52,7 @@ class Head:
         self._bg: set[asyncio.Task] = set()
         self._actor_waiters: dict[bytes, list[tuple[asyncio.Future, int]]] = {}
         self._pg_waiters: dict[bytes, list[asyncio.Future]] = {}
+        self._node_waiters: list[asyncio.Future] = []  # lease picks waiting for a node to join
         self._restored = False
         self.handlers = {
             P.RegisterNode: self._on_register_node,
@@ -218,6 +223,10 @@ class Head:
         conn.context["node_id"] = msg.node_id
         conn.on_close.append(lambda c: self._apply(self.store.link_closed(msg.node_id, c)))
         self._apply(effects)
+        waiters, self._node_waiters = self._node_waiters, []
+        for fut in waiters:  # lease picks waiting for a node: ask again now
+            if not fut.done():
+                fut.set_result(None)
         return P.RegisterNodeReply(True)
 
     def _on_heartbeat(self, conn, msg: P.Heartbeat, rid):
@@ -230,14 +239,33 @@ class Head:
         return None
 
     def _on_pick_node(self, conn, msg: P.PickNode, rid):
-        """Spillback: choose the node for a lease its requester cannot (or should not) grant."""
+        """Spillback: choose the node for a lease its requester cannot (or should not) grant.
+        A request that no node fits but an autoscaler's node type would waits here (listed as
+        a demand) until a node joins, then the requester is told to ask again."""
         choice, covered = self.store.pick_node(msg.resources, msg.strategy, msg.requester,
                                                msg.requester_available, msg.batch)
+        if choice is None or (isinstance(choice, S.Infeasible) and not msg.strategy
+                              and self.store.launchable_fits(msg.resources)):
+            return self._wait_for_node(msg.resources)  # a coroutine: only this case awaits
         if isinstance(choice, S.Infeasible):
             return P.PickNodeReply(error_type="TaskUnschedulableError",
                                    error=f"{msg.description} cannot be scheduled: {choice.reason}. Lower "
                                    "the request (num_cpus/num_gpus/resources) or start a node that has it.")
         return P.PickNodeReply(choice.node_id, choice.address, covered=covered)
+
+    async def _wait_for_node(self, resources: dict) -> P.PickNodeReply:
+        """Listed as a demand until a node joins (or PICK_WAIT_S passes); then the requester
+        is told to ask again."""
+        key = self.store.wait_for_node(resources)
+        fut = asyncio.get_running_loop().create_future()
+        self._node_waiters.append(fut)
+        try:
+            await asyncio.wait_for(fut, PICK_WAIT_S)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            self.store.stop_waiting(key)
+        return P.PickNodeReply(wait=True)
 
     def _on_node_shutdown(self, conn, msg: P.NodeShutdown, rid):
         self._apply(self.store.node_lost(msg.node_id, "it was stopped"))
@@ -248,8 +276,8 @@ class Head:
              "total": n.total, "available": n.available, "labels": n.labels,
              "death_cause": n.death_cause, "store_dir": n.store_dir,
              "local_address": n.local_address, "data_address": n.data_address,
-             "pending": n.pending, "stats": n.stats}
-            for n in self.store.nodes.values()])
+             "pending": n.pending, "stats": n.stats, "idle_s": self.store.idle_s(n.node_id)}
+            for n in self.store.nodes.values()], self.store.demands())
 
     # ------------------------------------------------------------ actors
     def _on_register_actor(self, conn, msg: P.RegisterActor, rid):

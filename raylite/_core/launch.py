@@ -13,11 +13,13 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 
+from raylite._core import accelerators
 from raylite._core import cluster_files as CF
 from raylite._core import resources as R
 from raylite._core.config import Config, system_config_env
@@ -39,6 +41,7 @@ class NodeProcess:
 
 def detect_resources(num_cpus: float | None, num_gpus: float | None, resources: dict | None,
                      memory: float | None = None) -> dict[str, int]:
+    """A node's resources: what was asked for, else what the machine has (accelerator types too)."""
     import psutil
 
     cpus = (os.cpu_count() or 1) if num_cpus is None else num_cpus
@@ -47,6 +50,8 @@ def detect_resources(num_cpus: float | None, num_gpus: float | None, resources: 
     if gpus:
         total["GPU"] = gpus
     total["memory"] = memory if memory is not None else psutil.virtual_memory().total * 0.7
+    if not any(k.startswith(accelerators.RESOURCE_PREFIX) for k in (resources or {})):
+        total.update(_accelerator_types(gpus))
     for k, v in (resources or {}).items():
         total[k] = v
     total["node:__internal_head__"] = 1
@@ -58,8 +63,19 @@ def _detect_gpus() -> int:
     if visible is not None:
         return len([d for d in visible.split(",") if d.strip()])
     with contextlib.suppress(Exception):
-        return len([d for d in os.listdir("/dev") if d.startswith("nvidia") and d[6:].isdigit()])
-    return 0
+        found = len([d for d in os.listdir("/dev") if d.startswith("nvidia") and d[6:].isdigit()])
+        if found:
+            return found
+    # a container can see its GPUs through the driver without /dev/nvidiaN names
+    return accelerators.probe().gpu_count if shutil.which("nvidia-smi") else 0
+
+
+def _accelerator_types(gpus: float) -> dict[str, float]:
+    """`accelerator_type:<TYPE>` resources for this machine's accelerators (none without GPUs,
+    except a TPU host, which says its type in the environment)."""
+    if gpus:
+        return accelerators.node_type_resources(accelerators.probe().type_names)
+    return accelerators.node_type_resources(accelerators.tpu_type_names(os.environ))
 
 
 def heavy_modules_in_use() -> list[str]:

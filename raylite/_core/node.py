@@ -464,13 +464,20 @@ class NodeDaemon:
         return tentative
 
     async def _spill(self, conn: rpc.Connection, msg: P.RequestLease, rid: int):
-        try:
-            pick: P.PickNodeReply = await self.head.request(
-                P.PickNode(msg.resources, msg.strategy, self.node_id, msg.description,
-                           self._free_after_queued()),
-                timeout_s=10)
-        except Exception:  # noqa: BLE001  no head right now: decide locally
-            pick = P.PickNodeReply(self.node_id)
+        while True:  # `wait`: no node fits it yet, the autoscaler is adding one; ask again
+            try:
+                pick: P.PickNodeReply = await self.head.request(
+                    P.PickNode(msg.resources, msg.strategy, self.node_id, msg.description,
+                               self._free_after_queued()),
+                    timeout_s=10)
+            except Exception:  # noqa: BLE001  no head right now: decide locally
+                pick = P.PickNodeReply(self.node_id)
+            if not pick.wait or conn.is_closed() or self.stopped.is_set():
+                break
+        if pick.wait:
+            return P.RequestLeaseReply(msg.lease_id, error_type="TaskUnschedulableError",
+                                       error=f"{msg.description} was waiting for the autoscaler to add a "
+                                       "node that fits it when its requester or this node went away.")
         if pick.error_type:
             return P.RequestLeaseReply(msg.lease_id, error_type=pick.error_type, error=pick.error)
         if pick.node_id != self.node_id:

@@ -78,10 +78,11 @@ def main(argv: list[str] | None = None) -> None:
     config = get_config()
     logging.basicConfig(level=getattr(logging, config.log_level, logging.WARNING),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    token = args.token or os.environ.get("RAYLITE_TOKEN", "")
+    token = args.token or os.environ.get("RAYLITE_TOKEN", "") or config.token  # config: RAY_AUTH_TOKEN too
     # the driver process that spawned a local cluster's daemon (named by the driver itself: one
     # that died before this line leaves us reparented, and getppid() would name the new parent)
-    creator_pid = (args.creator_pid or os.getppid()) if args.exit_with_creator else 0
+    # (--creator-pid alone: stop with that process, without a local cluster's other ties to it)
+    creator_pid = args.creator_pid or (os.getppid() if args.exit_with_creator else 0)
     node_id = NodeID.from_hex(args.node_id) if args.node_id else NodeID.from_random()
     sockets = os.path.join(args.session_dir, "sockets")
     private_dir(sockets)
@@ -139,6 +140,7 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool, 
             # so they find a restarted head at the same place
             head_address = f"tcp://{args.ip}:{args.head_port}"
     dashboard = _bind_dashboard(args) if head is not None else None
+    ray_client = _start_ray_client_server(args, config, token, head_address) if head is not None else None
     node = NodeDaemon(config, node_id=node_id, ip=args.ip, resources=json.loads(args.resources),
                       labels=json.loads(args.labels), session_dir=args.session_dir, token=token,
                       head_address=head_address, address=node_address, tcp_address=tcp_address,
@@ -167,7 +169,8 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool, 
     with contextlib.suppress(OSError):  # a creator that already exited closed the pipe
         print("READY " + json.dumps({"head_address": head_address, "node_address": node_address,
                                      "node_tcp_address": tcp_address, "node_id": node.node_id.hex(),
-                                     "pid": os.getpid(), **_dashboard_info(dashboard)}), flush=True)
+                                     "pid": os.getpid(), **_dashboard_info(dashboard),
+                                     "ray_client_port": ray_client.port if ray_client else 0}), flush=True)
     with contextlib.suppress(Exception):
         sys.stdout.close()
         os.close(1)
@@ -188,9 +191,22 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool, 
     await asyncio.wait([waiter, stop], return_when=asyncio.FIRST_COMPLETED)
     if lazy is not None:
         await lazy.stop()
+    if ray_client is not None:
+        ray_client.close()
     node.stop()
     if head is not None:
         head.close()
+
+
+def _start_ray_client_server(args, config, token, head_address):
+    """The head's Ray Client server (client_server.py), or None when it is off."""
+    from raylite._core.client_server import start_for_head
+
+    try:
+        return start_for_head(config, token=token, head_address=head_address, session_dir=args.session_dir,
+                              multi_node=bool(args.head_port))
+    except OSError as e:
+        _fail(str(e.strerror or e))
 
 
 def _bind_dashboard(args):

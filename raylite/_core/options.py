@@ -9,6 +9,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from raylite._core import accelerators
 from raylite._core import resources as R
 
 TASK_OPTIONS = {
@@ -29,7 +30,7 @@ ACTOR_OPTIONS = {
 METHOD_OPTIONS = {"num_returns", "concurrency_group", "max_task_retries", "retry_exceptions",
                   "name", "enable_task_events", "_generator_backpressure_num_objects",
                   "tensor_transport"}
-_IGNORED_WITH_WARNING = {"accelerator_type", "max_calls", "_metadata", "label_selector",
+_IGNORED_WITH_WARNING = {"max_calls", "_metadata", "label_selector",
                          "enable_task_events", "_labels", "object_store_memory",
                          "max_pending_calls", "allow_out_of_order_execution",
                          "_generator_backpressure_num_objects", "tensor_transport",
@@ -67,6 +68,8 @@ def _check_value(key: str, value: Any, where: str) -> None:
     elif key == "max_concurrency" and value is not None:
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"max_concurrency of {where} must be a positive int, got {value!r}.")
+    elif key == "accelerator_type" and value is not None:
+        accelerators.request_resources(value, where)  # raises on a malformed name
     elif key == "lifetime" and value not in (None, "detached", "non_detached"):
         raise ValueError(f"lifetime of {where} must be 'detached' or 'non_detached', got {value!r}.")
     elif key == "retry_exceptions" and value is not None:
@@ -89,4 +92,6 @@ def resource_request(options: dict[str, Any], *, default_cpus: float) -> dict[st
         req["memory"] = options["memory"]
     for name, amount in (options.get("resources") or {}).items():
         req[name] = amount
+    if options.get("accelerator_type"):
+        req.update(accelerators.request_resources(options["accelerator_type"], "this request"))
     return R.to_fixed(req)

@@ -104,6 +104,15 @@ def encode(msg: Message, request_id: int = 0) -> bytes:
     )
 
 
+def encode_sized(msg: Message, request_id: int, size_hint: int) -> memoryview:
+    """encode() for a message holding about `size_hint` bytes of buffers (a Ray Client value):
+    packed once into a buffer of that size, not into one that doubles as it fills (which
+    copies a 100 MB value several times), and returned without a further copy."""
+    packer = msgpack.Packer(use_bin_type=True, autoreset=False, buf_size=size_hint + 65536)
+    packer.pack((msg.TAG, request_id, *[getattr(msg, f) for f in msg._FIELDS]))
+    return packer.getbuffer()
+
+
 def decode(data: bytes | memoryview) -> tuple[Message, int]:
     items = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False)
     cls = MESSAGES[items[0]]
@@ -573,7 +582,8 @@ class GetClusterInfo(Message):
 
 @message(71)
 class ClusterInfo(Message):
-    nodes: list  # [{node_id, address, ip, alive, total, available, labels, ...}]
+    nodes: list  # [{node_id, address, ip, alive, total, available, labels, idle_s, ...}]
+    demands: dict | None = None  # ControlStore.demands(): what waits for a node (the autoscaler's input)
 
 
 @message(72)
@@ -715,6 +725,9 @@ class PickNodeReply(Message):
     error_type: str = ""
     error: str = ""
     covered: bool = False  # the SPREAD batch has now been offered every node once
+    # no node fits the request yet, but the cluster's autoscaler can launch one that would:
+    # the requester keeps the lease pending and asks again
+    wait: bool = False
 
 
 # ---------------------------------------------------------------- node <-> node
@@ -824,3 +837,23 @@ class GetTimeSeries(Message):
 @message(143)
 class TimeSeriesReply(Message):
     series: dict  # {"time": [...], name: [value or None, ...]}
+
+
+# ---------------------------------------------------------------- Ray Client (ray://HOST:10001)
+@message(230)
+class ClientCall(Message):
+    """A remote driver's API call to its proxy driver on the head (client_remote.py ->
+    client_proxy.py, whose docstring lists the methods and their arguments). Sent without a
+    request id when the caller needs no answer (submit, release, export, ...)."""
+
+    method: str
+    args: list
+
+
+@message(231)
+class ClientCallReply(Message):
+    """ok: `value` is the method's result; not ok: `value` is [meta, buffers] of the pickled
+    exception, so the caller raises the original type."""
+
+    ok: bool
+    value: Any = None

@@ -82,8 +82,11 @@ class GlobalWorker:
         client = self._client()
         if client is None:
             return None
-        return NodeView(node_ip_address=get_node_ip_address(), node_id=client.node_id.hex(),
-                        address=client.head_address, session_dir=client.session_dir)
+        # (getattr: a driver connected through `ray://` holds a stand-in client without them)
+        return NodeView(node_ip_address=get_node_ip_address(),
+                        node_id=bytes(getattr(client, "node_id", b"")).hex(),
+                        address=getattr(client, "head_address", ""),
+                        session_dir=getattr(client, "session_dir", ""))
 
     @property
     def node_ip_address(self) -> str:

@@ -83,13 +83,18 @@ def start(head: bool, address: str, port: int, node_ip_address: str, num_cpus: f
     except (C.StartError, ConnectionError, ValueError) as e:
         _fail(str(e))
     if head:
+        source = get_config().token_source if not token else ""
+        how = (f"with {source} set as here" if source.startswith("RAY_AUTH_TOKEN")
+               else f"--token=<token from {node.session_dir}/token>")
         click.echo(f"raylite head started (pid {node.pid}, node {node.node_id[:12]}).\n"
                    f"  Address: {node.address}\n"
-                   f"  Join other machines with:  raylite start --address={node.address} "
-                   f"--token=<token from {node.session_dir}/token>\n"
+                   f"  Join other machines with:  raylite start --address={node.address} {how}\n"
                    f"  Connect a driver with:     raylite.init(address='auto')  (on this machine) or "
                    f"raylite.init(address='{node.address}')\n"
                    f"  Stop it with:              raylite stop")
+        if node.ray_client_port:
+            click.echo(f"  Ray Client (one port):     raylite.init('ray://{node.address.rsplit(':', 1)[0]}:"
+                       f"{node.ray_client_port}')  (from any machine that reaches it, RAYLITE_TOKEN set)")
         if node.dashboard_url:
             token = CF.read_token(os.path.join(node.session_dir, "token"))
             click.echo(f"  Dashboard:                 {CF.dashboard_link(node.dashboard_url, token)}\n"
@@ -149,6 +154,8 @@ def memory(address: str, limit: int) -> None:
         raylite.shutdown()
 
 
+from raylite.cli.autoscaler import autoscaler as _autoscaler  # noqa: E402  (issue 27: autoscaling)
+from raylite.cli.autoscaler import kuberay_autoscaler as _kuberay_autoscaler  # noqa: E402
 from raylite.cli.job import job as _job_group  # noqa: E402  (issue 12: jobs)
 from raylite.cli.serve import serve as _serve_group  # noqa: E402 - lazy: loads Serve on first use
 from raylite.cli.state import register as _register_state  # noqa: E402  (issue 12: list/get/summary/logs/timeline)
@@ -156,6 +163,8 @@ from raylite.cli.state import register as _register_state  # noqa: E402  (issue 
 main.add_command(_job_group)
 _register_state(main)
 main.add_command(_serve_group)
+main.add_command(_kuberay_autoscaler)
+main.add_command(_autoscaler)
 
 if __name__ == "__main__":
     main()

@@ -115,6 +115,8 @@ FLAGS: list[tuple[str, Any, Any]] = [
     ("--redis-username", "str", _set_env("RAYLITE_REDIS_USERNAME")),  # for --persist redis://
     ("--redis-password", "str", _set_env("RAYLITE_REDIS_PASSWORD")),
     ("--verbose", "count", _verbose),
+    # the head's Ray Client server (ray://HOST:PORT); 0 runs none (default 10001)
+    ("--ray-client-server-port", "int", _set_env("RAYLITE_RAY_CLIENT_SERVER_PORT")),
     # accepted for compatibility
     ("--disable-usage-stats", "flag", "raylite collects no usage statistics"),
     ("--dashboard-agent-listen-port", "int", "raylite runs no dashboard agent"),
@@ -122,8 +124,6 @@ FLAGS: list[tuple[str, Any, Any]] = [
     ("--dashboard-grpc-port", "int", "raylite runs no dashboard agent"),
     ("--metrics-export-port", "int", "raylite runs no per-node metrics agent"),
     ("--runtime-env-agent-port", "int", "runtime environments are set up by the node itself"),
-    ("--ray-client-server-port", "int", "raylite has no Ray Client server; drivers connect with "
-                                        "init(address=...)"),
     ("--object-manager-port", "int", "objects travel over the node's one TCP port (--node-manager-port)"),
     ("--gcs-server-port", "int", "the head listens on --port"),
     ("--min-worker-port", "int", "workers use ephemeral ports"),

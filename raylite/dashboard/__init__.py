@@ -27,7 +27,7 @@ Shape (for everyone who adds routes):
   and `ctx.log_files()`; `ctx.extras` is a dict where route modules keep their own state
   (e.g. the job manager under "jobs").
 - Auth. Every request, on every route, must carry the cluster token: `Authorization: Bearer
-  <token>`, `?token=<token>` in the URL, or the `raylite_token_<port>` cookie that such a URL
+  <token>` or `X-Ray-Authorization: Bearer <token>` (KubeRay's), `?token=<token>` in the URL, or the `raylite_token_<port>` cookie that such a URL
   sets (a browser's page load is redirected to the URL without the token; see auth.py). A
   browser without the token gets an HTML page saying where to find it. A missing or wrong token is answered 401 before any route runs (a websocket
   is closed with code 4401 before it is accepted). RAYLITE_DASHBOARD_LOOPBACK_WITHOUT_TOKEN=1
@@ -36,6 +36,8 @@ Shape (for everyone who adds routes):
   the token as the rest of raylite does (RAYLITE_TOKEN, or the head's token file).
 - Routes here: /api/version, /api/cluster_status (routes/version.py); Ray's jobs API under
   /api/jobs/ and /api/packages/ (routes/jobs.py); Ray's state API under /api/v0/
-  (routes/state.py); logs under /api/v0/logs (routes/logs.py); the Chrome trace at
-  /api/v0/tasks/timeline (routes/state.py).
+  (routes/state.py; Ray's own state client gets rows its schemas accept, see ray_shapes.py);
+  logs under /api/v0/logs (routes/logs.py); the Chrome trace at /api/v0/tasks/timeline
+  (routes/state.py); Ray's Serve REST API under /api/serve/applications/ and /api/ray/version
+  (routes/serve.py, driven through a helper driver process, see serve_agent.py).
 """

@@ -58,7 +58,9 @@ def build_app(ctx: DashboardContext, *, allow_loopback: bool = False) -> Any:
 
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: _internal_error})
     app.state.ctx = ctx
-    return TokenAuth(app, ctx.token, allow_loopback=allow_loopback)
+    from raylite._core.config import NO_AUTH_TOKEN
+
+    return TokenAuth(app, ctx.token, allow_loopback=allow_loopback, no_auth=ctx.token == NO_AUTH_TOKEN)
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:

@@ -1,8 +1,11 @@
 """Token check for every request, before any route runs (plain ASGI middleware).
 
-Accepted, in this order: `Authorization: Bearer <token>`, `?token=<token>` in the URL, or the
-`raylite_token_<port>` cookie (HttpOnly, SameSite=Lax). Anything else is a 401 (HTTP) or a close with code 4401 before
-accept (websocket).
+Accepted, in this order: `Authorization: Bearer <token>`, `X-Ray-Authorization: Bearer <token>`
+(what KubeRay sends, and what proxies that keep `Authorization` for themselves leave alone),
+`?token=<token>` in the URL, or the `raylite_token_<port>` cookie (HttpOnly, SameSite=Lax), or
+Ray's `ray-authentication-token` cookie. Anything else is a 401 (HTTP) or a close with code 4401
+before accept (websocket). Ray 2.60's own clients (`ray job`, `serve`, `ray list`) send
+`Authorization: Bearer <RAY_AUTH_TOKEN>` when RAY_AUTH_MODE=token is set.
 
 Browsers get in the way Jupyter's users do: `init()` and `raylite start --head` print
 `http://HOST:PORT/?token=<token>`. A browser that opens it (a GET asking for text/html) is
@@ -24,6 +27,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
 
 COOKIE_PREFIX = "raylite_token"
+RAY_COOKIE = "ray-authentication-token"
 
 
 def cookie_name(scope: dict) -> str:
@@ -33,10 +37,11 @@ def cookie_name(scope: dict) -> str:
 
 
 class TokenAuth:
-    def __init__(self, app: Any, token: str, allow_loopback: bool = False) -> None:
+    def __init__(self, app: Any, token: str, allow_loopback: bool = False, no_auth: bool = False) -> None:
         self.app = app
         self.token = token
         self.allow_loopback = allow_loopback
+        self.no_auth = no_auth  # RAY_AUTH_MODE=disabled accepted with RAYLITE_ALLOW_NO_AUTH=1
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -45,7 +50,7 @@ class TokenAuth:
         presented, from_query = _presented(scope)
         ok = bool(self.token) and presented is not None and hmac.compare_digest(
             presented.encode(), self.token.encode())
-        if not ok and self.allow_loopback and _from_loopback(scope):
+        if not ok and ((self.allow_loopback and _from_loopback(scope)) or self.no_auth):
             ok = True
         if not ok:
             await _refuse(scope, receive, send, presented is not None)
@@ -64,9 +69,10 @@ def _headers(scope: dict) -> dict[str, str]:
 
 def _presented(scope: dict) -> tuple[str | None, bool]:
     headers = _headers(scope)
-    auth = headers.get("authorization", "")
-    if auth.lower().startswith("bearer "):
-        return auth[7:].strip(), False
+    for name in ("authorization", "x-ray-authorization"):
+        auth = headers.get(name, "")
+        if auth.lower().startswith("bearer "):
+            return auth[7:].strip(), False
     query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
     if query.get("token"):
         return query["token"], True
@@ -77,9 +83,9 @@ def _presented(scope: dict) -> tuple[str | None, bool]:
             jar.load(cookie)
         except Exception:  # noqa: BLE001  a malformed cookie header is no token
             jar = SimpleCookie()
-        name = cookie_name(scope)
-        if name in jar:
-            return jar[name].value, False
+        for name in (cookie_name(scope), RAY_COOKIE):
+            if name in jar:
+                return jar[name].value, False
     return None, False
 
 

@@ -28,7 +28,8 @@ def resolve(address: str | None = None) -> tuple[str, str]:
     from raylite._core.config import get_config
 
     config = get_config()
-    env_token = os.environ.get("RAYLITE_TOKEN", "")
+    # config.token also holds RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH under RAY_AUTH_MODE=token
+    env_token = os.environ.get("RAYLITE_TOKEN", "") or config.token
     if address and "?token=" in address:  # the dashboard link init() prints (ctx.dashboard_url)
         address, _, link_token = address.partition("?token=")
         url, token = resolve(address.rstrip("/"))

@@ -143,8 +143,10 @@ class JobManager:
         if not isinstance(submission_id, str) or "/" in submission_id:
             raise JobError(f"submission_id {submission_id!r} must be a string without '/'")
         if await self.get(submission_id) is not None:
+            # 500, as Ray's head answers (its agent's ValueError reaches the head as a failed
+            # call): KubeRay's RayJob submitter reads exactly that as "already submitted"
             raise JobError(f"Job with submission_id {submission_id} already exists. Please use a "
-                           "different submission_id.")
+                           "different submission_id.", 500)
         runtime_env = req.get("runtime_env") or {}
         metadata = req.get("metadata") or {}
         if not isinstance(runtime_env, dict):

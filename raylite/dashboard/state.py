@@ -51,11 +51,27 @@ async def actors(ctx: Any) -> list[dict[str, Any]]:
             "job_id": _hex(a.get("job_id")), "name": a.get("name") or "", "node_id": _hex(a.get("node_id")),
             "pid": a.get("pid") or None, "ray_namespace": a.get("namespace") or "",
             "required_resources": R.from_fixed(a.get("required_resources") or {}),
-            "death_cause": a.get("death_cause") or None, "is_detached": bool(a.get("is_detached")),
+            "death_cause": death_cause(a, cls), "is_detached": bool(a.get("is_detached")),
             "num_restarts": a.get("num_restarts", 0), "max_restarts": a.get("max_restarts", 0),
             "repr_name": "", "worker_id": _hex(a.get("worker_id")),
         })
     return out
+
+
+def death_cause(a: dict[str, Any], class_name: str) -> dict[str, Any] | None:
+    """Ray's ActorDeathCause as a dict (Ray's state clients validate it as one): raylite's reason
+    in `error_message`, under `creation_task_failure_context` when the constructor raised."""
+    text = a.get("death_cause") or ""
+    if not text:
+        return None
+    context = {"error_message": text, "actor_id": a["actor_id"].hex(), "class_name": class_name,
+               "name": a.get("name") or "", "ray_namespace": a.get("namespace") or "", "pid": a.get("pid") or 0,
+               "node_ip_address": a.get("node_ip") or ""}
+    if "raylite.kill" in text or "ray.kill" in text:
+        context["reason"] = "RAY_KILL"
+    if "constructor (__init__) raised" in text:
+        return {"creation_task_failure_context": {"error_message": text}}
+    return {"actor_died_error_context": context}
 
 
 async def raw_tasks(ctx: Any, job_id: str = "", limit: int = 0) -> list[dict[str, Any]]:
@@ -78,7 +94,8 @@ def task_row(r: dict[str, Any]) -> dict[str, Any]:
         "task_id": r["task_id"].hex(), "attempt_number": r.get("attempt_number", 0), "name": r.get("name", ""),
         "state": r.get("state", ""), "job_id": _hex(r.get("job_id")), "actor_id": _hex(r.get("actor_id")),
         "type": r.get("type", "NORMAL_TASK"), "func_or_class_name": r.get("func_or_class_name", ""),
-        "parent_task_id": _hex(r.get("parent_task_id")), "node_id": _hex(r.get("node_id")),
+        # Ray's clients require a string; a task the driver submitted has no parent here
+        "parent_task_id": _hex(r.get("parent_task_id")) or "", "node_id": _hex(r.get("node_id")),
         "worker_id": _hex(r.get("worker_id")), "worker_pid": r.get("worker_pid"),
         "error_type": r.get("error_type"), "error_message": r.get("error_message"),
         "language": r.get("language", "PYTHON"), "required_resources": r.get("required_resources") or {},
@@ -88,12 +105,12 @@ def task_row(r: dict[str, Any]) -> dict[str, Any]:
 
 
 async def jobs(ctx: Any) -> list[dict[str, Any]]:
-    from raylite.dashboard.routes.jobs import details, driver_details
+    from raylite.dashboard.routes.jobs import details, driver_details, internal_driver
 
     drivers = (await ctx.head.request(P.ListJobs())).jobs
     manager = ctx.extras.get("jobs")
     rows = [details(r, drivers) for r in await manager.list()] if manager is not None else []
-    rows += [driver_details(d) for d in drivers if not d.get("submission_id")]
+    rows += [driver_details(d) for d in drivers if not d.get("submission_id") and not internal_driver(d)]
     return rows
 
 
@@ -106,7 +123,8 @@ async def placement_groups(ctx: Any) -> list[dict[str, Any]]:
                     "unit_resources": R.from_fixed(b)} for i, b in enumerate(pg.get("bundles") or [])]
         out.append({"placement_group_id": pg["pg_id"].hex(), "name": pg.get("name") or "",
                     "state": _PG_STATES.get(pg["state"], pg["state"]), "strategy": pg.get("strategy", ""),
-                    "bundles": bundles, "stats": {"error": pg.get("error") or None}})
+                    "bundles": bundles, "stats": {"error": pg.get("error") or None},
+                    "is_detached": bool(pg.get("detached")), "creator_job_id": ""})
     return out
 
 

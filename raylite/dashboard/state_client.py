@@ -124,7 +124,10 @@ def summarize(resource: str, address: str | None = None, timeout: int = 30) -> d
         body = api.json("GET", f"/api/v0/{resource}/summarize")
     finally:
         api.close()
-    return body["data"]["result"]
+    result = body["data"]["result"]
+    if "node_id_to_summary" not in result and isinstance(result.get("result"), dict):
+        result = result["result"]  # Ray's wrapper (raylite's server, like Ray's, sends it)
+    return result
 
 
 def timeline_events(address: str | None = None, job_id: str | None = None) -> list[dict[str, Any]]:

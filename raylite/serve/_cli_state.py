@@ -23,17 +23,25 @@ def _kv() -> Any:
     return internal_kv
 
 
-def save_configs(config: Any) -> None:
-    """Remember each application's section of a deployed config (and forget dropped apps)."""
-    kv = _kv()
+def config_documents(config: Any) -> dict[str, dict]:
+    """Application name -> its section of a deploy config (shared fields plus that app), as
+    stored: two equal documents mean the application's config did not change."""
     shared = config.model_dump(mode="json", exclude_unset=True, exclude={"applications"})
-    keep = set()
+    out = {}
     for app in config.applications:
         doc = {**shared, "applications": [app.model_dump(mode="json", exclude_unset=True)]}
         doc["applications"][0].setdefault("name", app.name)
-        kv._internal_kv_put(_PREFIX + app.name, json.dumps(doc), namespace=_NAMESPACE)
-        keep.add(app.name)
-    for name in set(load_configs()) - keep:
+        out[app.name] = doc
+    return out
+
+
+def save_configs(config: Any) -> None:
+    """Remember each application's section of a deployed config (and forget dropped apps)."""
+    kv = _kv()
+    docs = config_documents(config)
+    for name, doc in docs.items():
+        kv._internal_kv_put(_PREFIX + name, json.dumps(doc), namespace=_NAMESPACE)
+    for name in set(load_configs()) - set(docs):
         kv._internal_kv_del(_PREFIX + name, namespace=_NAMESPACE)
 
 

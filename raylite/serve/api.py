@@ -114,13 +114,16 @@ def _http_from_host_port(host: str | None, port: int | None) -> dict | None:
 def run(target: Application, blocking: bool = False, name: str = DEFAULT_APP_NAME,
         route_prefix: str | None = DEFAULT, logging_config: Any = None,
         _local_testing_mode: bool = False, *, host: str | None = None, port: int | None = None,
-        timeout_s: float | None = None, _autoscaling_policy: Any = None) -> DeploymentHandle:
+        timeout_s: float | None = None, _autoscaling_policy: Any = None,
+        _wait_for_running: bool = True) -> DeploymentHandle:
     """Deploy an application and wait until it is RUNNING; returns a handle to its ingress.
 
     `host`/`port` (the form in older Ray docs) set the HTTP proxy's address when Serve starts.
     `_autoscaling_policy` is an application-level policy (a config file's `autoscaling_policy`):
     one function of every autoscaling deployment's context deciding all their replica counts.
     Raises RuntimeError with the replica's traceback when a replica fails to start.
+    `_wait_for_running=False` returns once the controller has the application (the Serve REST
+    API's declarative deploy: its status then tells DEPLOYING, RUNNING or DEPLOY_FAILED).
     """
     import raylite
 
@@ -148,7 +151,7 @@ def run(target: Application, blocking: bool = False, name: str = DEFAULT_APP_NAM
             shutdown()
         raise OSError(proxy_error)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    while True:
+    while _wait_for_running:
         st = raylite.get(controller.wait_for_app.remote(name, 2.0))
         if st["status"] == "RUNNING":
             break

@@ -53,6 +53,9 @@ _AUTOSCALING_FIELDS = {
     "aggregation_function", "policy",
 }
 _PROXY_LOCATIONS = ("Disabled", "HeadOnly", "EveryNode")
+# fields of Ray 2.60's config schemas that raylite refuses (a config must not be half-applied)
+_RAY_ONLY = {"controller_options", "tracing_config", "host", "port", "deployment_actors", "ssl_ca_certs",
+             "ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "fallback_strategy"}
 
 
 class ServeConfigError(ValueError):
@@ -239,7 +242,9 @@ def format_validation_error(error: ValidationError, source: str = "config") -> s
             path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
         message = item.get("msg", "invalid").removeprefix("Value error, ")
         if item.get("type") == "extra_forbidden":
-            message = "unknown field (check its spelling against Ray's ServeDeploySchema)"
+            last = str((item.get("loc") or ("",))[-1])
+            message = (f"Ray's field {last!r}, which raylite does not support yet; remove it" if last in _RAY_ONLY
+                       else "unknown field (check its spelling against Ray's ServeDeploySchema)")
         lines.append(f"{source}: {path or '<top level>'}: {message}")
     return "\n".join(lines)
 

@@ -16,7 +16,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from raylite._state import ObjectState, format_objects, summarize_objects
+from raylite._state import (
+    ObjectState,
+    format_objects,
+    get_cluster_demand,
+    publish_autoscaler_view,
+    summarize_objects,
+)
 from raylite._state import list_objects as _list_objects_here
 from raylite.dashboard.state_client import (
     ActorState,
@@ -33,7 +39,7 @@ from raylite.dashboard.state_client import (
 
 __all__ = [
     "ActorState", "JobState", "NodeState", "ObjectState", "PlacementGroupState", "StateRow", "TaskState",
-    "WorkerState", "format_objects", "get_actor", "get_job", "get_log", "get_node", "get_placement_group",
+    "WorkerState", "format_objects", "get_actor", "get_cluster_demand", "publish_autoscaler_view", "get_job", "get_log", "get_node", "get_placement_group",
     "get_task", "get_worker", "list_actors", "list_jobs", "list_logs", "list_nodes", "list_objects",
     "list_placement_groups", "list_tasks", "list_workers", "summarize_actors", "summarize_objects",
     "summarize_tasks",

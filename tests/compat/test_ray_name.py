@@ -157,6 +157,37 @@ print(len(loaded), changed)
     assert int(count) > 100 and changed == "[]", out.stdout
 
 
+@pytest.mark.slow  # two interpreters importing every module (torch, vLLM, ...): ~30 s here
+def test_importing_by_ray_names_first_binds_what_raylite_names_bind():
+    """The other order: every module imported by its `ray.` name first, each package aliased
+    before its submodules load. Each raylite package ends with the same kinds of bindings as
+    in an interpreter that imported the same modules by their raylite names."""
+    walk = r'''
+import importlib, pkgutil, sys
+import raylite
+prefix = sys.argv[1]
+names = [m.name for m in pkgutil.walk_packages(raylite.__path__, "raylite.")
+         if not m.name.endswith("__main__")]
+if prefix == "ray":
+    import ray
+for name in names:
+    try:
+        importlib.import_module(prefix + name[7:])
+    except Exception:
+        pass
+kinds = {n: {k: type(v).__name__ for k, v in vars(m).items() if not k.startswith("__")}
+         for n, m in sorted(sys.modules.items()) if n.startswith("raylite") and hasattr(m, "__path__")}
+print(repr(kinds))
+'''
+    results = []
+    for prefix in ("raylite", "ray"):
+        out = run_python(f"import sys; sys.argv[1:] = [{prefix!r}]\n" + walk, timeout_s=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        results.append(eval(out.stdout))  # noqa: S307 - our own repr of str -> str dicts
+    by_raylite, by_ray = results
+    assert by_ray == by_raylite
+
+
 LAZY_RECIPE = r'''
 import importlib.util, sys
 

@@ -79,4 +79,5 @@ def test_lost_object_message_names_the_object_once(cluster):
         ray.get(ray.ObjectRef(bytes.fromhex(hexid)), timeout=30)
     msg = str(info.value)
     assert msg.startswith(f"Object {hexid} was lost: ")
-    assert msg.count("Object") == 1 and msg.count("was lost") == 1
+    assert msg.count(hexid) == 1 and msg.count("was lost") == 1 and "Object Object" not in msg
+    assert "Keep the ObjectRef" in msg  # what to do about it

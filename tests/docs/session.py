@@ -199,7 +199,8 @@ class PageSession:
 export RAYLITE_TEMP_DIR={temp}
 port=$(python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 dash=$(python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-raylite start --head --port=$port --dashboard-port=$dash --num-cpus=2 --node-ip-address=127.0.0.1
+raylite start --head --port=$port --dashboard-port=$dash --num-cpus=2 --node-ip-address=127.0.0.1 \
+    --ray-client-server-port=0
 raylite start --address=127.0.0.1:$port --num-cpus=2 --node-ip-address=127.0.0.1
 echo "ADDRESS 127.0.0.1:$port"
 """

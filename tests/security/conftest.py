@@ -84,6 +84,32 @@ def core_served(address: str, token: str) -> bool:
     return True
 
 
+def ray_client_served(port: int, token: str) -> bool:
+    """Authenticated: the server hands the connection to a proxy driver, which answers a call
+    (an error, since the client has not called "init": enough to show it is served)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        s.sendall(core_hello(token.encode()))
+        s.settimeout(20)
+        replies = []
+        buf = b""
+        sent = False
+        while len(replies) < 2:
+            chunk = s.recv(65536)
+            if not chunk:
+                return False
+            buf += chunk
+            while len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">I", buf[:4])[0]:
+                n = struct.unpack(">I", buf[:4])[0]
+                replies.append(P.decode(buf[4:4 + n])[0])
+                buf = buf[4 + n:]
+            if replies and not sent:
+                assert replies[0] == P.HelloReply(True), replies[0]
+                data = P.encode(P.ClientCall("gen_len", [b"x"]), 1)
+                s.sendall(struct.pack(">I", len(data)) + data)
+                sent = True
+        return isinstance(replies[1], P.ClientCallReply) and not replies[1].ok
+
+
 def bulk_served(address: str, token: str) -> bool:
     from raylite._core.transport.bulk import BulkClient
 
@@ -167,13 +193,16 @@ def secure_cluster():
     mp = pytest.MonkeyPatch()
     temp_dir = tempfile.mkdtemp(prefix="rls", dir="/tmp")
     mp.setenv("RAYLITE_HANDSHAKE_TIMEOUT_S", str(HANDSHAKE_TIMEOUT_S))
+    ray_client_port = free_port()
     mp.delenv("RAYLITE_TOKEN", raising=False)
     cfg = config_mod.get_config().replace(temp_dir=temp_dir, token="")  # the daemons read the env
     mp.setattr(config_mod, "_CONFIG", cfg)
     head = None
     try:
-        head = C.start_node(cfg, head=True, port=free_port(), node_ip="127.0.0.1", num_cpus=4,
-                            include_dashboard=True, dashboard_port=free_port())
+        with pytest.MonkeyPatch.context() as only_here:  # the head's Ray Client server; not later heads'
+            only_here.setenv("RAYLITE_RAY_CLIENT_SERVER_PORT", str(ray_client_port))
+            head = C.start_node(cfg, head=True, port=free_port(), node_ip="127.0.0.1", num_cpus=4,
+                                include_dashboard=True, dashboard_port=free_port())
         token = open(os.path.join(head.session_dir, "token")).read().strip()
         raylite.init(address=head.address)
         serve.start(http_options={"host": "127.0.0.1", "port": free_port(),
@@ -198,7 +227,8 @@ def secure_cluster():
         probe = raylite.remote(num_cpus=0)(_Probe).remote()
         yield {"head": head, "token": token, "config": cfg, "nodes": nodes, "replica": replica,
                "handle": handle, "dashboard_url": head.dashboard_url, "holder": holder, "proxy": proxy,
-               "probe": probe, "probe_info": raylite.get(probe.where.remote())}
+               "probe": probe, "probe_info": raylite.get(probe.where.remote()),
+               "ray_client_port": ray_client_port}
     finally:
         with contextlib.suppress(Exception):
             serve.shutdown()
@@ -293,6 +323,8 @@ def build_targets(c: dict) -> dict[str, Target]:
                                     lambda: serve_served(rep, tok, unix=False), t),
         "serve-replica-unix": Target("Serve replica Unix socket", rep["unix_path"], rep["pid"], serve_hello,
                                      lambda: serve_served(rep, tok, unix=True), t),
+        "ray-client": Target("Ray Client server", ("127.0.0.1", c["ray_client_port"]), head.pid, core_hello,
+                             lambda: ray_client_served(c["ray_client_port"], token), t),
         "api-http": Target("API/dashboard HTTP", (dh, int(dp)), 0, http_hello,
                            lambda: http_served(c["dashboard_url"], token), t, extra={"http": True}),
     }

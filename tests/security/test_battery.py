@@ -11,7 +11,7 @@ from .conftest import build_targets, dashboard_pid
 
 TARGETS = ["head-rpc", "head-rpc-unix", "node-rpc", "node-rpc-unix", "worker-rpc", "object-transfer",
            "channel-tcp", "channel-unix", "serve-replica-tcp", "serve-replica-unix", "serve-http-proxy",
-           "serve-socket-holder", "serve-proxy-share", "api-http"]
+           "serve-socket-holder", "serve-proxy-share", "api-http", "ray-client"]
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import pytest
 from raylite._core import control_store as CS
 from raylite._core import protocol as P
 from raylite._core import resources as R
+from raylite._core import scheduling as S
 from raylite._core.clock import FakeClock
 from raylite._core.control_store import ActorState, ControlStore, PlacementGroupState
 from raylite._core.task_spec import KIND_ACTOR_CREATE, FunctionDescriptor, TaskSpec
@@ -304,3 +305,96 @@ def test_spread_picks_of_one_batch_cover_every_node():
     picks = [store.pick_node(R.to_fixed({"CPU": 1}), ["SPREAD"], ids[0], None, b"burst") for _ in range(7)]
     assert {rec.node_id for rec, _ in picks} == set(ids)
     assert picks[-1][1] and not any(covered for _, covered in picks[:-1])
+
+
+# ------------------------------------------------------------------ autoscaler (issue 27)
+def _publish_node_types(store: ControlStore, launching: int = 0, **types: dict) -> None:
+    import json
+
+    view = {"node_types": {name: {"resources": res} for name, res in types.items()}, "launching": launching}
+    store.kv_put(CS.AUTOSCALER_NAMESPACE, CS.AUTOSCALER_VIEW_KEY, json.dumps(view).encode(), True)
+
+
+def test_without_an_autoscaler_a_request_no_node_fits_is_infeasible():
+    store, _ = store_with_nodes(N1, cpus=1)
+    choice, _ = store.pick_node(R.to_fixed({"CPU": 4}), [], N1)
+    assert isinstance(choice, S.Infeasible)
+    assert not store.launchable_fits(R.to_fixed({"CPU": 4}))
+
+
+def test_an_autoscaler_node_type_that_fits_keeps_an_actor_pending_until_a_node_joins():
+    store, _ = store_with_nodes(N1, cpus=1)
+    _publish_node_types(store, big={"CPU": 4})
+    assert store.launchable_fits(R.to_fixed({"CPU": 4}))
+    assert not store.launchable_fits(R.to_fixed({"GPU": 1}))
+    store.register_actor(actor_spec(b"a" * 16, resources={"CPU": 4}), False)
+    assert store.place_actor(b"a" * 16) == []  # waits, not DEAD
+    assert store.actors[b"a" * 16].state is ActorState.PENDING
+    assert store.demands()["actors"] == [R.to_fixed({"CPU": 4})]
+    _, effects = store.register_node(N2, "tcp://10.0.0.2:1", "10.0.0.2", R.to_fixed({"CPU": 4}), {}, "/tmp")
+    assert CS.ScheduleActor(b"a" * 16) in effects
+    assert isinstance(store.place_actor(b"a" * 16)[0], CS.StartActorOn)
+    # a GPU actor still fails at once: no node type could ever fit it
+    store.register_actor(actor_spec(b"g" * 16, resources={"GPU": 1}), False)
+    store.place_actor(b"g" * 16)
+    assert store.actors[b"g" * 16].state is ActorState.DEAD
+
+
+def test_an_autoscaler_view_keeps_a_placement_group_pending_and_lists_waiting_picks():
+    store, _ = store_with_nodes(N1, cpus=1)
+    _publish_node_types(store, big={"CPU": 4})
+    store.create_placement_group(b"p" * 16, [R.to_fixed({"CPU": 3})], "PACK", "", "ns", False)
+    assert store.plan_placement_group(b"p" * 16) == []
+    assert store.pgs[b"p" * 16].state is PlacementGroupState.PENDING
+    key = store.wait_for_node(R.to_fixed({"CPU": 2}))
+    d = store.demands()
+    assert d["waiting"] == [R.to_fixed({"CPU": 2})] and d["placement_groups"][0]["strategy"] == "PACK"
+    store.stop_waiting(key)
+    assert store.demands()["waiting"] == []
+    # the view withdrawn: infeasible again
+    store.kv_del(CS.AUTOSCALER_NAMESPACE, CS.AUTOSCALER_VIEW_KEY, False)
+    store.create_placement_group(b"q" * 16, [R.to_fixed({"CPU": 3})], "PACK", "", "ns", False)
+    store.plan_placement_group(b"q" * 16)
+    assert store.pgs[b"q" * 16].state is PlacementGroupState.INFEASIBLE
+
+
+def test_while_nodes_are_launching_a_pick_with_no_room_waits_for_them():
+    store, _ = store_with_nodes(N1, cpus=1)
+    store.pick_node(R.to_fixed({"CPU": 1}), [], N1, R.to_fixed({"CPU": 0}))
+    _publish_node_types(store, launching=2, small={"CPU": 1})
+    choice, _ = store.pick_node(R.to_fixed({"CPU": 1}), [], N1, R.to_fixed({"CPU": 0}))
+    assert choice is None
+
+
+def test_idle_time_starts_when_nothing_uses_the_node():
+    store, clock = store_with_nodes(N1, cpus=2)
+    clock.advance(5)
+    assert store.idle_s(N1) == 5
+    store.heartbeat(N1, R.to_fixed({"CPU": 1}), None, [])  # a task holds a CPU
+    assert store.idle_s(N1) == 0
+    store.heartbeat(N1, R.to_fixed({"CPU": 2}), None, [], {"store_used_bytes": 100})  # an object is stored
+    clock.advance(3)
+    assert store.idle_s(N1) == 0
+    store.heartbeat(N1, R.to_fixed({"CPU": 2}), None, [], {"store_used_bytes": 0})
+    clock.advance(3)
+    assert store.idle_s(N1) == 3
+
+
+def test_an_autoscaler_view_not_refreshed_for_a_minute_counts_as_gone():
+    store, clock = store_with_nodes(N1, cpus=1)
+    _publish_node_types(store, big={"CPU": 4})
+    clock.advance(CS.AUTOSCALER_VIEW_TTL_S - 1)
+    assert store.launchable_fits(R.to_fixed({"CPU": 4}))
+    clock.advance(2)  # the autoscaler stopped republishing: requests no node fits fail again
+    assert not store.launchable_fits(R.to_fixed({"CPU": 4}))
+    _publish_node_types(store, big={"CPU": 4})
+    assert store.launchable_fits(R.to_fixed({"CPU": 4}))
+
+
+def test_a_node_picked_for_a_lease_is_busy_before_its_next_heartbeat():
+    store, clock = store_with_nodes(N1, N2, cpus=2)
+    clock.advance(10)
+    choice, _ = store.pick_node(R.to_fixed({"CPU": 1}), [], N1, R.to_fixed({"CPU": 0}))
+    assert store.idle_s(choice.node_id) == 0  # the autoscaler sees it busy at once
+    other = N2 if choice.node_id == N1 else N1
+    assert store.idle_s(other) == 10

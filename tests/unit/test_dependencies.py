@@ -26,7 +26,8 @@ DISTRIBUTION = {"yaml": "pyyaml", "PIL": "pillow", "pytorch_lightning": "lightni
 OPTIONAL = {
     "_core": {"torch": "zero-copy torch tensors, only when the program uses torch",
               "pyarrow": "zero-copy Arrow tables, only when the program uses pyarrow",
-              "redis": "--persist redis:// (the redis extra)"},
+              "redis": "--persist redis:// (the redis extra)",
+              "pynvml": "accelerator types through NVML where nvidia-ml-py is installed (else nvidia-smi)"},
     "data": {"torch": "iter_torch_batches (the train extra)", "PIL": "read_images",
              "datasets": "from_huggingface", "fastavro": "read_avro"},
     "train": {"lightning": "Lightning helpers", "pytorch_lightning": "Lightning helpers",

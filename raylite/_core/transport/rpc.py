@@ -106,7 +106,11 @@ class Connection(asyncio.Protocol):
                 return
             if n - pos - 4 < length:
                 break
-            frame = bytes(buf[pos + 4:pos + 4 + length])
+            if length < 65536:
+                frame = bytes(buf[pos + 4:pos + 4 + length])
+            else:  # one copy, not two (a slice, then bytes of it): large values pass here
+                with memoryview(buf) as view:
+                    frame = bytes(view[pos + 4:pos + 4 + length])
             pos += 4 + length
             self._on_frame(frame)
             if self.transport is None or self.transport.is_closing():
@@ -207,23 +211,12 @@ class Connection(asyncio.Protocol):
 
     def _check_hello(self, frame: bytes) -> None:
         """The first frame (at most HELLO_MAX_BYTES, plain msgpack: nothing in it can run code)."""
-        try:
-            items = msgpack.unpackb(frame, raw=False)
-            presented = items[2]
-            ok = (items[0] == P.Hello.TAG and isinstance(presented, str) and bool(self.token)
-                  and hmac.compare_digest(presented.encode(), self.token.encode()))
-            version_ok = ok and items[3] == P.PROTOCOL_VERSION
-        except Exception:  # noqa: BLE001
-            ok = version_ok = False
-        if not ok:
-            self._write(P.encode(P.HelloReply(False, "wrong or missing cluster token"), 0))
+        error, role = check_hello(frame, self.token)
+        if error:
+            self._write(P.encode(P.HelloReply(False, error), 0))
             self.close()
             return
-        if not version_ok:
-            self._write(P.encode(P.HelloReply(False, f"protocol version mismatch: this node speaks {P.PROTOCOL_VERSION}, you sent {items[3]}; install the same raylite version on every node"), 0))
-            self.close()
-            return
-        self.peer_role = str(items[4])
+        self.peer_role = role
         self._authenticated = True
         self._handshake_done()
         self._write(P.encode(P.HelloReply(True), 0))
@@ -287,8 +280,8 @@ class Connection(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
-    def _encode(self, msg: P.Message, rid: int) -> bytes:
-        data = P.encode(msg, rid)
+    def _encode(self, msg: P.Message, rid: int, size_hint: int = 0) -> bytes | memoryview:
+        data = P.encode(msg, rid) if size_hint < (1 << 20) else P.encode_sized(msg, rid, size_hint)
         if len(data) > self.max_frame_bytes:
             raise ValueError(
                 f"{type(msg).__name__} is {len(data)} bytes encoded, over the {self.max_frame_bytes}-byte frame "
@@ -296,20 +289,21 @@ class Connection(asyncio.Protocol):
                 "store (raylite.put) instead, or raise RAYLITE_MAX_FRAME_BYTES on every node.")
         return data
 
-    def send(self, msg: P.Message, rid: int = 0) -> None:
+    def send(self, msg: P.Message, rid: int = 0, *, size_hint: int = 0) -> None:
+        """`size_hint`: about how many bytes `msg` holds, when large (see P.encode_sized)."""
         if self.transport is None or self.transport.is_closing():
             raise ConnectionClosedError if self._closed_by_us else ConnectionBrokenError(
                 f"connection to {self.peer_role or 'peer'} is closed")
-        self._write(self._encode(msg, rid))
+        self._write(self._encode(msg, rid, size_hint))
 
-    def request_future(self, msg: P.Message) -> asyncio.Future:
+    def request_future(self, msg: P.Message, *, size_hint: int = 0) -> asyncio.Future:
         rid = self._next_id
         self._next_id += 1
         fut = self.loop.create_future()
         if self.is_closed():
             fut.set_exception(ConnectionBrokenError(f"connection to {self.peer_role or 'peer'} is closed"))
             return fut
-        data = self._encode(msg, rid)
+        data = self._encode(msg, rid, size_hint)
         self._pending[rid] = fut
         self._write(data)
         return fut
@@ -340,6 +334,26 @@ class Connection(asyncio.Protocol):
         pending requests fail with ConnectionBrokenError, as if the network broke it."""
         if self.transport is not None:
             self.transport.abort()
+
+
+def check_hello(frame: bytes, token: str) -> tuple[str, str]:
+    """Check a connection's first frame: ("", peer role) when it is a Hello with `token`
+    (compared in constant time) and this protocol version, else (why it was refused, "").
+    The frame is plain msgpack read as data: nothing in it is unpickled or run."""
+    try:
+        items = msgpack.unpackb(frame, raw=False)
+        presented = items[2]
+        ok = (items[0] == P.Hello.TAG and isinstance(presented, str) and bool(token)
+              and hmac.compare_digest(presented.encode(), token.encode()))
+        version_ok = ok and items[3] == P.PROTOCOL_VERSION
+    except Exception:  # noqa: BLE001
+        ok = version_ok = False
+    if not ok:
+        return "wrong or missing cluster token", ""
+    if not version_ok:
+        return (f"protocol version mismatch: this node speaks {P.PROTOCOL_VERSION}, you sent {items[3]}; "
+                "install the same raylite version on every node"), ""
+    return "", str(items[4])
 
 
 async def connect(address: str, handlers: dict[type, Handler] | None = None, *, token: str,
@@ -373,7 +387,8 @@ async def connect(address: str, handlers: dict[type, Handler] | None = None, *, 
         if not isinstance(msg, P.HelloReply) or not msg.ok:
             fut.set_exception(HandshakeError(
                 f"{address} refused the connection: {getattr(msg, 'error', msg)}. "
-                "Pass the cluster's token (--token or RAYLITE_TOKEN) or check the raylite version."))
+                "Pass the cluster's token (--token, RAYLITE_TOKEN, or RAY_AUTH_TOKEN with RAY_AUTH_MODE=token) "
+                "or check the raylite version."))
         else:
             conn._handshake_done()
             fut.set_result(msg)

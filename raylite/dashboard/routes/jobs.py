@@ -99,6 +99,15 @@ def _listed(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+# drivers the cluster runs for itself (the Serve REST agent), left out of job lists as Ray leaves
+# out its dashboard's own driver (namespace "_ray_internal_...")
+INTERNAL_NAMESPACES = ("_raylite_internal", "_ray_internal_")
+
+
+def internal_driver(d: dict[str, Any]) -> bool:
+    return str(d.get("namespace") or "").startswith(INTERNAL_NAMESPACES)
+
+
 def driver_details(d: dict[str, Any]) -> dict[str, Any]:
     """A driver that joined the cluster by itself (not submitted): Ray's type DRIVER."""
     alive = d.get("alive", False)
@@ -145,7 +154,7 @@ def routes(ctx: Any) -> list:
     async def list_jobs(request: Request) -> Response:
         drivers = await _drivers(ctx)
         rows = [_listed(details(r, drivers)) for r in await manager().list()]
-        rows += [driver_details(d) for d in drivers if not d.get("submission_id")]
+        rows += [driver_details(d) for d in drivers if not d.get("submission_id") and not internal_driver(d)]
         return JSONResponse(rows)
 
     async def get_job(request: Request) -> Response:

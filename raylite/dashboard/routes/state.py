@@ -5,8 +5,10 @@
         "num_after_truncation": n, "num_filtered": m, "partial_failure_warning": "", "warnings": [...]}}}
 
 resources: actors, tasks, nodes, jobs, workers, placement_groups, objects. Summaries: tasks,
-actors, objects. /api/v0/tasks/timeline[?job_id=..&download=1] is the Chrome trace.
-An unknown resource or filter key is a 400 that lists the valid ones.
+actors, objects, in Ray's wrapper: data.result = {"result": {"node_id_to_summary": ...}, "total",
+"num_after_truncation", "num_filtered", "partial_failure_warning", "warnings"}. /api/v0/tasks/timeline[?job_id=..&download=1] is the Chrome trace.
+An unknown resource or filter key is a 400 that lists the valid ones. Ray's own client (it sends
+`timeout=`) gets rows its strict schemas accept (see ray_shapes.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from raylite.dashboard import ray_shapes
 from raylite.dashboard import state as S
 
 RESOURCES = ("actors", "tasks", "nodes", "jobs", "workers", "placement_groups", "objects")
@@ -67,6 +70,9 @@ def routes(ctx: Any) -> list:
         job_id = next((v for k, p, v in filters if k == "job_id" and p == "="), "")
         try:
             rows = await rows_of(ctx, resource, job_id if resource == "tasks" else "")
+            if ray_shapes.from_ray_client(request.query_params):
+                exclude = request.query_params.get("exclude_driver", "true").lower() in ("1", "true")
+                rows = ray_shapes.for_ray(resource, rows, exclude)
             _check_keys(rows, filters, resource)
             total = len(rows)
             rows = S.apply_filters(rows, filters)
@@ -91,7 +97,10 @@ def routes(ctx: Any) -> list:
         if resource not in fns:
             return _error(f"no summary for {resource!r}; valid: tasks, actors, objects", 404)
         rows = await rows_of(ctx, resource)
-        return JSONResponse({"result": True, "msg": "", "data": {"result": fns[resource](rows)}})
+        # Ray's wrapper (its `ray summary` reads total, num_after_truncation, ...) around the summary
+        return JSONResponse({"result": True, "msg": "", "data": {"result": {
+            "result": fns[resource](rows), "total": len(rows), "num_after_truncation": len(rows),
+            "num_filtered": len(rows), "partial_failure_warning": "", "warnings": []}}})
 
     async def timeline(request: Request) -> Response:
         rows = await S.raw_tasks(ctx, request.query_params.get("job_id", ""))

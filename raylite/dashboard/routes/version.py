@@ -1,4 +1,5 @@
-"""/api/version (Ray's clients check it before anything else) and /api/gcs_healthz."""
+"""/api/version and /api/ray/version (Ray's job and Serve clients check them before anything
+else; the same JSON, as in Ray) and /api/gcs_healthz."""
 
 from __future__ import annotations
 
@@ -34,4 +35,5 @@ def routes(ctx: Any) -> list:
         await ctx.head.request(P.GetClusterInfo(), 5.0)
         return PlainTextResponse("success")
 
-    return [Route("/api/version", version), Route("/api/gcs_healthz", healthz)]
+    return [Route("/api/version", version), Route("/api/ray/version", version),
+            Route("/api/gcs_healthz", healthz)]

@@ -266,6 +266,12 @@ class ServeController:
     async def get_status(self) -> dict:
         return controller_status.status_dict(self)
 
+    async def get_rest_details(self) -> dict:
+        """Everything the Serve REST API reports (GET /api/serve/applications/)."""
+        from raylite.serve._internal.rest_view import rest_view
+
+        return rest_view(self)
+
     async def list_replicas(self, app: str, dname: str) -> list[dict]:
         """Each replica of a deployment: id, state, node, pid, actor name."""
         dep = self.deps.get((app, dname))

@@ -57,7 +57,7 @@ class Metrics:
                 "p99_ms": round(percentile(lats, 0.99), 3), "requests_total": tot[0], "errors_total": tot[1]}
 
 
-def _app_deployments(ctrl: Any, name: str, app: dict) -> Iterator[tuple[str, DeploymentRecord]]:
+def app_deployments(ctrl: Any, name: str, app: dict) -> Iterator[tuple[str, DeploymentRecord]]:
     """The deployments of one application that the controller has records for."""
     for dname in app["deployments"]:
         dep = ctrl.deps.get((name, dname))
@@ -70,11 +70,11 @@ def status_dict(ctrl: Any) -> dict:
     apps = {}
     for name, app in ctrl.apps.items():
         deps = {}
-        for dname, dep in _app_deployments(ctrl, name, app):
+        for dname, dep in app_deployments(ctrl, name, app):
             states: dict[str, int] = {}
             for r in dep.replicas.values():
                 states[r.state] = states.get(r.state, 0) + 1
-            deps[dname] = {"name": dname, "status": dep.status, "status_trigger": _trigger(dep),
+            deps[dname] = {"name": dname, "status": dep.status, "status_trigger": status_trigger(dep),
                            "replica_states": states, "message": dep.message}
         apps[name] = {"name": name, "status": app["status"], "message": app.get("message", ""),
                       "last_deployed_time_s": app.get("deployed_at", 0.0), "deployments": deps,
@@ -85,7 +85,7 @@ def status_dict(ctrl: Any) -> dict:
     return {"proxies": proxies, "applications": apps, "target_capacity": None}
 
 
-def _trigger(dep: DeploymentRecord) -> str:
+def status_trigger(dep: DeploymentRecord) -> str:
     if dep.status == "DEPLOY_FAILED":
         return "REPLICA_STARTUP_FAILED"
     if dep.status == "HEALTHY":
@@ -100,7 +100,7 @@ async def write_snapshot(ctrl: Any) -> None:
     apps = {}
     for name, app in ctrl.apps.items():
         deps = {}
-        for dname, dep in _app_deployments(ctrl, name, app):
+        for dname, dep in app_deployments(ctrl, name, app):
             deps[dname] = {
                 "status": dep.status, "message": dep.message, "target_replicas": dep.target_replicas,
                 "replicas": [{"replica_id": r.replica_id, "state": r.state, "node_id": r.info.get("node_id"),

@@ -56,6 +56,8 @@ def prepare_model(
     With a single worker the model is returned unwrapped, as in Ray. ``wrap_ddp`` and
     ``ddp_kwargs`` are Ray's older spellings of ``parallel_strategy`` and its kwargs.
     """
+    if _wrapped_already(model):
+        return model
     if wrap_ddp is False:
         parallel_strategy = None
     if ddp_kwargs:
@@ -64,6 +66,17 @@ def prepare_model(
     if move_to_device is not False:
         model = model.to(device)
     return wrap_model(model, device, parallel_strategy, parallel_strategy_kwargs)
+
+
+def _wrapped_already(model: torch.nn.Module) -> bool:
+    """A DeepSpeed engine (it partitions, places and offloads its own parameters: moving or
+    DDP-wrapping it would undo ZeRO) or a model already in DDP/FSDP is left as it is."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(model, DistributedDataParallel):
+        return True
+    return any(cls.__module__.split(".")[0] == "deepspeed" or cls.__name__ == "FullyShardedDataParallel"
+               for cls in type(model).__mro__)
 
 
 def prepare_data_loader(

@@ -20,7 +20,6 @@ a `ray` module. See docs/ecosystem.md.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
@@ -28,8 +27,6 @@ import sys
 from typing import Any
 
 __version__ = "2.60.0"  # the Ray release whose API raylite matches (libraries gate features on it)
-
-_REAL_RAY_MARKERS = ("_raylet.so", "_raylet.pyd", "_raylet.")  # Ray's compiled core, in its package
 
 
 def _real_ray_installs() -> list[str]:
@@ -45,7 +42,7 @@ def _real_ray_installs() -> list[str]:
         except OSError:
             continue
         for name in names:
-            if (name.startswith("ray-") and name.endswith((".dist-info", ".egg-info"))
+            if (name.lower().startswith("ray-") and name.endswith((".dist-info", ".egg-info"))
                     and name[4:5].isdigit() and "+raylite" not in name):
                 found.append(os.path.join(directory, name))
         if "ray" in names:
@@ -80,13 +77,15 @@ __raylite_version__ = raylite.__version__
 __all__ = list(raylite.__all__)
 
 
-class _AliasLoader(importlib.abc.Loader):
+class _AliasLoader:
     """Loads `ray.X` by importing `raylite.X` and handing back that very module object.
 
     The import system stamps the module with the alias's spec between `create_module` and
     `exec_module` (and `importlib.util.LazyLoader` swaps its loader too); `exec_module` puts
     raylite's own `__spec__` and `__loader__` back, so `raylite.X` is left as it was."""
 
+    # (a plain class: the import system and LazyLoader need only these two methods, and
+    # importlib.abc would cost `import ray` a quarter of a millisecond)
     def __init__(self, real_name: str) -> None:
         self.real_name = real_name
         self._original: tuple[Any, Any] | None = None
@@ -118,7 +117,7 @@ def _alias_loaded_submodules(real_package: str, *, skip: str = "") -> None:
             sys.modules[alias] = sys.modules[name]
 
 
-class _AliasFinder(importlib.abc.MetaPathFinder):
+class _AliasFinder:
     """Finds `ray.X` wherever raylite has `raylite.X`; anything else is left to the rest of
     sys.meta_path (and so fails as a missing module)."""
 

@@ -1,0 +1,1 @@
+"""Node providers: where the autoscaler's launches and terminations happen (KubeRay, local hosts)."""
