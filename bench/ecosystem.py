@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 PROGRAMS = REPO / "examples" / "ecosystem"
 _SESSIONS = tempfile.mkdtemp(prefix="raylite-bench-ecosystem-")
 ALL = ["multiprocessing_pool", "joblib_sklearn", "dask_on_ray", "modin_on_ray", "daft_on_ray", "hamilton_on_ray"]
-LIBRARIES = {"multiprocessing_pool": ["(standard library) multiprocessing"],
+LIBRARIES = {"multiprocessing_pool": [],  # the standard library's API
              "joblib_sklearn": ["joblib", "scikit-learn"], "dask_on_ray": ["dask"],
              "modin_on_ray": ["modin"], "daft_on_ray": ["daft"], "hamilton_on_ray": ["apache-hamilton"]}
 
@@ -100,7 +100,7 @@ def main() -> None:
             runs["raylite"].append(run_once(sys.executable, program, "ray", args.cpus))
             if ray_python:
                 runs["ray"].append(run_once(ray_python, program, "ray", args.cpus))
-        dists = [d.split(") ")[-1] for d in LIBRARIES[program]]
+        dists = LIBRARIES[program]
         row = {"program": program, "native": summarize([native], native),
                "raylite": summarize(runs["raylite"], native),
                "ray": summarize(runs["ray"], native) if ray_python else {"status": "skipped"},
