@@ -95,6 +95,7 @@ def test_errors_keep_their_type_and_the_remote_traceback(cluster):
         assert [next(it) for _ in range(3)] == [0, 1, 2]  # the items before the failing one arrive
         with pytest.raises(KeyError):
             next(it)
+        assert list(it) == [4, 5]  # iterating on after the failure yields the items after it
 
 
 def test_get_timeout_raises_multiprocessing_timeout(cluster, tmp_path):
@@ -108,6 +109,12 @@ def test_get_timeout_raises_multiprocessing_timeout(cluster, tmp_path):
             res.successful()
         flag.write_text("")
         assert res.get(timeout=60) == "released"
+        flag.unlink()
+        it = pool.imap(wait_on, [str(flag)])
+        with pytest.raises(TimeoutError):
+            it.next(timeout=0.2)
+        flag.write_text("")
+        assert it.next(timeout=60) == "released"
 
 
 def test_initializer_runs_in_every_actor(cluster):

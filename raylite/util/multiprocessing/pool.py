@@ -25,7 +25,8 @@ import itertools
 import os
 import threading
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from multiprocessing import TimeoutError
 from typing import Any
 
@@ -136,6 +137,37 @@ class AsyncResult:
         if self._error is not None:
             raise self._error
         return self._value
+
+
+class IMapIterator:
+    """The iterator `imap`/`imap_unordered` return: as in the standard library, an item that
+    raised raises its exception from `next()`, and iterating on yields the items after it;
+    `next(timeout)` raises multiprocessing.TimeoutError when the next item is late."""
+
+    def __init__(self, chunk_refs: list[Any], ordered: bool) -> None:
+        self._pending = list(chunk_refs)
+        self._ordered = ordered
+        self._buffer: deque[Any] = deque()
+
+    def __iter__(self) -> IMapIterator:
+        return self
+
+    def __next__(self) -> Any:
+        return self.next()
+
+    def next(self, timeout: float | None = None) -> Any:
+        while not self._buffer:
+            if not self._pending:
+                raise StopIteration
+            if self._ordered:
+                ready, _ = raylite.wait(self._pending[:1], num_returns=1, timeout=timeout)
+            else:
+                ready, _ = raylite.wait(self._pending, num_returns=1, timeout=timeout)
+            if not ready:
+                raise TimeoutError(f"the next result was not ready within {timeout} s")
+            self._pending.remove(ready[0])
+            self._buffer.extend(raylite.get(ready[0]))  # a lost chunk raises here, once
+        return _check_item(self._buffer.popleft())
 
 
 class Pool:
@@ -286,28 +318,14 @@ class Pool:
         return AsyncResult(self._submit_all(func, items, chunksize, star=True), single=False,
                            callback=callback, error_callback=error_callback)
 
-    def imap(self, func: Callable[[Any], Any], iterable: Iterable[Any], chunksize: int = 1) -> Iterator[Any]:
+    def imap(self, func: Callable[[Any], Any], iterable: Iterable[Any], chunksize: int = 1) -> IMapIterator:
         """Results of `func` over `iterable` in order, each yielded as soon as it (and all before it) is ready."""
-        refs = self._submit_all(func, iterable, chunksize, star=False)
-
-        def ordered() -> Iterator[Any]:
-            for ref in refs:
-                yield from (_check_item(v) for v in raylite.get(ref))
-
-        return ordered()
+        return IMapIterator(self._submit_all(func, iterable, chunksize, star=False), ordered=True)
 
     def imap_unordered(self, func: Callable[[Any], Any], iterable: Iterable[Any],
-                       chunksize: int = 1) -> Iterator[Any]:
+                       chunksize: int = 1) -> IMapIterator:
         """Results of `func` over `iterable` in the order their chunks finish."""
-        refs = self._submit_all(func, iterable, chunksize, star=False)
-
-        def unordered() -> Iterator[Any]:
-            pending = list(refs)
-            while pending:
-                ready, pending = raylite.wait(pending, num_returns=1)
-                yield from (_check_item(v) for v in raylite.get(ready[0]))
-
-        return unordered()
+        return IMapIterator(self._submit_all(func, iterable, chunksize, star=False), ordered=False)
 
     # --- lifecycle ----------------------------------------------------------------------------
 
