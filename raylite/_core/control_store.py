@@ -546,6 +546,10 @@ class ControlStore:
 
     def actor_start_replied(self, actor_id: bytes, node_id: bytes, reply: P.StartActorReply) -> list[Effect]:
         rec = self.actors.get(actor_id)
+        if rec is not None and rec.state is ActorState.DEAD and reply.ok and reply.worker_id:
+            # killed while its StartActor was in flight: the process came up anyway and holds the
+            # actor's resources on that node until it is stopped
+            return [KillWorkerOn(node_id, reply.worker_id, "its actor was killed while it was starting")]
         if rec is None or rec.state is ActorState.DEAD:
             return []
         if reply.ok:

@@ -124,6 +124,19 @@ def test_node_death_restarts_or_kills_its_actors():
     assert store.actors[b"a2"].state is ActorState.DEAD and "it was stopped" in store.actors[b"a2"].death_cause
 
 
+def test_an_actor_killed_while_starting_has_its_process_stopped_when_the_node_answers():
+    """raylite.kill() between the StartActor request and its reply (a Pool terminated right after
+    it was made): the worker that came up must be stopped, or it holds the actor's CPU for good."""
+    store, _ = store_with_nodes(N1)
+    store.register_actor(actor_spec(b"a1"), False)
+    [start] = store.place_actor(b"a1")
+    store.kill_actor(b"a1", no_restart=True)
+    assert store.actors[b"a1"].state is ActorState.DEAD
+    effects = store.actor_start_replied(b"a1", start.node_id, P.StartActorReply(True, "tcp://10.0.0.1:9", b"w1", 42))
+    assert effects == [CS.KillWorkerOn(N1, b"w1", "its actor was killed while it was starting")]
+    assert store.actors[b"a1"].state is ActorState.DEAD
+
+
 def test_unschedulable_actor_dies_at_once():
     store, _ = store_with_nodes(N1)
     store.register_actor(actor_spec(b"a1", resources={"GPU": 1}), False)
