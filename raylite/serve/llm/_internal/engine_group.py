@@ -18,7 +18,11 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from raylite.serve.llm._internal.engine_layout import EngineLayout, plan_layout
+from raylite.serve.llm._internal.engine_layout import (
+    EngineLayout,
+    one_node_threads_bind,
+    plan_layout,
+)
 from raylite.serve.llm._internal.engine_node import EngineNodeWorker
 
 _NOT_ACTOR_RESOURCES = {"CPU", "GPU", "memory", "object_store_memory"}
@@ -39,23 +43,50 @@ class EngineGroup:
 
     @classmethod
     def plan(cls, world_size: int, is_cpu: bool) -> EngineGroup | None:
-        """The group of this replica's engine, or None where the engine fits on its node."""
+        """The group of this replica's engine, or None where the engine fits on its node and
+        its bundles there hold no GPU (then the replica's own process tree is all it needs)."""
         import raylite
         from raylite.util import get_current_placement_group, placement_group_table
 
         pg = get_current_placement_group()
-        if pg is None or world_size <= 1:
+        if pg is None:
             return None
         table = placement_group_table(pg)
         bundle_nodes = {int(i): n for i, n in table["bundles_to_node_id"].items()}
-        ips = {n["NodeID"]: n["NodeManagerAddress"] for n in raylite.nodes() if n.get("Alive")}
+        bundles = {int(i): b for i, b in table["bundles"].items()}
         me = raylite.get_runtime_context().get_node_id()
+        local_gpu_bundles = [i for i in sorted(bundle_nodes)
+                             if bundle_nodes[i] == me and bundles[i].get("GPU", 0) > 0]
+        ips = {n["NodeID"]: n["NodeManagerAddress"] for n in raylite.nodes() if n.get("Alive")}
         layout = plan_layout(bundle_nodes, ips, me, world_size)
-        if not layout.spans_nodes:
+        if not layout.spans_nodes and not local_gpu_bundles:
             return None
-        group = cls(layout, _free_port(layout.master_addr), is_cpu)
-        group._start_actors(pg, table["bundles"])
+        group = cls(layout, _free_port(layout.master_addr) if layout.spans_nodes else 0, is_cpu)
+        group._hold_local_gpus(pg, local_gpu_bundles, bundles)
+        group._start_actors(pg, bundles)
         return group
+
+    def _hold_local_gpus(self, pg: Any, indices: list[int], bundles: dict[int, dict[str, float]]) -> None:
+        """The GPUs of the replica's node: one holder actor per bundle there that has GPUs,
+        bundle 0 included (the replica itself asks for none), so raylite assigns the node's
+        devices for those bundles and no other work gets them. The engine's processes on
+        this node see exactly these ids (node_env(0)), never the machine's other GPUs."""
+        import raylite
+        from raylite.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        holder_cls = raylite.remote(EngineNodeWorker)
+        holders = [holder_cls.options(
+            num_cpus=0, num_gpus=bundles[i]["GPU"], max_restarts=0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i),
+        ).remote() for i in indices]
+        self.actors.extend(holders)
+        me = self.layout.nodes[0].node_id
+        for i, where in zip(indices, raylite.get([h.where.remote() for h in holders])):
+            if where["node_id"] != me:
+                raise RuntimeError(f"the GPU holder of bundle {i} started on node {where['node_id'][:12]}, "
+                                   f"not the replica's ({me[:12]}); the placement group moved while "
+                                   "the replica started")
+            self.gpus.setdefault(0, []).extend(where["gpu_ids"])
 
     def _start_actors(self, pg: Any, bundles: dict[int, dict[str, float]]) -> None:
         import raylite
@@ -89,7 +120,12 @@ class EngineGroup:
     def node_env(self, node_rank: int, cpus: list[int] | None = None) -> dict[str, str]:
         """The environment of a node's engine processes: the address vLLM's message queues
         announce, the CPU cores each local rank binds to, the node's GPUs."""
-        env = {"VLLM_HOST_IP": self.layout.nodes[node_rank].ip}
+        env: dict[str, str] = {}
+        if not self.layout.spans_nodes:  # one node: only its GPUs (its cores: rank0_env)
+            if self.gpus.get(node_rank):
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpus[node_rank])
+            return env
+        env["VLLM_HOST_IP"] = self.layout.nodes[node_rank].ip
         user_bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
         if self.is_cpu:
             env["VLLM_CPU_OMP_THREADS_BIND"] = user_bind or self.layout.omp_threads_bind(
@@ -102,6 +138,10 @@ class EngineGroup:
         return {**engine_kwargs, "nnodes": self.layout.nnodes, "node_rank": node_rank,
                 "master_addr": self.layout.master_addr, "master_port": self.master_port,
                 "distributed_executor_backend": "mp"}
+
+    def rank0_kwargs(self, engine_kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Rank 0's engine arguments: vLLM's multi-node ones where the engine spans nodes."""
+        return self.node_kwargs(engine_kwargs, 0) if self.layout.spans_nodes else dict(engine_kwargs)
 
     def start_nodes(self, engine_kwargs: dict[str, Any]) -> None:
         """Start every other node's workers; they wait for rank 0 at master_addr:master_port."""
@@ -152,6 +192,24 @@ class EngineGroup:
             except Exception:  # noqa: BLE001 - already gone with its node
                 pass
         self.actors.clear()
+
+
+def rank0_env(group: EngineGroup | None, is_cpu: bool, world_size: int,
+              cpus: list[int]) -> dict[str, str]:
+    """The environment the engine's processes on the replica's node start with (set in the
+    replica before vLLM starts; its processes inherit it): the group's node_env(0) (address,
+    cores, and exactly the GPUs raylite assigned for the node's bundles), or on one node
+    without GPU bundles the CPU thread binding of its ranks."""
+    if group is not None:
+        env = group.node_env(0, cpus)
+        if is_cpu and not group.layout.spans_nodes and world_size > 1 \
+                and not os.environ.get("VLLM_CPU_OMP_THREADS_BIND"):
+            env["VLLM_CPU_OMP_THREADS_BIND"] = one_node_threads_bind(world_size, cpus)
+        return env
+    if is_cpu and world_size > 1 and not os.environ.get("VLLM_CPU_OMP_THREADS_BIND"):
+        # vLLM's automatic binding refuses several ranks on one NUMA node
+        return {"VLLM_CPU_OMP_THREADS_BIND": one_node_threads_bind(world_size, cpus)}
+    return {}
 
 
 def _free_port(ip: str) -> int:

@@ -12,8 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from raylite.serve.llm._internal.engine_base import ChoiceDelta, Engine, SamplingOptions
-from raylite.serve.llm._internal.engine_group import EngineGroup
-from raylite.serve.llm._internal.engine_layout import one_node_threads_bind
+from raylite.serve.llm._internal.engine_group import EngineGroup, rank0_env
 from raylite.serve.llm._internal.reaper import watch_children
 from raylite.serve.llm._internal.tokenizer import Tokenizer
 
@@ -86,17 +85,15 @@ class VLLMEngine(Engine):
         kwargs = self._engine_kwargs(is_cpu)
         world_size = (int(kwargs.get("tensor_parallel_size", 1))
                       * int(kwargs.get("pipeline_parallel_size", 1)))
-        if kwargs["distributed_executor_backend"] == "mp":
+        if kwargs["distributed_executor_backend"] in ("mp", "uni"):
+            # vLLM's Ray executor places its own workers in the bundles; the others run here
             self._group = EngineGroup.plan(world_size, is_cpu)
         try:
             if self._group is not None:
                 self._group.start_nodes(kwargs)
-                os.environ.update(self._group.node_env(0, sorted(os.sched_getaffinity(0))))
-                kwargs = self._group.node_kwargs(kwargs, 0)
-            elif is_cpu and world_size > 1 and not os.environ.get("VLLM_CPU_OMP_THREADS_BIND"):
-                # vLLM's automatic binding refuses several ranks on one NUMA node
-                os.environ["VLLM_CPU_OMP_THREADS_BIND"] = one_node_threads_bind(
-                    world_size, sorted(os.sched_getaffinity(0)))
+                kwargs = self._group.rank0_kwargs(kwargs)
+            os.environ.update(rank0_env(self._group, is_cpu, world_size,
+                                        sorted(os.sched_getaffinity(0))))
             args = AsyncEngineArgs(**kwargs)
             # built off the loop so that a node whose workers fail meanwhile is reported at once
             # instead of rank 0 waiting for it until vLLM's own start timeout
