@@ -40,12 +40,14 @@ install-test:
 run: install
 	$(PYTHON) examples/demo.py
 
-# file order (pyproject's addopts: -p no:randomly); `make test-random` shuffles the order
-test: install-test
+# file order (pyproject's addopts: -p no:randomly); `make test-random` shuffles the order.
+# `make test INSTALL_STEP=` runs the tests without the install step (.ci/run installs first, timed).
+INSTALL_STEP ?= install-test
+test: $(INSTALL_STEP)
 	$(PYTHON) -m pytest -q --timeout=300 -m "not slow" tests
 
 SEED ?= $(shell date +%s)
-test-random: install-test
+test-random: $(INSTALL_STEP)
 	@echo "== tests in random order, seed $(SEED) (make test-random SEED=$(SEED) repeats this order)"
 	$(PYTHON) -m pytest -q --timeout=300 -m "not slow" -p randomly --randomly-seed=$(SEED) tests
 

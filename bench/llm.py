@@ -9,6 +9,14 @@ Ray Serve LLM 2.60 is tried in /opt/rayvenv: it needs vLLM installed next to Ray
 where it does not import, its row says why.
 
     python bench/llm.py [--requests 24] [--max-tokens 64]
+
+`--multinode` measures instead one model across nodes (raylite only): one vLLM engine with
+tensor_parallel_size=2, then pipeline_parallel_size=2, over two node daemons of one CPU each
+(raylite.cluster_utils.Cluster on loopback), beside the same model with TP=1 on one 1-CPU
+node. The servers run one after another (an idle multi-rank vLLM engine still polls its
+queues), with the same load generator.
+
+    python bench/llm.py --multinode [--requests 8] [--max-tokens 16] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -153,16 +161,63 @@ RAYLITE_SERVER = textwrap.dedent("""
 """).replace("MAX_LEN", str(MAX_MODEL_LEN))
 
 
+MULTINODE_SERVER = textwrap.dedent("""
+    import sys, threading
+    from raylite import serve
+    from raylite.cluster_utils import Cluster
+    from raylite.serve.llm import LLMConfig, build_openai_app
+    if __name__ == "__main__":
+        model, port, tp, pp = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+        for _ in range(tp * pp - 1):
+            cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        cluster.connect()
+        serve.start(http_options={"host": "127.0.0.1", "port": port, "location": "HeadOnly"})
+        cfg = LLMConfig(model_loading_config=dict(model_id="tiny", model_source=model),
+                        engine_kwargs=dict(max_model_len=MAX_LEN, enforce_eager=True,
+                                           tensor_parallel_size=tp, pipeline_parallel_size=pp))
+        serve.run(build_openai_app({"llm_configs": [cfg], "ingress_deployment_config":
+                                    {"ray_actor_options": {"num_cpus": 0}}}))
+        threading.Event().wait()
+""").replace("MAX_LEN", str(MAX_MODEL_LEN))
+MULTINODE_SHAPES = {"TP=1, one node": (1, 1), "TP=2, two nodes": (2, 1), "PP=2, two nodes": (1, 2)}
+
+
+def multinode(model: str, args) -> dict[str, dict]:
+    """Each shape in turn: start its server, measure it, stop it."""
+    script = os.path.join(tempfile.gettempdir(), "bench_llm_multinode_server.py")
+    with open(script, "w") as f:
+        f.write(MULTINODE_SERVER)
+    rows: dict[str, dict] = {}
+    for name, (tp, pp) in MULTINODE_SHAPES.items():
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        proc, start_s = start_server(f"multinode_tp{tp}_pp{pp}",
+                                     [sys.executable, script, model, str(port), str(tp), str(pp)],
+                                     base, "tiny")
+        try:
+            rows[name] = {"start_s": start_s, **measure({name: base}, "tiny", args)[name]}
+        finally:
+            stop(proc)
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--requests", type=int, default=24, help="requests at 8 streams")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians reported")
     p.add_argument("--only", choices=["raylite", "vllm"], default=None)
+    p.add_argument("--multinode", action="store_true",
+                   help="one model across two nodes (TP=2, PP=2) beside TP=1 on one node")
     args = p.parse_args()
     from tests.serve_llm.tiny_model import build_tiny_llama
 
     model = build_tiny_llama(tempfile.mkdtemp(prefix="bench-tiny-llama-"))
+    if args.multinode:
+        print_table(multinode(model, args), "raylite only: Ray Serve LLM's multi-node path needs GPUs")
+        return
     rows: dict[str, dict] = {}
     servers: dict[str, str] = {}
     procs: list[subprocess.Popen] = []

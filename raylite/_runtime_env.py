@@ -14,7 +14,7 @@ from typing import Any
 
 import cloudpickle
 
-from raylite._core import packaging, pip_env
+from raylite._core import packaging, runtime_env_check
 
 _shipped: dict[tuple, str] = {}  # (path, excludes, cluster) -> package URI, uploaded once
 
@@ -94,34 +94,11 @@ def _ship(path: str, excludes: list, kind: str) -> str:
     return uri
 
 
-_RUNTIME_ENV_KEYS = {"env_vars", "working_dir", "py_modules", "excludes", "pip", "uv", "config",
-                     "eager_install", "worker_process_setup_hook"}
-_UNSUPPORTED_ENV_KEYS = {"conda", "container", "image_uri", "java_jars", "nsight", "py_executable"}
-
-
 def _check_runtime_env_keys(env: dict) -> None:
     """raylite ships files (working_dir, py_modules) and installs pip/uv packages into a
     per-environment virtualenv; conda and containers it does not do: say so instead of
-    silently running without them."""
-    unsupported = sorted(set(env) & _UNSUPPORTED_ENV_KEYS)
-    if unsupported:
-        raise ValueError(f"runtime_env {unsupported} is not supported by raylite: workers run in the "
-                         "Python environment the node was started with. Install what the tasks need "
-                         "there (on every node), or use working_dir / py_modules for your own code.")
-    unknown = sorted(set(env) - _RUNTIME_ENV_KEYS - _UNSUPPORTED_ENV_KEYS)
-    if unknown:
-        raise ValueError(f"unknown runtime_env field(s) {unknown}; raylite knows "
-                         f"{sorted(_RUNTIME_ENV_KEYS)}.")
-    for key in ("pip", "uv"):
-        if env.get(key):
-            _check_installed(key, env[key])
-
-
-def _check_installed(key: str, spec: Any) -> None:
-    """runtime_env pip/uv: each node installs the packages into a cached virtualenv before the
-    workers that need them start (see raylite._core.pip_env); here only the form is checked,
-    so a malformed spec fails at the call, not later on a node."""
-    pip_env.requirements(spec)
+    silently running without them. The job API checks with the same function."""
+    runtime_env_check.check(env)
 
 
 _NO_RUNTIME_ENV: dict = {}  # shared by every task that has none (a queued task should cost little)
@@ -130,6 +107,8 @@ _NO_RUNTIME_ENV: dict = {}  # shared by every task that has none (a queued task 
 def merge_runtime_env(job_env: dict | None, task_env: dict | None) -> dict:
     if not job_env and not task_env:
         return _NO_RUNTIME_ENV
+    if not task_env:
+        return job_env  # merged and checked when it became the job's (or the running task's)
     merged = dict(job_env or {})
     for k, v in (task_env or {}).items():
         if k == "env_vars":
@@ -151,8 +130,4 @@ def merge_runtime_env(job_env: dict | None, task_env: dict | None) -> dict:
         merged["py_modules"] = [_ship_py_module(m) for m in merged["py_modules"]]
     if merged.get("worker_process_setup_hook") is not None:
         merged["worker_process_setup_hook"] = _ship_setup_hook(merged["worker_process_setup_hook"])
-    if "env_vars" in merged:
-        bad = {k: v for k, v in merged["env_vars"].items() if not isinstance(k, str) or not isinstance(v, str)}
-        if bad:
-            raise TypeError(f"runtime_env env_vars must map str to str; these do not: {bad!r}")
     return merged

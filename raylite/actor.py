@@ -28,6 +28,8 @@ def method(*args: Any, **kwargs: Any) -> Any:
         for k in kwargs:
             if k not in O.METHOD_OPTIONS:
                 raise ValueError(f"Invalid option {k!r} for raylite.method; valid: {sorted(O.METHOD_OPTIONS)}")
+        is_gen = inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)
+        O.check_generator_returns(kwargs.get("num_returns"), is_gen, f"actor method {fn.__qualname__}")
         fn.__raylite_method_options__ = dict(kwargs)
         return fn
 
@@ -49,10 +51,8 @@ def _method_meta(cls: type) -> dict[str, Any]:
         if not callable(member) or (name.startswith("__") and name != "__call__"):
             continue
         opts = getattr(member, "__raylite_method_options__", {})
-        nr = opts.get("num_returns", 1)
-        if inspect.isgeneratorfunction(member) or inspect.isasyncgenfunction(member):
-            nr = opts.get("num_returns", "streaming")
-        meta[name] = nr
+        is_gen = inspect.isgeneratorfunction(member) or inspect.isasyncgenfunction(member)
+        meta[name] = O.resolve_num_returns(opts.get("num_returns"), is_gen)
     return meta
 
 
@@ -122,7 +122,7 @@ class ActorClass(ExportedCode):
             resources.pop("CPU", None)
         strategy, resources, capture_pg = capture_and_strategy(
             opts.get("scheduling_strategy"), resources, api.captured_placement_group())
-        runtime_env = merge_runtime_env(api.job_runtime_env(), opts.get("runtime_env"))
+        runtime_env = merge_runtime_env(api.inherited_runtime_env(), opts.get("runtime_env"))
         payload, arg_refs, _pinned = client.pack_args(args, kwargs, f"{self._cls.__qualname__}.__init__")
         max_concurrency = opts.get("max_concurrency") or (1000 if self._async else 1)
         actor_id = ActorID.from_random()
@@ -133,7 +133,8 @@ class ActorClass(ExportedCode):
             strategy=strategy, actor_id=actor_id, max_restarts=opts.get("max_restarts") or 0,
             max_task_retries=opts.get("max_task_retries") or 0, max_concurrency=max_concurrency,
             is_async=self._async, actor_name=name, namespace=namespace, detached=detached,
-            method_meta=self._meta, capture_pg=capture_pg)
+            method_meta=self._meta, capture_pg=capture_pg,
+            concurrency_groups=dict(opts.get("concurrency_groups") or {}))
         reply = client.register_actor(spec, bool(opts.get("get_if_exists")))
         if reply.existed:
             existing = TaskSpec.from_wire(reply.spec)
@@ -259,8 +260,11 @@ class ActorMethod:
 
     def options(self, **options: Any) -> ActorMethod:
         O.validate(options, O.METHOD_OPTIONS, f"actor method {self._name}")
-        return ActorMethod(self._handle, self._name, options.get("num_returns", self._num_returns),
-                           {**self._options, **options})
+        nr = options.get("num_returns", self._num_returns)
+        if nr is None:  # the method's default: a generator method (streaming by default) streams
+            default = self._handle._meta.get(self._name, 1)
+            nr = "streaming" if default in ("streaming", "dynamic") else 1
+        return ActorMethod(self._handle, self._name, nr, {**self._options, **options, "num_returns": nr})
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
         from raylite.dag.class_node import ClassMethodNode  # on first bind(): few programs use DAGs
@@ -299,7 +303,7 @@ def exit_actor() -> None:
         raise TypeError("exit_actor() can only be called inside an actor.")
     client = runtime.client()
     try:
-        client.run_sync(client.head.request(P.KillActor(worker.actor_spec.actor_id, True)), timeout=5)
+        client.run_sync(client.head.request(P.KillActor(worker.actor_spec.actor_id, True, False)), timeout=5)
     except Exception:  # noqa: BLE001
         pass
     os._exit(0)

@@ -138,7 +138,21 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             except BaseException:
                 driver.shutdown()
                 raise
+        if not (address and address.startswith("ray://")):  # a Ray Client program's folders are elsewhere
+            _job_runtime_env = _with_driver_sys_path(_job_runtime_env, getattr(info, "node_sys_path", ()))
         return RayContext(info)
+
+
+def _with_driver_sys_path(env: dict, node_has: tuple) -> dict:
+    """The job's workers import the modules beside the driver's script (and in its working
+    directory), as in Ray: a node this driver started has them on its PYTHONPATH; the workers of
+    a cluster it joined get them through the job's runtime_env (raylite's own field, which the
+    runtime context does not show), so only the workers of this job see them."""
+    from raylite._core.launch import driver_sys_path
+    from raylite._core.runtime_env_check import DRIVER_SYS_PATH
+
+    missing = [p for p in driver_sys_path(bool(env.get("working_dir"))) if p not in node_has]
+    return {**env, DRIVER_SYS_PATH: missing} if missing else env
 
 
 def _announce_dashboard(info: Any, logging_level: int | str) -> None:
@@ -174,6 +188,16 @@ def _anon_namespace() -> str:
 
 
 def job_runtime_env() -> dict:
+    """The job's runtime_env as its user gave it (raylite's own fields left out)."""
+    from raylite._core.runtime_env_check import DRIVER_SYS_PATH
+
+    env = inherited_runtime_env()
+    return {k: v for k, v in env.items() if k != DRIVER_SYS_PATH} if DRIVER_SYS_PATH in env else env
+
+
+def inherited_runtime_env() -> dict:
+    """What a task or actor submitted from here starts from: the driver's job runtime_env, or in
+    a worker the running task's."""
     if runtime.is_worker():
         spec = runtime.worker().ctx.current_spec
         return dict(spec.runtime_env) if spec is not None and spec.runtime_env else {}

@@ -148,6 +148,8 @@ class RemoteFunction(ExportedCode):
     def __init__(self, function: Any, options: dict[str, Any]) -> None:
         self._function = function
         self._options = O.validate(dict(options), O.TASK_OPTIONS, f"remote function {function.__qualname__}")
+        self._is_generator = inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function)
+        self._check_returns(self._options)
         self._placement: tuple | None = None  # (options, captured group, resources, strategy, capture) of the last call
         ExportedCode.__init__(self, function)
         try:
@@ -166,7 +168,12 @@ class RemoteFunction(ExportedCode):
 
     def options(self, **options: Any) -> _FunctionWithOptions:
         O.validate(options, O.TASK_OPTIONS, f"remote function {self._function.__qualname__}")
+        self._check_returns(options)
         return _FunctionWithOptions(self, {**self._options, **options})
+
+    def _check_returns(self, options: dict) -> None:
+        O.check_generator_returns(options.get("num_returns"), self._is_generator,
+                                  f"remote function {self._function.__qualname__}")
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
         from raylite.dag.function_node import FunctionNode  # on first bind(): few programs use DAGs
@@ -182,11 +189,8 @@ class RemoteFunction(ExportedCode):
                 raise TypeError(f"{self._function.__qualname__}.remote() got bad arguments: {e}") from None
         descriptor = self._export(client)
         opts = legacy_pg_options(opts)
-        num_returns = opts.get("num_returns", 1)
-        if num_returns is None:
-            num_returns = 1
-        if num_returns == "streaming" or (num_returns == 1 and inspect.isgeneratorfunction(self._function)
-                                          and "num_returns" not in opts):
+        num_returns = O.resolve_num_returns(opts.get("num_returns"), self._is_generator)
+        if num_returns == "streaming":
             wire_returns = STREAMING
         elif num_returns == "dynamic":
             wire_returns = DYNAMIC
@@ -202,7 +206,7 @@ class RemoteFunction(ExportedCode):
                 opts.get("scheduling_strategy"), resources, inherited)
             if not uses_current_group(opts.get("scheduling_strategy")):
                 self._placement = (opts, inherited, resources, strategy, capture_pg)
-        runtime_env = merge_runtime_env(api.job_runtime_env(), opts.get("runtime_env"))
+        runtime_env = merge_runtime_env(api.inherited_runtime_env(), opts.get("runtime_env"))
         payload, arg_refs, pinned = client.pack_args(args, kwargs, descriptor.qualname)
         retry_exc = opts.get("retry_exceptions", False) or False
         max_retries = opts.get("max_retries")
@@ -227,6 +231,7 @@ class _FunctionWithOptions:
 
     def options(self, **options: Any) -> _FunctionWithOptions:
         O.validate(options, O.TASK_OPTIONS, f"remote function {self._fn._function.__qualname__}")
+        self._fn._check_returns(options)
         return _FunctionWithOptions(self._fn, {**self._options, **options})
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:

@@ -1,11 +1,18 @@
-"""get_runtime_context(): ids and resources of the calling driver, task or actor."""
+"""get_runtime_context(): ids and resources of the calling driver, task or actor.
+
+Ray 2.60's whole public RuntimeContext: the get_* methods (hex strings or None), the
+properties, and the deprecated id properties (`.job_id`, `.node_id`, `.task_id`, `.actor_id`,
+`.current_placement_group_id`, `get()`, `get_resource_ids()`), which warn as in Ray."""
 
 from __future__ import annotations
 
+import os
+import warnings
 from typing import Any
 
 from raylite._core import resources as R
 from raylite._core import runtime
+from raylite._core.task_spec import KIND_ACTOR_CALL
 
 
 class RuntimeContext:
@@ -31,6 +38,7 @@ class RuntimeContext:
     def job_id(self) -> Any:
         from raylite._core.ids import JobID
 
+        _deprecated("Use get_job_id() instead")
         return JobID(self._client().job_id)
 
     def get_node_id(self) -> str:
@@ -40,7 +48,33 @@ class RuntimeContext:
     def node_id(self) -> Any:
         from raylite._core.ids import NodeID
 
+        _deprecated("Use get_node_id() instead")
         return NodeID(self._client().node_id)
+
+    def get(self) -> dict[str, Any]:
+        """The context as a dict (deprecated in Ray: use the get_*_id() methods): job_id,
+        node_id and namespace, and in a worker the task_id and actor_id that are set."""
+        from raylite._core.ids import ActorID, JobID, NodeID, TaskID
+
+        _deprecated("Use get_xxx_id() methods to get relevant ids instead")
+        client = self._client()
+        out: dict[str, Any] = {"job_id": JobID(client.job_id), "node_id": NodeID(client.node_id),
+                               "namespace": self.namespace}
+        w = runtime.worker()
+        if w is not None:
+            if w.ctx.task_id:
+                out["task_id"] = TaskID(w.ctx.task_id)
+            if w.ctx.actor_id:
+                out["actor_id"] = ActorID(w.ctx.actor_id)
+        return out
+
+    def get_temp_dir(self) -> str:
+        """The directory under which this node keeps its sessions."""
+        return os.path.dirname(self._client().session_dir)
+
+    def get_session_name(self) -> str:
+        """The name of the cluster's session (its directory's name), the same on every node."""
+        return os.path.basename(self._client().session_dir)
 
     def get_worker_id(self) -> str:
         return self._client().worker_id.hex()
@@ -49,9 +83,37 @@ class RuntimeContext:
         w = runtime.worker()
         return w.ctx.task_id.hex() if w is not None and w.ctx.task_id else None
 
+    @property
+    def task_id(self) -> Any:
+        from raylite._core.ids import TaskID
+
+        _deprecated("Use get_task_id() instead")
+        w = _in_worker("task_id")
+        return TaskID(w.ctx.task_id) if w.ctx.task_id else None
+
     def get_task_name(self) -> str | None:
         w = runtime.worker()
         return w.ctx.task_name if w is not None else None
+
+    def get_task_function_name(self) -> str | None:
+        """`module.function` for a task, `module.Class.method` for an actor call (None in a
+        driver)."""
+        w = runtime.worker()
+        spec = w.ctx.current_spec if w is not None else None
+        if spec is None:
+            return None
+        if spec.kind == KIND_ACTOR_CALL and w.actor_spec is not None:
+            fn = w.actor_spec.function
+            return f"{fn.module}.{fn.qualname}.{spec.method_name}"
+        return f"{spec.function.module}.{spec.function.qualname}"
+
+    @property
+    def actor_id(self) -> Any:
+        from raylite._core.ids import ActorID
+
+        _deprecated("Use get_actor_id() instead")
+        w = _in_worker("actor_id")
+        return ActorID(w.ctx.actor_id) if w.ctx.actor_id else None
 
     def get_actor_id(self) -> str | None:
         w = runtime.worker()
@@ -99,6 +161,46 @@ class RuntimeContext:
         w = runtime.worker()
         return {"GPU": [str(i) for i in w.ctx.gpu_ids] if w is not None else []}
 
+    def get_resource_ids(self) -> dict[str, list[str]]:
+        _deprecated("Use get_accelerator_ids() instead")
+        return self.get_accelerator_ids()
+
+    def get_node_labels(self) -> dict[str, str]:
+        """This node's labels, with Ray's built-in `ray.io/node-id`."""
+        from raylite import api
+
+        node_id = self.get_node_id()
+        labels = next((n["Labels"] for n in api.nodes() if n["NodeID"] == node_id), {})
+        return {"ray.io/node-id": node_id, **labels}
+
+    def is_canceled(self) -> bool:
+        """Whether raylite.cancel() was called on the running task (so it can clean up and
+        stop). Only in a task or a sync actor's call, as in Ray."""
+        w = runtime.worker()
+        if w is None:
+            raise RuntimeError("is_canceled() is only available inside a task or actor call, not "
+                               "in a driver.")
+        if w.actor_spec is not None and w.actor_spec.is_async:
+            raise RuntimeError("is_canceled() is not supported in an async actor: cancel() raises "
+                               "asyncio.CancelledError in the call instead.")
+        return bool(w.ctx.task_id) and w.ctx.task_id in w.cancelled
+
+    @property
+    def current_placement_group_id(self) -> Any:
+        from raylite._core.ids import PlacementGroupID
+
+        _deprecated("Use get_placement_group_id() instead")
+        pg = self.get_placement_group_id()
+        return PlacementGroupID.from_hex(pg) if pg else PlacementGroupID.nil()
+
+    @property
+    def should_capture_child_tasks_in_placement_group(self) -> bool:
+        """Whether tasks started here without a strategy run in the caller's placement group
+        (placement_group_capture_child_tasks=True); False in a driver."""
+        w = runtime.worker()
+        spec = w.ctx.current_spec if w is not None else None
+        return bool(spec is not None and spec.capture_pg)
+
     def get_placement_group_id(self) -> str | None:
         w = runtime.worker()
         if w is None:
@@ -114,7 +216,18 @@ class RuntimeContext:
 
     @property
     def was_current_actor_reconstructed(self) -> bool:
-        return False
+        """Whether this actor has been restarted (asked of the head once per process: a
+        restarted actor is a new process)."""
+        w = runtime.worker()
+        if w is None or w.actor_spec is None:
+            raise RuntimeError("was_current_actor_reconstructed is only available inside an actor.")
+        known = getattr(w, "_reconstructed", None)
+        if known is None:
+            from raylite._core import protocol as P
+
+            info = self._client().head_request(P.GetActorInfo(w.actor_spec.actor_id, False, -1))
+            known = w._reconstructed = info.num_restarts != 0
+        return known
 
     def get_runtime_env_string(self) -> str:
         import json
@@ -128,6 +241,19 @@ class RuntimeContext:
         from raylite import api
 
         return dict(api.job_runtime_env())
+
+
+def _deprecated(message: str) -> None:
+    warnings.warn(f"This API is deprecated and may be removed in future releases. {message}",
+                  DeprecationWarning, stacklevel=3)
+
+
+def _in_worker(what: str) -> Any:
+    w = runtime.worker()
+    if w is None:
+        raise AssertionError(f"RuntimeContext.{what} is only available in a worker (a task or "
+                             "an actor), not in a driver.")
+    return w
 
 
 def get_runtime_context() -> RuntimeContext:

@@ -117,7 +117,7 @@ class ActorCaller:
 
     def _kill_quietly(self, actor_id: bytes) -> None:
         try:
-            self.head.send(P.KillActor(actor_id, True))
+            self.head.send(P.KillActor(actor_id, True, False))
         except Exception:  # noqa: BLE001
             pass
 

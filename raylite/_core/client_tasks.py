@@ -472,6 +472,7 @@ class TaskSubmitter:
         if reply.error_kind == "app" and rec.retries_left != 0 and self._retryable(rec, reply):
             rec.retries_left -= 1 if rec.retries_left > 0 else 0
             rec.spec = spec.replace(attempt=spec.attempt + 1)
+            self._generator_retried(spec)
             self._requeue(rec)
             return
         if self.task_events is not None:
@@ -548,6 +549,18 @@ class TaskSubmitter:
         self._task_finished(rec, [])
 
     # ================================================================ generators
+    def _generator_retried(self, spec: Any) -> None:
+        """A generator task runs again: a dynamic generator's refs are the retry's values only
+        (nobody has seen the first attempt's), so its list starts over; a streaming one keeps
+        the refs already handed out and the retry's values replace theirs index by index."""
+        gen = self._generators.get(spec.task_id)
+        if gen is None:
+            return
+        gen.error = None
+        if gen.dynamic:
+            with self._lock:
+                gen.items = []
+
     def _on_generator_item(self, conn, msg: P.GeneratorItem, rid):
         gen = self._generators.get(msg.task_id)
         oid, kind, payload = msg.item[:3]
@@ -556,7 +569,7 @@ class TaskSubmitter:
             self.entries[oid] = ObjectEntry(kind, payload)
         if len(msg.item) > 3:
             self._adopt_contained(oid, msg.item[3])
-        if gen is None:
+        if gen is None or msg.index < len(gen.items):  # a retry's value for a ref already out
             return
         ref = ObjectRef(oid, self.address)
         with self._lock:

@@ -23,6 +23,7 @@ from raylite._core import accelerators
 from raylite._core import cluster_files as CF
 from raylite._core import resources as R
 from raylite._core.config import Config
+from raylite._core.launch import package_root_path
 
 
 class StartError(RuntimeError):
@@ -139,8 +140,7 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
     if tls_cert:
         env["RAYLITE_TLS_CERT_FILE"] = os.path.abspath(tls_cert)
         env["RAYLITE_TLS_KEY_FILE"] = os.path.abspath(tls_key) if tls_key else ""
-    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [pkg_root, env.get("PYTHONPATH", "")] if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [*package_root_path(), env.get("PYTHONPATH", "")] if p)
     cmd = [sys.executable, "-m", "raylite._core.node_main", "--session-dir", session, "--ip", ip,
            "--resources", json.dumps(total), *extra]
     err_path = os.path.join(session, "logs", "node.err")

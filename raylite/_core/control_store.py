@@ -124,6 +124,9 @@ class PlacementGroupRecord:
     state: PlacementGroupState = PlacementGroupState.PENDING
     bundle_nodes: list[bytes] = field(default_factory=list)  # node id per bundle once CREATED
     error: str = ""
+    # bundles still reserved on live nodes after another node of the group died (node id ->
+    # bundle indexes): released when the group is removed before it is placed again
+    stranded: dict[bytes, list[int]] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------ effects
@@ -430,6 +433,9 @@ class ControlStore:
                 effects += self._actor_died(actor_id, f"its node {node_id.hex()[:8]} died ({cause})")
         for pg in self.pgs.values():
             if pg.state is PlacementGroupState.CREATED and node_id in pg.bundle_nodes:
+                for i, nid in enumerate(pg.bundle_nodes):
+                    if nid != node_id and nid in self.nodes and self.nodes[nid].alive:
+                        pg.stranded.setdefault(nid, []).append(i)
                 pg.state = PlacementGroupState.PENDING
                 pg.bundle_nodes = []
                 effects.append(PlacePlacementGroup(pg.pg_id))
@@ -540,6 +546,10 @@ class ControlStore:
 
     def actor_start_replied(self, actor_id: bytes, node_id: bytes, reply: P.StartActorReply) -> list[Effect]:
         rec = self.actors.get(actor_id)
+        if rec is not None and rec.state is ActorState.DEAD and reply.ok and reply.worker_id:
+            # killed while its StartActor was in flight: the process came up anyway and holds the
+            # actor's resources on that node until it is stopped
+            return [KillWorkerOn(node_id, reply.worker_id, "its actor was killed while it was starting")]
         if rec is None or rec.state is ActorState.DEAD:
             return []
         if reply.ok:
@@ -722,6 +732,13 @@ class ControlStore:
         effects: list[Effect] = []
         prev = pg.state
         pg.state = PlacementGroupState.REMOVED
+        if prev is not PlacementGroupState.CREATED:
+            for nid, indexes in pg.stranded.items():
+                if nid in self.nodes and self.nodes[nid].alive:
+                    effects.append(ReleaseBundlesOn(nid, pg_id, indexes))
+                    for i in indexes:
+                        R.add(self.nodes[nid].available, pg.bundles[i])
+            pg.stranded = {}
         if prev is PlacementGroupState.CREATED:
             for nid in set(pg.bundle_nodes):
                 indexes = [i for i, n in enumerate(pg.bundle_nodes) if n == nid]

@@ -42,6 +42,7 @@ class DriverInfo:
     local: bool
     log_to_driver: bool
     dashboard_url: str = ""
+    node_sys_path: tuple[str, ...] = ()  # what a local node's workers import from already
 
 
 def start_local(config: Config, *, num_cpus, num_gpus, resources, namespace: str,
@@ -62,7 +63,7 @@ def start_local(config: Config, *, num_cpus, num_gpus, resources, namespace: str
         warnings.warn(info["dashboard_warning"], stacklevel=5)
     return DriverInfo(node.session_dir, node.process, info["node_address"], info["head_address"],
                       info["node_id"], node.token, namespace, JobID.from_random(), True, log_to_driver,
-                      info.get("dashboard_url", ""))
+                      info.get("dashboard_url", ""), node.sys_path)
 
 
 def connect_client(config: Config, info: DriverInfo) -> CoreClient:

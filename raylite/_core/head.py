@@ -32,6 +32,8 @@ from raylite._core.task_spec import TaskSpec
 from raylite._core.transport import rpc
 
 log = logging.getLogger("raylite.head")
+# how long kill() waits for the node to confirm that the actor's process is gone
+KILL_WAIT_S = 10.0
 
 # a lease pick that waits for the autoscaler's node is answered `wait` after at most this long
 # (the node asks again), so the node's request never times out and a dead requester is noticed
@@ -346,8 +348,18 @@ class Head:
             out.append(row)
         return P.ListActorsReply(out)
 
-    def _on_kill_actor(self, conn, msg: P.KillActor, rid):
-        self._apply(self.store.kill_actor(msg.actor_id, msg.no_restart))
+    async def _on_kill_actor(self, conn, msg: P.KillActor, rid):
+        """kill() returns once the actor's process is gone (its node confirms), so no call its
+        caller makes afterwards (an actor call or a compiled graph's execute) reaches it."""
+        effects = self.store.kill_actor(msg.actor_id, msg.no_restart)
+        kills = [e for e in effects if isinstance(e, CS.KillWorkerOn)] if msg.confirm else []
+        self._apply([e for e in effects if e not in kills])
+        for e in kills:
+            node = self.store.nodes.get(e.node_id)
+            if node is None or not node.alive or node.link is None:
+                continue
+            with contextlib.suppress(Exception):
+                await node.link.request(P.KillWorker(e.worker_id, e.reason), timeout_s=KILL_WAIT_S)
         return P.Ack()
 
     def _on_worker_died(self, conn, msg: P.WorkerDied, rid):

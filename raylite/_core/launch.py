@@ -37,6 +37,40 @@ class NodeProcess:
     token: str
     process: subprocess.Popen
     stderr_path: str
+    sys_path: tuple[str, ...] = ()  # the driver's directories its workers import from (PYTHONPATH)
+
+
+def package_root_path() -> list[str]:
+    """raylite's package root for a child interpreter's PYTHONPATH, where that interpreter would
+    not find raylite by itself (a source checkout run in place). Installed into site-packages,
+    it is found anyway, and that folder on PYTHONPATH would come before a job environment's own
+    packages (runtime_env pip) in every process started with it."""
+    from raylite._core.pip_env import base_site_dirs
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    real = os.path.realpath(root)
+    if any(os.path.realpath(d) == real for d in base_site_dirs()):
+        return []
+    return [root]
+
+
+def driver_sys_path(has_working_dir: bool = False) -> list[str]:
+    """The directories a driver's workers import its own modules from, as in Ray: the script's
+    directory (when the script runs with it on sys.path, as `python path/main.py` does), and
+    the working directory unless the job ships a working_dir. Meaningful on this machine only:
+    another machine has these paths only if its files are laid out the same way."""
+    paths: list[str] = []
+    argv0 = sys.argv[0] if sys.argv else ""
+    if argv0 and argv0 not in ("-c", "-m", "-") and os.path.isfile(argv0):
+        script_dir = os.path.dirname(os.path.realpath(argv0))
+        if script_dir in (os.path.realpath(p) for p in sys.path if p):
+            paths.append(script_dir)
+    if not has_working_dir:
+        with contextlib.suppress(OSError):  # a removed working directory
+            cwd = os.path.abspath(os.getcwd())
+            if cwd not in paths:
+                paths.append(cwd)
+    return paths
 
 
 def detect_resources(num_cpus: float | None, num_gpus: float | None, resources: dict | None,
@@ -78,10 +112,23 @@ def _accelerator_types(gpus: float) -> dict[str, float]:
     return accelerators.node_type_resources(accelerators.tpu_type_names(os.environ))
 
 
+# raylite's own libraries whose worker-side modules every fresh worker of theirs imports (a
+# Train worker group is new actors each fit(): importing raylite.train there costs ~0.1-0.2 s
+# per worker, paid before the first step): preloaded when the driver uses the library
+_LIBRARY_WORKER_MODULES = {
+    "raylite.train": ("raylite.train._internal.worker",),
+    "raylite.train.torch": ("raylite.train.torch",),
+    "raylite.data": ("raylite.data._internal.tasks",),
+}
+
+
 def heavy_modules_in_use() -> list[str]:
     names = [name for name in _PRELOADABLE if name in sys.modules]
     if "torch" in names:  # DDP's constructor imports torch._dynamo: seconds per fresh worker
         names.append("torch._dynamo")
+    for library, modules in _LIBRARY_WORKER_MODULES.items():
+        if library in sys.modules:
+            names += modules
     return names
 
 
@@ -123,8 +170,8 @@ def spawn_node(config: Config, *, num_cpus=None, num_gpus=None, resources=None,
     if object_store_memory:
         env["RAYLITE_OBJECT_STORE_BYTES"] = str(int(object_store_memory))
     env.update(system_config_env(system_config)[0])  # Ray's init(_system_config=...)
-    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [pkg_root, os.getcwd(), env.get("PYTHONPATH", "")] if p)
+    code = tuple(driver_sys_path())  # the workers import the driver's modules beside its script
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [*package_root_path(), *code, env.get("PYTHONPATH", "")] if p)
     cmd = [sys.executable, "-m", "raylite._core.node_main", "--session-dir", session, "--head",
            "--resources", json.dumps(total), "--labels", json.dumps(labels or {}), "--exit-with-creator",
            "--creator-pid", str(os.getpid())]
@@ -138,7 +185,7 @@ def spawn_node(config: Config, *, num_cpus=None, num_gpus=None, resources=None,
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True, close_fds=True)
     key = node_key(num_cpus, num_gpus, resources, object_store_memory, labels, dashboard, system_config)
-    return NodeProcess(key, session, token, proc, stderr_path)
+    return NodeProcess(key, session, token, proc, stderr_path, code)
 
 
 def wait_ready(node: NodeProcess) -> dict:

@@ -411,9 +411,28 @@ class NodeDaemon:
 
     def _on_kill_worker(self, conn, msg: P.KillWorker, rid):
         rec = self.pool.workers.get(msg.worker_id)
-        if rec is not None:  # an actor's owner died, or kill(): its last calls' events go first
-            asyncio.get_running_loop().create_task(self._flush_then_kill(rec, msg.reason))
-        return P.Ack() if rid else None
+        if rec is None:
+            return P.Ack() if rid else None
+        # an actor's owner died, or kill(): its last calls' events go first
+        killing = asyncio.get_running_loop().create_task(self._flush_then_kill(rec, msg.reason))
+        if not rid:
+            return None
+        return self._ack_when_gone(rec, killing)
+
+    async def _ack_when_gone(self, rec: WorkerRecord, killing: asyncio.Task) -> P.Ack:
+        """kill() promises its caller that the actor runs nothing after it returns: the reply
+        waits until the process is gone (its connection here closes when the kernel tears it
+        down), so no later call of that caller can reach it."""
+        conn = rec.conn
+        gone: asyncio.Future | None = None
+        if conn is not None and not conn.is_closed():
+            gone = asyncio.get_running_loop().create_future()
+            conn.on_close.append(lambda c: gone.done() or gone.set_result(None))
+        await killing
+        if gone is not None and not conn.is_closed():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(gone, KILL_CONFIRM_S)
+        return P.Ack()
 
     # ------------------------------------------------------------ leases
     def _on_request_lease(self, conn: rpc.Connection, msg: P.RequestLease, rid: int):
@@ -956,6 +975,8 @@ class NodeDaemon:
                                   [c.context["client"] for c in self.clients.values() if "client" in c.context])
 
 
+# how long a KillWorker request waits for the killed process's connection to close
+KILL_CONFIRM_S = 5.0
 _SPEC_RUNTIME_ENV = TASK_SPEC_FIELDS.index("runtime_env")
 
 

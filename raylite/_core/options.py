@@ -70,6 +70,8 @@ def _check_value(key: str, value: Any, where: str) -> None:
             raise ValueError(f"max_concurrency of {where} must be a positive int, got {value!r}.")
     elif key == "accelerator_type" and value is not None:
         accelerators.request_resources(value, where)  # raises on a malformed name
+    elif key == "concurrency_groups" and value is not None:
+        _check_concurrency_groups(value, where)
     elif key == "lifetime" and value not in (None, "detached", "non_detached"):
         raise ValueError(f"lifetime of {where} must be 'detached' or 'non_detached', got {value!r}.")
     elif key == "retry_exceptions" and value is not None:
@@ -79,6 +81,36 @@ def _check_value(key: str, value: Any, where: str) -> None:
     if key in _IGNORED_WITH_WARNING and value not in (None, False, {}):
         warnings.warn(f"raylite ignores the option {key}={value!r} of {where} (accepted for Ray compatibility).",
                       stacklevel=4)
+
+
+def _check_concurrency_groups(groups: Any, where: str) -> None:
+    """{name: max_concurrency}: each group runs at most that many calls at once (>= 1)."""
+    if not isinstance(groups, dict):
+        raise TypeError(f"concurrency_groups of {where} must be a dict like {{'io': 2}} (group name -> "
+                        f"max_concurrency), got {groups!r}.")
+    for name, size in groups.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"concurrency_groups of {where}: group names must be non-empty strings, "
+                             f"got {name!r}.")
+        if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+            raise ValueError(f"concurrency_groups of {where}: max_concurrency of group {name!r} must be "
+                             f"a positive int (at least 1), got {size!r}.")
+
+
+def check_generator_returns(num_returns: Any, is_generator: bool, where: str) -> None:
+    """num_returns='streaming' or 'dynamic' asks for a generator: refused at once (decoration,
+    .options(), @method) for a plain function, as in Ray, instead of failing in the worker."""
+    if num_returns in ("streaming", "dynamic") and not is_generator:
+        raise ValueError(f"num_returns={num_returns!r} can only be used with generator functions "
+                         f"(functions that use 'yield'); {where} is not a generator function. "
+                         "Make it yield its values, or drop num_returns.")
+
+
+def resolve_num_returns(num_returns: Any, is_generator: bool) -> Any:
+    """num_returns=None means the default: 'streaming' for a generator, 1 otherwise (Ray)."""
+    if num_returns is None:
+        return "streaming" if is_generator else 1
+    return num_returns
 
 
 def resource_request(options: dict[str, Any], *, default_cpus: float) -> dict[str, int]:

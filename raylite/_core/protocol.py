@@ -496,6 +496,9 @@ class ListNamedActorsReply(Message):
 class KillActor(Message):
     actor_id: bytes
     no_restart: bool
+    # reply once the actor's process is gone (kill()'s promise to its caller); False when the
+    # actor ends itself (exit_actor) and exits right after the reply
+    confirm: bool = True
 
 
 @message(59)

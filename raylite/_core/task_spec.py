@@ -151,7 +151,7 @@ def env_key(runtime_env: dict) -> str:
     """Workers are shared only between calls with the same runtime environment."""
     if not runtime_env:
         return ""
-    relevant = {k: runtime_env.get(k) for k in ("env_vars", "working_dir", "py_modules", "pip", "uv")
+    relevant = {k: runtime_env.get(k) for k in ("env_vars", "working_dir", "py_modules", "pip", "uv", "_driver_sys_path")
                 if runtime_env.get(k)}
     if not relevant:
         return ""

@@ -26,7 +26,7 @@ from typing import Any
 import cloudpickle
 
 from raylite import exceptions as E
-from raylite._core import packaging, pip_env
+from raylite._core import actor_groups, packaging, pip_env
 from raylite._core import protocol as P
 from raylite._core import serialization as ser
 from raylite._core.cgraph_runner import GraphHost
@@ -85,6 +85,7 @@ class Worker:
         self.actor_loop: asyncio.AbstractEventLoop | None = None
         self.actor_pool: ThreadPoolExecutor | None = None
         self.actor_sema: asyncio.Semaphore | None = None
+        self.groups: actor_groups.ConcurrencyGroups | None = None  # the actor's executors
         self.cancelled: set[bytes] = set()
         self.log_prefix = ""
         # while the running task is blocked in get(), queued tasks go back to their owners
@@ -102,10 +103,8 @@ class Worker:
     # ------------------------------------------------------------ I/O thread side
     def _on_push_task(self, conn, msg: P.PushTask, rid: int):
         spec = TaskSpec.from_wire(msg.spec)
-        if self.actor_loop is not None and spec.kind == KIND_ACTOR_CALL:
-            asyncio.run_coroutine_threadsafe(self._run_async_call(conn, rid, spec), self.actor_loop)
-        elif self.actor_pool is not None and spec.kind == KIND_ACTOR_CALL:
-            self.actor_pool.submit(self._execute_and_reply, conn, rid, spec)
+        if self.groups is not None and spec.kind == KIND_ACTOR_CALL:
+            self._dispatch_actor_call(conn, rid, spec)
         else:
             with self.queue_lock:
                 if self.blocked_in_get and spec.kind == KIND_TASK and self.actor_spec is None:
@@ -113,6 +112,25 @@ class Worker:
                     return None
                 self.tasks.put((conn, rid, spec))
         return None
+
+    def _dispatch_actor_call(self, conn, rid: int, spec: TaskSpec) -> None:
+        """Run an actor call on its concurrency group's executor (actor_groups.py)."""
+        groups = self.groups
+        group = spec.concurrency_group or actor_groups.method_group(self.actor, spec.method_name)
+        try:
+            if groups.is_async:
+                g = groups.async_group(group)
+                asyncio.run_coroutine_threadsafe(self._run_async_call(conn, rid, spec, g.sema), g.loop)
+                return
+            pool = groups.pool(group)
+        except ValueError as e:  # a group the actor does not declare
+            self._reply(conn, rid, self._error_reply(spec, self._task_error(spec, e), "app"))
+            return
+        if pool is not None:
+            pool.submit(self._execute_and_reply, conn, rid, spec)
+            return
+        with self.queue_lock:
+            self.tasks.put((conn, rid, spec))
 
     def _on_create_actor(self, conn, msg: P.CreateActor, rid: int):
         spec = TaskSpec.from_wire(msg.spec)
@@ -383,7 +401,7 @@ class Worker:
     def _terminate_actor(self) -> None:
         """`handle.__ray_terminate__.remote()`: end this actor for good (no restart)."""
         with contextlib.suppress(Exception):
-            self.client.run_sync(self.client.head.request(P.KillActor(self.actor_spec.actor_id, True)),
+            self.client.run_sync(self.client.head.request(P.KillActor(self.actor_spec.actor_id, True, False)),
                                  timeout=5)
         self._drain_output()
         os._exit(0)
@@ -531,13 +549,16 @@ class Worker:
             args, kwargs = self._resolve_args(spec)
             self.actor = cls.__new__(cls)
             if spec.is_async:
-                self._start_async_actor(spec)
+                default = actor_groups.AsyncGroup(actor_groups.DEFAULT, spec.max_concurrency)
+                self.actor_loop, self.actor_sema = default.loop, default.sema
                 fut = asyncio.run_coroutine_threadsafe(_call_init(self.actor, args, kwargs), self.actor_loop)
                 fut.result()
             else:
                 self.actor.__init__(*args, **kwargs)
-                if spec.max_concurrency > 1:
-                    self.actor_pool = ThreadPoolExecutor(spec.max_concurrency, thread_name_prefix="actor")
+                default = None
+            self.groups = actor_groups.ConcurrencyGroups(
+                spec.concurrency_groups or {}, spec.max_concurrency, spec.is_async, default)
+            self.actor_pool = None if spec.is_async else self.groups.pool(actor_groups.DEFAULT)
         except BaseException as e:  # noqa: BLE001
             err = self._task_error(spec, e)
             self._record_end(spec, P.CreateActorReply(False))
@@ -546,22 +567,8 @@ class Worker:
         self._record(spec, "FINISHED")
         self._reply(conn, rid, P.CreateActorReply(True))
 
-    def _start_async_actor(self, spec: TaskSpec) -> None:
-        ready = threading.Event()
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(loop)
-            self.actor_loop = loop
-            self.actor_sema = asyncio.Semaphore(spec.max_concurrency)
-            ready.set()
-            loop.run_forever()
-
-        threading.Thread(target=run, name="actor-asyncio", daemon=True).start()
-        ready.wait()
-
-    async def _run_async_call(self, conn, rid: int, spec: TaskSpec) -> None:
-        async with self.actor_sema:
+    async def _run_async_call(self, conn, rid: int, spec: TaskSpec, sema: asyncio.Semaphore) -> None:
+        async with sema:
             self._enter(spec)
             try:
                 method = self._callable(spec)

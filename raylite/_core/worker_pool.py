@@ -125,7 +125,8 @@ class WorkerPool:
             "env": env,
             "cwd": "" if is_package_uri(wd) else wd,
             "working_dir_pkg": digest_of(wd) if is_package_uri(wd) else "",
-            "py_path": [m for m in mods if not is_package_uri(m)],
+            # local py_modules, then the driver's directories (inserted first on sys.path, as Ray does)
+            "py_path": [m for m in mods if not is_package_uri(m)] + list(runtime_env.get("_driver_sys_path") or []),
             "py_module_pkgs": [digest_of(m) for m in mods if is_package_uri(m)],
             "pip": pip_env.wanted(runtime_env),  # [tool, spec]: the worker activates that virtualenv
         }

@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from raylite._core import packaging, pip_env
+from raylite._core import packaging, pip_env, runtime_env_check
 from raylite._core import protocol as P
 
 KV_NAMESPACE = "_raylite_jobs"
@@ -157,11 +157,10 @@ class JobManager:
                     "ship files with working_dir / py_modules (uploaded once as packages), not in env_vars")
         _check_size("metadata", metadata, MAX_METADATA_BYTES, "keep metadata to short labels")
         _check_size("entrypoint", entrypoint, MAX_ENTRYPOINT_BYTES, "put the command in a script and run that")
-        if runtime_env.get("pip") or runtime_env.get("uv"):
-            try:
-                pip_env.requirements(runtime_env.get("pip") or runtime_env.get("uv"))
-            except ValueError as e:
-                raise JobError(str(e)) from None
+        try:  # the Core API's check: the same runtime_env is refused with the same words
+            runtime_env_check.check(runtime_env)
+        except (ValueError, TypeError) as e:
+            raise JobError(str(e)) from None
         await self._check_resources(req)
         rec = JobRecord(submission_id, entrypoint, metadata=metadata, runtime_env=runtime_env,
                         entrypoint_num_cpus=req.get("entrypoint_num_cpus"),
@@ -280,15 +279,13 @@ class JobManager:
             cwd = packaging.unpack(reply.value, self.ctx.session_dir, digest)
             runtime_env["working_dir"] = packaging.PKG_SCHEME + digest
             env["PYTHONPATH"] = os.pathsep.join(p for p in [cwd, env.get("PYTHONPATH", "")] if p)
+        _activate(env, pip_env.running_virtualenv())  # `python` is the cluster's, activated or not
         wanted = pip_env.wanted(runtime_env)
         if wanted is not None:  # the entrypoint's `python` is the environment's (built once per machine)
             rec.message = f"Job is installing its runtime_env {wanted[0]} packages."
             await self._put(rec)
             venv = await asyncio.to_thread(pip_env.ensure, os.path.dirname(self.ctx.session_dir), *wanted)
-            if venv is not None:
-                env["PATH"] = os.pathsep.join([pip_env.bin_dir(venv), env.get("PATH", "")])
-                env["VIRTUAL_ENV"] = venv
-                env.pop("PYTHONHOME", None)
+            _activate(env, venv)
         mods = runtime_env.get("py_modules") or []
         runtime_env["py_modules"] = [packaging.PKG_SCHEME + await self._digest_of(str(m)) for m in mods]
         if not runtime_env["py_modules"]:
@@ -465,3 +462,13 @@ def _start_failure(error: OSError, env: dict[str, str], entrypoint: str) -> str:
                 f"(one variable or argument at most 128 KiB, all together about 2 MiB); the largest "
                 f"variables are {names}. Pass large data as a file in working_dir instead of env_vars.")
     return f"{type(error).__name__}: {error}"
+
+
+def _activate(env: dict[str, str], venv: str | None) -> None:
+    """What `. venv/bin/activate` does, for the entrypoint's environment: its ``bin`` first on
+    PATH (so `python` is its interpreter) and VIRTUAL_ENV naming it."""
+    if venv is None or env.get("VIRTUAL_ENV") == venv:
+        return
+    env["PATH"] = os.pathsep.join(p for p in [pip_env.bin_dir(venv), env.get("PATH", "")] if p)
+    env["VIRTUAL_ENV"] = venv
+    env.pop("PYTHONHOME", None)

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import operator
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Union
+from enum import Enum
+from typing import Any, TypeVar, Union
 
 import cloudpickle
 import numpy as np
@@ -28,12 +29,41 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raylite.data._internal.arrow_columns import PythonObjectType, column_to_numpy, is_tensor_type
+from raylite.data._internal.column_accessor import BlockColumnAccessor  # noqa: F401  Ray's name, here
 from raylite.data._internal.rows import LazyRow
 
+# Ray's public names of ray.data.block, for type hints in user code (AggregateFnV2[AggType, U])
+T = TypeVar("T", contravariant=True)
+U = TypeVar("U", covariant=True)
+KeyType = TypeVar("KeyType")
+AggType = TypeVar("AggType")
+
 Block = pa.Table
+Schema = pa.Schema
+BlockColumn = Union[pa.ChunkedArray, pa.Array, "pd.Series"]  # noqa: F821
+BatchColumn = Union["pd.Series", np.ndarray, pa.Array, pa.ChunkedArray]  # noqa: F821
 DataBatch = Union[dict[str, np.ndarray], "pd.DataFrame", pa.Table]  # noqa: F821
+DataBatchColumn = Union[BlockColumn, np.ndarray]
+CallableClass = type  # a class whose instances are called (map_batches(SomeClass, ...))
+UserDefinedFunction = Union[Callable[[Any], Any], type]
+BlockPartition = list  # [(ObjectRef[Block], BlockMetadata)]: the blocks one task made
+BlockPartitionMetadata = list  # [BlockMetadata]
+
+
+class BlockType(Enum):
+    ARROW = "arrow"
+    PANDAS = "pandas"
+
+
+class BatchFormat(str, Enum):
+    ARROW = "pyarrow"
+    PANDAS = "pandas"
+    NUMPY = "numpy"
+
 
 BATCH_FORMATS = ("default", "numpy", "pandas", "pyarrow")
+VALID_BATCH_FORMATS = ["pandas", "pyarrow", "numpy", None]
+DEFAULT_BATCH_FORMAT = "numpy"
 
 
 @dataclass

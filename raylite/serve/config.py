@@ -196,6 +196,7 @@ class HTTPOptions(BaseModel):
     header_read_timeout_s: float = Field(30.0, gt=0)
     body_read_timeout_s: float = Field(30.0, gt=0)
     max_connections: int = Field(10_000, ge=1)
+    max_buffered_request_body_bytes: int = Field(256 * 1024**2, ge=1)  # all connections' bodies together
 
 
 class gRPCOptions(BaseModel):  # noqa: N801 - Ray's name

@@ -31,7 +31,7 @@ def list_named_actors(all_namespaces: bool = False) -> list:
 
 
 def __getattr__(name: str):
-    if name in ("state", "metrics", "annotations"):  # submodules loaded on first use
+    if name in ("state", "metrics", "annotations", "multiprocessing", "joblib", "dask"):  # loaded on first use
         import importlib
 
         return importlib.import_module(f"raylite.util.{name}")

@@ -184,7 +184,13 @@ def test_worker_output_reaches_the_client(ray_client, capfd):
         return 1
 
     ray.get(shout.remote())
-    wait_until(lambda: "hello from the cluster" in capfd.readouterr().out, 20, "the worker's line")
+    seen: list[str] = []  # readouterr() hands each piece out once: keep them all, a line may come in two
+
+    def arrived() -> bool:
+        seen.append(capfd.readouterr().out)
+        return "hello from the cluster" in "".join(seen)
+
+    wait_until(arrived, 20, "the worker's line")
 
 
 def test_disconnect_cleans_up_and_init_again(client_head):

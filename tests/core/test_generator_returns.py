@@ -164,3 +164,88 @@ def test_ray_raylet_names_from_the_docs():
 
     assert _raylet.ObjectRefGenerator is ray.ObjectRefGenerator
     assert _raylet.ObjectRef is ray.ObjectRef
+
+
+def test_dynamic_or_streaming_on_a_plain_function_is_refused_at_decoration():
+    def plain():
+        return 1
+
+    for mode in ("dynamic", "streaming"):
+        with pytest.raises(ValueError, match="can only be used with generator functions"):
+            ray.remote(num_returns=mode)(plain)
+        with pytest.raises(ValueError, match="can only be used with generator functions"):
+            ray.remote(plain).options(num_returns=mode)
+        with pytest.raises(ValueError, match="can only be used with generator functions"):
+            ray.method(num_returns=mode)(plain)
+
+
+@ray.remote
+class GenActor:
+    def count(self, n):
+        yield from range(n)
+
+    @ray.method(num_returns=None)
+    def count_default(self, n):
+        yield from range(n)
+
+
+def test_num_returns_none_means_the_default_streaming_for_generators(cluster):
+    gen = yields.options(num_returns=None).remote(3)
+    assert [ray.get(r, timeout=30) for r in gen] == [0, 1, 2]
+
+    @ray.remote(num_returns=None)
+    def plain():
+        return "one"
+
+    assert ray.get(plain.remote(), timeout=30) == "one"
+    actor = GenActor.remote()
+    assert [ray.get(r, timeout=30) for r in actor.count.options(num_returns=None).remote(2)] == [0, 1]
+    assert [ray.get(r, timeout=30) for r in actor.count_default.remote(2)] == [0, 1]
+
+
+def test_dynamic_generator_raising_after_one_value_gives_two_refs(cluster):
+    @ray.remote(num_returns="dynamic")
+    def one_then_raise():
+        yield 1
+        raise Boom("after one")
+
+    refs = list(ray.get(one_then_raise.remote(), timeout=30))
+    assert len(refs) == 2 and ray.get(refs[0], timeout=30) == 1
+    with pytest.raises(Boom, match="after one"):
+        ray.get(refs[1], timeout=30)
+
+
+def test_retried_dynamic_generator_holds_the_retrys_values(cluster, tmp_path):
+    marker = str(tmp_path / "first-attempt")
+
+    @ray.remote(num_returns="dynamic", retry_exceptions=True, max_retries=2)
+    def flaky(path):
+        import os
+
+        first = not os.path.exists(path)
+        if first:
+            open(path, "w").close()
+            yield "first-0"
+            yield "first-1"
+            raise Boom("try again")
+        yield "retry"
+
+    assert [ray.get(r, timeout=30) for r in ray.get(flaky.remote(marker), timeout=30)] == ["retry"]
+
+
+def test_retried_streaming_generator_has_no_duplicate_refs(cluster, tmp_path):
+    marker = str(tmp_path / "first-attempt")
+
+    @ray.remote(retry_exceptions=True, max_retries=2)
+    def flaky(path):
+        import os
+
+        first = not os.path.exists(path)
+        if first:
+            open(path, "w").close()
+        yield "a"
+        if first:
+            raise Boom("try again")
+        yield "b"
+
+    assert [ray.get(r, timeout=30) for r in flaky.remote(marker)] == ["a", "b"]

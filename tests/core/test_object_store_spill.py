@@ -147,3 +147,24 @@ def test_idle_recycled_segments_give_their_memory_back(small_store):
     pool_dir = os.path.join(runtime.client().store_dir, "pool")
     wait_for(lambda: _info().store_stats["pool_bytes"] == 0 and not os.listdir(pool_dir), timeout_s=15,
              what="idle recycled segments to be deleted")
+
+
+@ray.remote
+def _big_values(n, mib):
+    for i in range(n):
+        yield np.full(mib * MIB, i, dtype=np.uint8)
+
+
+def test_generator_values_larger_than_the_store_together_spill(small_store):
+    """Three yields of 40 MiB into a 64 MiB store: the earlier sealed values spill while the
+    task still runs (Ray's generator docs), for static, streaming and dynamic returns."""
+    static = ray.get(_big_values.options(num_returns=3).remote(3, 40))
+    assert [int(v[0]) for v in static] == [0, 1, 2]
+    del static
+    streamed = [ray.get(r) for r in _big_values.remote(3, 40)]
+    assert [int(v[-1]) for v in streamed] == [0, 1, 2]
+    del streamed
+    refs = list(ray.get(_big_values.options(num_returns="dynamic").remote(3, 40)))
+    assert [int(ray.get(r)[0]) for r in refs] == [0, 1, 2]
+    del refs
+    gc.collect()

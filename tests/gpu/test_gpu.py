@@ -227,3 +227,60 @@ def test_lightning_ray_deepspeed_strategy_on_the_gpu(gpu_cluster, tmp_path):
     result = TorchTrainer(lightning_deepspeed_loop, scaling_config=ScalingConfig(num_workers=1, use_gpu=True),
                           run_config=RunConfig(storage_path=str(tmp_path), name="pl-ds", verbose=0)).fit()
     assert result.error is None and "loss" in result.metrics
+
+
+def _why_no_gpu_vllm() -> str:
+    import importlib.metadata
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return "vllm is not installed on this GPU machine (pip install vllm)"
+    if "cpu" in importlib.metadata.version("vllm"):
+        return "the installed vllm is a CPU build"
+    if importlib.util.find_spec("transformers") is None:
+        return "transformers is not installed (the tiny model is built with it)"
+    return ""
+
+
+def _environ_of(pid: int) -> dict[str, str]:
+    try:
+        raw = open(f"/proc/{pid}/environ", "rb").read()
+    except OSError:  # gone or not ours
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def test_serve_llm_runs_the_tiny_model_on_its_bundles_gpu(gpu_cluster, tmp_path):
+    """vLLM on the GPU of the replica's placement-group bundle: its processes see exactly
+    the device raylite assigned for that bundle (one id), and it answers."""
+    if _why_no_gpu_vllm():
+        pytest.skip(_why_no_gpu_vllm())
+    import httpx
+
+    from raylite import serve
+    from raylite.serve.llm import LLMConfig, build_openai_app
+    from tests.serve_llm.tiny_model import build_tiny_llama
+
+    model = build_tiny_llama(str(tmp_path / "tiny"))
+    config = LLMConfig(
+        model_loading_config={"model_id": "tiny", "model_source": model},
+        engine_kwargs={"tensor_parallel_size": 1, "max_model_len": 256, "enforce_eager": True,
+                       "gpu_memory_utilization": 0.3, "max_num_seqs": 4},
+        placement_group_config={"bundle_per_worker": {"GPU": 1}})
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    try:
+        serve.run(build_openai_app({"llm_configs": [config]}), name="llm-gpu")
+        reply = httpx.post(f"http://127.0.0.1:{port}/v1/completions", timeout=300, json={
+            "model": "tiny", "prompt": "Hello", "max_tokens": 8, "temperature": 0})
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["usage"]["completion_tokens"] == 8
+        handle = serve.get_deployment_handle("LLMServer:tiny", app_name="llm-gpu")
+        procs = handle.engine_processes.remote().result(timeout_s=60)
+        [pids] = procs.values()
+        visible = {_environ_of(p).get("CUDA_VISIBLE_DEVICES") for p in pids[1:]} - {None}
+        assert len(visible) == 1, visible  # vLLM's processes: one device, the same for all
+        assert next(iter(visible)).isdigit()
+    finally:
+        serve.shutdown()

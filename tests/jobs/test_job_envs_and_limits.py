@@ -168,4 +168,29 @@ def test_requirements_the_base_python_has_need_no_virtualenv(api, tmp_path):
     sid = c.post("/api/jobs/", json={"entrypoint": f'{sys.executable} -c "{code}"',
                                      "runtime_env": {"pip": ["msgpack", "numpy>=1.0"]}}).json()["submission_id"]
     assert _wait_status(c, sid)["status"] == "SUCCEEDED"
-    assert "venv None" in c.get(f"/api/jobs/{sid}/logs").json()["logs"]
+    # no job environment: the entrypoint runs in the cluster's own Python, a virtualenv when the
+    # tests run in one (activated or not), else none
+    in_venv = sys.prefix != sys.base_prefix
+    assert f"venv {sys.prefix if in_venv else None}\n" in c.get(f"/api/jobs/{sid}/logs").json()["logs"]
+
+
+@pytest.mark.parametrize("runtime_env", [{"no_such_key": 1}, {"conda": "env.yaml"}, {"pip": {"pakages": ["x"]}},
+                                         {"env_vars": {"A": 1}}, {"pip": 7}])
+def test_the_job_api_refuses_what_the_core_api_refuses_in_the_same_words(api, runtime_env):
+    """One check for both doors: a runtime_env that init()/.options() refuse is a 400 at submit,
+    with the same message, instead of a job that runs without it."""
+    from raylite._runtime_env import merge_runtime_env
+
+    with pytest.raises((ValueError, TypeError)) as core:
+        merge_runtime_env(None, runtime_env)
+    r = api.client().post("/api/jobs/", json={"entrypoint": "echo ran", "runtime_env": runtime_env})
+    assert r.status_code == 400 and str(core.value) in r.text, (r.status_code, r.text, str(core.value))
+
+
+def test_the_job_client_reports_an_unknown_runtime_env_field(api):
+    from raylite.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(api.url, headers={"Authorization": f"Bearer {api.token}"})
+    with pytest.raises(Exception, match=r"unknown runtime_env field\(s\) \['no_such_key'\]"):
+        client.submit_job(entrypoint="echo ran", runtime_env={"no_such_key": 1})
+    assert not [j for j in client.list_jobs() if j.entrypoint == "echo ran"]

@@ -101,8 +101,8 @@ def test_class_policy_with_kwargs_given_as_an_object(serve_instance):
 
 def test_policy_options_are_checked_when_the_deployment_is_declared(serve_instance):
     serve, _ = serve_instance
-    with pytest.raises(ImportError, match="no_such_module"):
-        serve.deployment(autoscaling_config={"policy": {"policy_function": "no_such_module:policy"}})
+    with pytest.raises(ValueError, match="import path like"):
+        serve.deployment(autoscaling_config={"policy": {"policy_function": "no_module_named"}})
     with pytest.raises(ValueError, match="JSON-serializable"):
         serve.deployment(autoscaling_config={"policy": {"policy_function": StepPolicy,
                                                         "policy_kwargs": {"x": object()}}})
@@ -228,3 +228,67 @@ def test_application_level_policy_decides_for_all_deployments(serve_instance):
     serve.delete("coord")
     app = parse_config({"applications": [{"import_path": "m:app", "autoscaling_policy": policy}]}).applications[0]
     assert app.autoscaling_policy == policy
+
+
+_CONTROLLER_ONLY = """
+import os, sys
+here = os.environ["POLICY_DIR"]
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+import importlib.util
+assert importlib.util.find_spec("controller_only_policy") is None  # not importable here
+import raylite
+from raylite import serve
+
+raylite.init(num_cpus=4)
+serve.start(http_options={"host": "127.0.0.1", "port": int(os.environ["SERVE_PORT"])})
+
+@serve.deployment(autoscaling_config={"min_replicas": 1, "max_replicas": 2,
+                                      "policy": {"policy_function": "controller_only_policy:policy"}})
+class Named:
+    def __call__(self):
+        return "served"
+
+@serve.deployment(autoscaling_config={"min_replicas": 1, "max_replicas": 2,
+                                      "policy": {"policy_function": "no_such_policy_module:policy"}})
+class Missing:
+    def __call__(self):
+        return "never"
+
+print("declared")
+print(serve.run(Named.bind(), name="named", route_prefix="/named").remote().result(timeout_s=60))
+try:
+    serve.run(Missing.bind(), name="missing", route_prefix="/missing")
+except ValueError as e:
+    print("refused:", e)
+serve.shutdown()
+raylite.shutdown()
+"""
+
+
+def test_policy_named_by_path_is_imported_by_the_controller_at_deploy_time(tmp_path):
+    """As in Ray: the decorator does not import a policy named by its path; the controller
+    imports it when the application is deployed, so its module may exist only where the
+    controller runs, and one that cannot be imported fails the deploy with a clear error."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.serve.conftest import free_port
+
+    policy_dir = tmp_path / "controller_side"
+    policy_dir.mkdir()
+    (policy_dir / "controller_only_policy.py").write_text(
+        "def policy(ctx):\n    return 1, {}\n")
+    script = tmp_path / "main.py"
+    script.write_text(_CONTROLLER_ONLY)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "POLICY_DIR": str(policy_dir), "SERVE_PORT": str(free_port()),
+           "PYTHONPATH": os.pathsep.join([root, str(policy_dir), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240,
+                         env=env, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[:2] == ["declared", "served"], out.stdout + out.stderr[-2000:]
+    refused = out.stdout.partition("refused:")[2]
+    assert "no_such_policy_module:policy" in refused and "deployment 'Missing'" in refused
+    assert "could not be loaded in the Serve controller" in refused

@@ -124,6 +124,19 @@ def test_node_death_restarts_or_kills_its_actors():
     assert store.actors[b"a2"].state is ActorState.DEAD and "it was stopped" in store.actors[b"a2"].death_cause
 
 
+def test_an_actor_killed_while_starting_has_its_process_stopped_when_the_node_answers():
+    """raylite.kill() between the StartActor request and its reply (a Pool terminated right after
+    it was made): the worker that came up must be stopped, or it holds the actor's CPU for good."""
+    store, _ = store_with_nodes(N1)
+    store.register_actor(actor_spec(b"a1"), False)
+    [start] = store.place_actor(b"a1")
+    store.kill_actor(b"a1", no_restart=True)
+    assert store.actors[b"a1"].state is ActorState.DEAD
+    effects = store.actor_start_replied(b"a1", start.node_id, P.StartActorReply(True, "tcp://10.0.0.1:9", b"w1", 42))
+    assert effects == [CS.KillWorkerOn(N1, b"w1", "its actor was killed while it was starting")]
+    assert store.actors[b"a1"].state is ActorState.DEAD
+
+
 def test_unschedulable_actor_dies_at_once():
     store, _ = store_with_nodes(N1)
     store.register_actor(actor_spec(b"a1", resources={"GPU": 1}), False)
@@ -227,6 +240,19 @@ def test_node_death_sends_its_placement_groups_back_to_pending():
     store.bundles_reserved(plan, [N1], ok=True)
     effects = store.node_lost(N1, "cut")
     assert store.pgs[b"pg1"].state is PlacementGroupState.PENDING and CS.PlacePlacementGroup(b"pg1") in effects
+
+
+def test_removing_a_group_a_node_died_under_releases_its_bundles_on_the_live_nodes():
+    store, _ = store_with_nodes(N1, N2, cpus=1)
+    bundles = [R.to_fixed({"CPU": 1}), R.to_fixed({"CPU": 1})]
+    store.create_placement_group(b"pg1", bundles, "STRICT_SPREAD", "", "", False)
+    [plan] = store.plan_placement_group(b"pg1")
+    store.bundles_reserved(plan, list(plan.by_node), ok=True)
+    survivor = next(n for n in (N1, N2) if n != plan.bundle_nodes[1])
+    store.node_lost(plan.bundle_nodes[1], "cut")
+    effects = store.remove_placement_group(b"pg1")
+    # the live node's bundle was leaked before: its CPU stayed reserved for a group that is gone
+    assert CS.ReleaseBundlesOn(survivor, b"pg1", [0]) in effects
 
 
 # ------------------------------------------------------------------ key-value store, jobs, persistence

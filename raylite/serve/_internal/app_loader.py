@@ -144,16 +144,44 @@ def _resolve_annotation(target: Any) -> None:
         pass
 
 
+def _interpreter_dirs() -> tuple[str, ...]:
+    """Where this Python's own modules live: the standard library and every site directory
+    (of a system Python, a virtualenv, a conda env, the user site). An app started from `/`
+    (a container's WORKDIR) or from a folder holding its virtualenv must not count them as its
+    own code."""
+    import site
+    import sysconfig
+
+    dirs = set()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        for scheme_vars in (None, {"base": sys.base_prefix, "platbase": sys.base_exec_prefix,
+                                   "installed_base": sys.base_prefix, "installed_platbase": sys.base_exec_prefix}):
+            try:
+                dirs.add(sysconfig.get_path(key, vars=scheme_vars))
+            except (KeyError, ValueError):
+                pass
+    dirs.update(getattr(site, "getsitepackages", list)())
+    if getattr(site, "ENABLE_USER_SITE", False):
+        dirs.add(site.getusersitepackages())
+    return tuple(os.path.abspath(d) + os.sep for d in dirs if d)
+
+
+def _installed(path: str, interpreter_dirs: tuple[str, ...]) -> bool:
+    return (os.sep + "site-packages" + os.sep in path or os.sep + "dist-packages" + os.sep in path
+            or path.startswith(interpreter_dirs))
+
+
 def _local_modules(app_dir: str) -> list[str]:
     """Names of the top-level modules imported from `app_dir` (not raylite, not installed packages)."""
-    root = os.path.abspath(app_dir) + os.sep
+    root = os.path.abspath(app_dir).rstrip(os.sep) + os.sep
+    own = _interpreter_dirs()
     names = []
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
         if not path or name == "__main__" or name.split(".")[0] == "raylite":
             continue
         path = os.path.abspath(path)
-        if path.startswith(root) and os.sep + "site-packages" + os.sep not in path:
+        if path.startswith(root) and not _installed(path, own):
             names.append(name)
     return names
 
@@ -169,7 +197,8 @@ def _ship_local_modules(app_dir: str) -> list[str]:
     """Register every imported module whose file lies under `app_dir` to be pickled by value."""
     import cloudpickle
 
-    root = os.path.abspath(app_dir) + os.sep
+    root = os.path.abspath(app_dir).rstrip(os.sep) + os.sep
+    own = _interpreter_dirs()
     # what workers can import on their own: PYTHONPATH (they inherit the environment) and packages
     visible = [os.path.abspath(p) + os.sep for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     shipped = []
@@ -178,7 +207,7 @@ def _ship_local_modules(app_dir: str) -> list[str]:
         if not path or name == "__main__" or "." in name or name == "raylite":
             continue
         path = os.path.abspath(path)
-        if not path.startswith(root) or os.sep + "site-packages" + os.sep in path:
+        if not path.startswith(root) or _installed(path, own):
             continue
         if any(path.startswith(v) for v in visible):
             continue

@@ -166,6 +166,9 @@ class ServeController:
     async def deploy_application(self, app: dict) -> None:
         """Set an app's target state; replicas follow in the background (rolling update)."""
         name = app["name"]
+        from raylite.serve._internal.custom_autoscaling import check_policies
+
+        check_policies(app)  # before any state changes: a policy that cannot load fails the deploy
         for other, existing in self.apps.items():
             if other != name and app.get("route_prefix") and existing.get("route_prefix") == app["route_prefix"]:
                 raise ValueError(f"route_prefix {app['route_prefix']!r} is already used by application "

@@ -72,15 +72,53 @@ def is_custom(cfg: dict | None) -> bool:
     """Whether an autoscaling config names a policy other than the built-in one."""
     policy = (cfg or {}).get("policy") or {}
     name = policy.get("policy_function")
-    return bool(policy.get("serialized_policy")) and name not in DEFAULT_POLICY_NAMES
+    named = isinstance(name, str) and bool(name)
+    return (bool(policy.get("serialized_policy")) or named) and name not in DEFAULT_POLICY_NAMES
 
 
 def load_policy(policy: dict) -> Any:
     """The callable to run each tick: the function, or one instance of a policy class."""
-    target = cloudpickle.loads(policy["serialized_policy"])
+    target = policy_target(policy)
     if inspect.isclass(target):
         return target(**(policy.get("policy_kwargs") or {}))
     return target
+
+
+def policy_target(policy: dict) -> Any:
+    """The policy's function or class. One given by its import path is imported here, in the
+    controller (as in Ray)."""
+    if policy.get("serialized_policy"):
+        target = cloudpickle.loads(policy["serialized_policy"])
+    else:
+        from raylite.serve._internal.options import _import_attr
+
+        target = _import_attr(policy["policy_function"], "autoscaling_config.policy.policy_function")
+        if not callable(target):
+            raise TypeError(f"autoscaling_config.policy.policy_function {policy['policy_function']!r} "
+                            "is not a function or class")
+    return target
+
+
+def check_policies(app: dict) -> None:
+    """Deploy time, in the controller: every custom policy the application names (its own and
+    its deployments') must load here; ValueError naming the deployment and the cause if not."""
+    where = [(f"application {app.get('name')!r}", app.get("autoscaling_policy"))]
+    for dname, target in (app.get("deployments") or {}).items():
+        cfg = (target.get("config") or {}).get("autoscaling_config")
+        if is_custom(cfg):
+            where.append((f"deployment {dname!r}", cfg["policy"]))
+    for who, policy in where:
+        if not policy:
+            continue
+        try:
+            policy_target(policy)
+        except Exception as e:  # noqa: BLE001
+            raise ValueError(f"The autoscaling policy {policy.get('policy_function')!r} of {who} could "
+                             f"not be loaded in the Serve controller: {type(e).__name__}: {e}. The "
+                             "controller imports a policy named by its path when the application is "
+                             "deployed: make its module importable there (runtime_env working_dir or "
+                             "py_modules, or install it on the head node), or pass the function "
+                             "itself.") from None
 
 
 def damp(desired: float, running: int, cfg: ConfigView) -> int:

@@ -24,6 +24,7 @@ class Limits:
     body_read_timeout_s: float = 30.0
     keep_alive_timeout_s: float = 5.0              # Ray's name and default
     max_connections: int = 10_000
+    max_buffered_request_body_bytes: int = 256 * _MiB  # all connections' request bodies together
 
     @classmethod
     def from_options(cls, options: dict) -> Limits:

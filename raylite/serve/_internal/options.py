@@ -40,6 +40,7 @@ HTTP_DEFAULTS: dict[str, Any] = {
     # raylite's limits on what a client may send (http_limits.Limits has the same fields)
     "max_header_size_bytes": 16 * 1024, "max_header_count": 100, "max_request_body_size_bytes": 100 * 1024**2,
     "header_read_timeout_s": 30.0, "body_read_timeout_s": 30.0, "max_connections": 10_000,
+    "max_buffered_request_body_bytes": 256 * 1024**2,
 }
 PROXY_LOCATIONS = ("Disabled", "HeadOnly", "EveryNode")
 
@@ -120,9 +121,11 @@ def autoscaling(value: Any, auto: bool = False) -> dict | None:
 
 
 def autoscaling_policy(value: Any) -> dict | None:
-    """A custom policy as {"policy_function": "module:name", "policy_kwargs": {...},
-    "serialized_policy": bytes}: the function or class is imported here, in the driver, and
-    pickled by value, so the controller runs it without importing the user's module."""
+    """A custom policy as {"policy_function": "module:name", "policy_kwargs": {...}} plus
+    "serialized_policy": bytes when it was given as an object (pickled by value here). A policy
+    named by its import path is imported by the Serve controller when the application is
+    deployed (as in Ray), so it may live in a module only the controller's node has; here
+    only the path's shape is checked."""
     if value is None:
         return None
     if isinstance(value, str) or callable(value) and not hasattr(value, "model_dump"):
@@ -148,7 +151,10 @@ def autoscaling_policy(value: Any) -> dict | None:
     if serialized:
         return {"policy_function": fn if isinstance(fn, str) else _qualified(fn), "policy_kwargs": kwargs,
                 "serialized_policy": serialized}
-    target = _import_attr(fn, "autoscaling_config.policy.policy_function") if isinstance(fn, str) else fn
+    if isinstance(fn, str):
+        _split_path(fn, "autoscaling_config.policy.policy_function")
+        return {"policy_function": fn, "policy_kwargs": kwargs}
+    target = fn
     if not callable(target):
         raise TypeError(f"autoscaling_config.policy.policy_function {fn!r} is not a function or class")
     path = fn if isinstance(fn, str) else _qualified(fn)
@@ -168,11 +174,7 @@ def _import_attr(path: str, what: str) -> Any:
     """`module:attr` or `module.attr` imported (the user's code, in the driver)."""
     import importlib
 
-    module_name, sep, attr = path.partition(":")
-    if not sep:
-        module_name, _, attr = path.rpartition(".")
-    if not module_name or not attr:
-        raise ValueError(f"{what} must be an import path like 'my_module:my_policy', not {path!r}")
+    module_name, attr = _split_path(path, what)
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
@@ -184,6 +186,16 @@ def _import_attr(path: str, what: str) -> Any:
         except AttributeError:
             raise ImportError(f"{what}: module {module_name!r} has no attribute {attr!r}") from None
     return obj
+
+
+def _split_path(path: str, what: str) -> tuple[str, str]:
+    """('module', 'attr') of 'module:attr' or 'module.attr'; ValueError for anything else."""
+    module_name, sep, attr = path.partition(":")
+    if not sep:
+        module_name, _, attr = path.rpartition(".")
+    if not module_name or not attr:
+        raise ValueError(f"{what} must be an import path like 'my_module:my_policy', not {path!r}")
+    return module_name, attr
 
 
 def _dumps_by_value(obj: Any) -> bytes:
@@ -359,7 +371,8 @@ def http_options(value: Any) -> dict:
         raise ValueError(f"http_options.port must be <= 65535, not {d['port']}")
     _number(d, "request_timeout_s", "http_options", positive=True, optional=True)
     _number(d, "keep_alive_timeout_s", "http_options", positive=True)
-    for key in ("max_header_size_bytes", "max_header_count", "max_request_body_size_bytes", "max_connections"):
+    for key in ("max_header_size_bytes", "max_header_count", "max_request_body_size_bytes", "max_connections",
+                "max_buffered_request_body_bytes"):
         _number(d, key, "http_options", minimum=1, integer=True)
     for key in ("header_read_timeout_s", "body_read_timeout_s"):
         _number(d, key, "http_options", positive=True)

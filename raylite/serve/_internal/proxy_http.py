@@ -17,6 +17,11 @@ The proxy is a public edge, so nothing a client sends is held without a bound (`
     (431; 414 while still in the URL) and at most `max_header_count` headers (431);
   - the body: `Content-Length` over the route's limit is refused before a byte of it is read
     (413, and no `100 Continue`); a chunked body is counted as it arrives (413);
+  - the bodies of all connections together: every byte of a request body the proxy holds (while
+    it arrives, and until the request is answered, since a request is resent when its replica
+    dies) counts against `max_buffered_request_body_bytes`; a request whose body would take the
+    total past it is refused with 503 and `Retry-After` (a declared one before its body is read),
+    so N silent connections cannot hold N times the body limit;
   - time: headers must arrive within `header_read_timeout_s` of the request's first byte, and a
     body must make progress every `body_read_timeout_s` (408); an idle keep-alive connection
     closes after `keep_alive_timeout_s`;
@@ -66,10 +71,14 @@ def status_line(status: int) -> bytes:
 class _Reject(Exception):
     """Raised inside a parser callback: answer `status` and close the connection."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, headers: tuple = ()) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = headers
+
+
+_RETRY_SOON = ((b"retry-after", b"1"),)
 
 
 class Request:
@@ -77,7 +86,7 @@ class Request:
 
     __slots__ = ("conn", "method", "path", "query", "headers", "body", "keep_alive", "http_version",
                  "request_id", "model_id", "streaming", "done", "cancel_cb", "timer", "chunked", "head",
-                 "content_length", "route", "error", "websocket")
+                 "content_length", "route", "error", "websocket", "body_bytes")
 
     def __init__(self, conn: HttpConnection) -> None:
         self.conn = conn
@@ -98,8 +107,9 @@ class Request:
         self.head = False
         self.content_length: bytes | None = None
         self.route: Any = None
-        self.error: tuple[int, str] | None = None
+        self.error: tuple[int, str, tuple] | None = None
         self.websocket = False
+        self.body_bytes = 0  # what its body counts in the server's buffered-body total
 
     # ------------------------------------------------------------ writing the response
     def respond(self, status: int, headers: list, body: bytes) -> None:
@@ -186,6 +196,7 @@ class HttpConnection(asyncio.Protocol):
         self.body_parts: list[bytes] = []
         self.body_size = 0
         self.body_limit = 0
+        self.body_counted = 0         # bytes of the body arriving now, counted in the server's total
         self.closing = False
         self.paused = False
         self.client: tuple | None = None
@@ -228,7 +239,7 @@ class HttpConnection(asyncio.Protocol):
         except httptools.HttpParserCallbackError as e:
             cause = e.__context__
             if isinstance(cause, _Reject):
-                self._reject(cause.status, cause.message)
+                self._reject(cause.status, cause.message, cause.headers)
             else:
                 self._reject(500, f"the proxy failed to read this request: {cause!r}")
         except httptools.HttpParserUpgrade as e:
@@ -272,7 +283,9 @@ class HttpConnection(asyncio.Protocol):
             self.linger.cancel()
         if self.upgraded is not None:
             self.upgraded.connection_lost(exc)
+        self._release_body()
         for req in self.queue:
+            self.server.release_body(req)
             if not req.done:
                 req.done = True
                 if req.cancel_cb is not None:
@@ -286,6 +299,7 @@ class HttpConnection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self.cur = Request(self)
         self.url = b""
+        self._release_body()
         self.body_parts = []
         self.body_size = 0
         self.phase = HEAD
@@ -334,15 +348,20 @@ class HttpConnection(asyncio.Protocol):
             if n > limit:
                 raise _Reject(413, f"The request body ({n} bytes) is larger than the {limit} bytes this "
                                    "route accepts (max_request_body_size_bytes)")
+            self.server.check_body_room(n, declared=True)
         for k, v in req.headers:
             if k == b"expect" and v.lower() == b"100-continue" and self.transport is not None:
                 self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
-        self.body_size += len(body)
+        n = len(body)
+        self.body_size += n
         if self.body_size > self.body_limit:
             raise _Reject(413, f"The request body is larger than the {self.body_limit} bytes this route "
                                "accepts (max_request_body_size_bytes)")
+        self.server.check_body_room(n, declared=False)
+        self.server.body_bytes += n
+        self.body_counted += n
         self.body_parts.append(body)
 
     def on_message_complete(self) -> None:
@@ -361,6 +380,7 @@ class HttpConnection(asyncio.Protocol):
         elif self.body_parts:
             req.body = b"".join(self.body_parts)
         self.body_parts = []
+        req.body_bytes, self.body_counted = self.body_counted, 0  # held until the request is answered
         if req.websocket and req.method == "GET" and parser.should_upgrade():
             self.cur = req  # _upgrade (right after the parser returns) takes it
             return
@@ -377,13 +397,14 @@ class HttpConnection(asyncio.Protocol):
 
     def _dispatch(self, req: Request) -> None:
         if req.error is not None:
-            status, message = req.error
-            req.respond(status, [(b"content-type", b"text/plain; charset=utf-8")], message.encode())
+            status, message, headers = req.error
+            req.respond(status, [(b"content-type", b"text/plain; charset=utf-8"), *headers], message.encode())
         else:
             self.server.dispatch(req)
 
     # ------------------------------------------------------------ helpers
     def finished(self, req: Request) -> None:
+        self.server.release_body(req)
         if req.timer is not None:
             req.timer.cancel()
         if self.queue and self.queue[0] is req:
@@ -401,7 +422,7 @@ class HttpConnection(asyncio.Protocol):
                 self.since = self.server.now
             self.server.idle(self)
 
-    def _reject(self, status: int, message: str) -> None:
+    def _reject(self, status: int, message: str, headers: tuple = ()) -> None:
         """Answer `status` (after any requests in flight on this connection, in order), then close;
         the rest of the input is read and dropped for a moment, so the client sees the answer."""
         if self.rejected or self.closing:
@@ -412,8 +433,9 @@ class HttpConnection(asyncio.Protocol):
         req = self.cur or Request(self)
         self.cur = None
         self.body_parts = []
+        self._release_body()
         req.keep_alive = False
-        req.error = (status, message)
+        req.error = (status, message, headers)
         req.route = None
         self._enqueue(req)
 
@@ -434,7 +456,7 @@ class HttpConnection(asyncio.Protocol):
             return
         if self.queue:
             req.keep_alive = False
-            req.error = (400, "A WebSocket upgrade must not be pipelined behind other requests")
+            req.error = (400, "A WebSocket upgrade must not be pipelined behind other requests", ())
             self.rejected = True
             self._enqueue(req)
             return
@@ -446,6 +468,12 @@ class HttpConnection(asyncio.Protocol):
         self.upgraded = bridge
         if rest:
             bridge.data_received(rest)
+
+    def _release_body(self) -> None:
+        """The body arriving now is dropped (or was handed to its request): uncount it."""
+        if self.body_counted:
+            self.server.body_bytes -= self.body_counted
+            self.body_counted = 0
 
     def _discard(self, n: int) -> None:
         self.discarded += n
@@ -500,6 +528,9 @@ class HttpServer:
         self._sweeper: Any = None
         self._shed = 0
         self._shed_logged = 0.0
+        self.body_bytes = 0  # request body bytes held now, over every connection
+        self.body_budget = self.limits.max_buffered_request_body_bytes
+        self._refused_logged = 0.0
 
     async def start(self, sock: Any) -> None:
         self.server = await self.loop.create_server(lambda: HttpConnection(self), sock=sock, backlog=2048)
@@ -529,6 +560,29 @@ class HttpServer:
             victim._abort()
         self.connections.add(conn)
         self.waiting[conn] = None
+
+    def check_body_room(self, n: int, declared: bool) -> None:
+        """Refuse a body (declared: its Content-Length; else the bytes just arrived) that would
+        take the bytes of request bodies held over every connection past the budget."""
+        budget = self.body_budget
+        if self.body_bytes + n <= budget:
+            return
+        if declared and n > budget:
+            raise _Reject(413, f"The request body ({n} bytes) is larger than the {budget} bytes of request "
+                               "bodies the proxy holds at once (http_options max_buffered_request_body_bytes)")
+        now = time.monotonic()
+        if now - self._refused_logged >= 10.0:
+            self._refused_logged = now
+            print(f"serve proxy: request bodies held now take {self.body_bytes} of the "
+                  f"{budget} bytes of max_buffered_request_body_bytes; refusing new body bytes with 503 "
+                  "until they are answered", file=sys.stderr, flush=True)
+        raise _Reject(503, "The proxy is holding as many request body bytes as it may "
+                           f"(max_buffered_request_body_bytes={budget}); retry shortly", _RETRY_SOON)
+
+    def release_body(self, req: Request) -> None:
+        if req.body_bytes:
+            self.body_bytes -= req.body_bytes
+            req.body_bytes = 0
 
     def busy(self, conn: HttpConnection) -> None:
         self.waiting.pop(conn, None)

@@ -133,10 +133,14 @@ class LLMConfig(_Base):
             actor["resources"] = resources
         bundles, strategy = self._placement_bundles()
         if bundles is not None:
+            # the replica runs in bundle 0, which must hold what its actor asks for (Ray's
+            # rule); its GPUs are the bundles' GPUs, held for the engine (see engine_group)
+            actor.pop("num_gpus", None)
+            bundles[0] = _fit_replica(bundles[0], actor)
             options["placement_group_bundles"] = bundles
             options["placement_group_strategy"] = strategy
-            actor.pop("num_cpus", None)
-            actor.pop("num_gpus", None)
+        elif self.accelerator_type:
+            actor.setdefault("num_gpus", 1)  # one rank: the replica holds its GPU itself
         if actor:
             options["ray_actor_options"] = actor
         options.setdefault("max_ongoing_requests", 64)
@@ -152,8 +156,26 @@ class LLMConfig(_Base):
             return [dict(pg["bundle_per_worker"]) for _ in range(workers)], strategy
         if workers <= 1:
             return None, strategy
-        per_worker = {"GPU": 1.0} if self.accelerator_type else {"CPU": 1.0}
+        per_worker: dict[str, float] = {"CPU": 1.0}
+        if self.accelerator_type:
+            per_worker = {"GPU": 1.0, f"accelerator_type:{self.accelerator_type}": 0.001}
         return [dict(per_worker) for _ in range(workers)], strategy
+
+
+def _fit_replica(bundle: dict[str, float], actor: dict[str, Any]) -> dict[str, float]:
+    """Bundle 0 grown where it lacks what the replica's actor asks for (CPU: num_cpus, default
+    1; memory; custom resources): a GPU bundle ({"GPU": 1}) gets the replica's CPU added, a
+    CPU bundle that already covers it ({"CPU": 1}) is left as it is."""
+    need: dict[str, float] = {"CPU": float(actor.get("num_cpus", 1))}
+    if actor.get("memory"):
+        need["memory"] = float(actor["memory"])
+    for key, value in (actor.get("resources") or {}).items():
+        need[key] = float(value)
+    out = dict(bundle)
+    for key, value in need.items():
+        if value and float(out.get(key, 0)) < value:
+            out[key] = value
+    return out
 
 
 class LLMServingArgs(_Base):

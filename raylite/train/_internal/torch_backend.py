@@ -84,6 +84,21 @@ class TorchBackend:
     timeout_s: float = 1800.0
     init_method: str = "env"
 
+    def prepare(self, spec: WorkerSpec) -> None:
+        """Rank 0, before any rank starts: open the rendezvous store's server now. A rank
+        whose client reaches the port before the server listens backs off for 0.5-1.5 s
+        (c10d's retry), which was most of a warm fit()'s time to the first step; the
+        worker group starts rank 0 (this) before the others, and rank 0's own rendezvous
+        below reuses this server (multi_tenant)."""
+        if spec.rank.world_rank != 0 or self.init_method != "env" or spec.rank.world_size < 2:
+            return
+        import torch.distributed as dist
+
+        self._store = dist.TCPStore(  # kept alive (on this object) until the group is gone
+            self.master_addr, self.master_port, spec.rank.world_size, True,
+            timeout=datetime.timedelta(seconds=self.timeout_s), wait_for_workers=False,
+            multi_tenant=True)
+
     def on_start(self, spec: WorkerSpec) -> None:
         import torch
         import torch.distributed as dist
@@ -114,6 +129,7 @@ class TorchBackend:
 
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
+        self.__dict__.pop("_store", None)  # rank 0's rendezvous server (prepare) closes with it
 
 
 def wrap_model(

@@ -114,6 +114,8 @@ class WorkerRuntime:
             self._tmpdirs.append(tmp)
             spec.checkpoint = Checkpoint.from_directory(tmp)
             spec.packed_checkpoint = None
+        if spec.backend is not None and hasattr(spec.backend, "prepare"):
+            spec.backend.prepare(spec)  # before the call returns: the driver starts rank 0 first
         self._state = WorkerState.RUNNING
         self._thread = threading.Thread(
             target=self._run, args=(spec, fn, config), name=f"train-rank-{self._rank}", daemon=True

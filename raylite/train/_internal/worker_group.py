@@ -101,11 +101,11 @@ class ActorWorkerGroup:
                 [f"rank {r.world_rank}: pid {metas[i].pid} on {metas[i].node_ip}" for i, r in order]
             )
         payload_ref = raylite.put(payload)
-        starts = [
-            actors[i].start.remote(make_spec(info, metas[i], rank0), payload_ref)
-            for i, info in order
-        ]
-        raylite.get(starts)
+        specs = [(actors[i], make_spec(info, metas[i], rank0)) for i, info in order]
+        # rank 0 first: its start opens what the others connect to (the rendezvous store),
+        # so none of them reaches a port that is not listening yet and backs off
+        raylite.get(specs[0][0].start.remote(specs[0][1], payload_ref))
+        raylite.get([actor.start.remote(spec, payload_ref) for actor, spec in specs[1:]])
         for rank in range(self._n):
             self._issue_poll(rank)
 

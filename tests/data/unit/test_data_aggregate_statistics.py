@@ -126,3 +126,57 @@ def test_block_accessor_column_statistics():
     assert (acc.sum("x", True), acc.sum("x", False), acc.min("x", True), acc.mean("x", True)) == (4, None, 1, 2.0)
     empty = BlockAccessor.for_block(pa.table({"x": pa.array([None], pa.int64())}))
     assert empty.sum("x", True) is None
+
+
+def test_ray_docs_mean_written_with_agg_type_and_column_accessor(local):
+    """Ray's aggregation docs write a user-defined Mean with `ray.data.block`'s AggType, Block
+    and BlockColumnAccessor: the same program runs here under raylite.data.block."""
+    from raylite.data.block import AggType, Block, BlockColumnAccessor
+
+    class Mean(AggregateFnV2):
+        def __init__(self, on, ignore_nulls=True, alias_name=None):
+            super().__init__(alias_name or f"mean({on})", on=on, ignore_nulls=ignore_nulls,
+                             zero_factory=lambda: [0, 0])
+
+        def aggregate_block(self, block: Block) -> AggType:
+            col = BlockColumnAccessor.for_column(block[self._target_col_name])
+            count = col.count(ignore_nulls=self._ignore_nulls)
+            if count == 0:
+                return [0, 0]
+            total = col.sum(ignore_nulls=self._ignore_nulls)
+            return [0, 0] if total is None else [total, count]
+
+        def combine(self, current_accumulator: AggType, new: AggType) -> AggType:
+            return [current_accumulator[0] + new[0], current_accumulator[1] + new[1]]
+
+        def finalize(self, accumulator: AggType):
+            return accumulator[0] / accumulator[1] if accumulator[1] else None
+
+    xs = _xs(ROWS)
+    assert _ds().aggregate(Mean("x")) == {"mean(x)": pytest.approx(sum(xs) / len(xs))}
+
+
+def test_block_module_offers_rays_public_names():
+    import pyarrow as pa
+
+    from raylite.data import block
+
+    for name in ("T", "U", "KeyType", "AggType", "Block", "Schema", "BlockColumn", "BatchColumn",
+                 "DataBatch", "DataBatchColumn", "CallableClass", "UserDefinedFunction",
+                 "BlockPartition", "BlockPartitionMetadata", "BlockType", "BatchFormat",
+                 "VALID_BATCH_FORMATS", "DEFAULT_BATCH_FORMAT", "BlockMetadata", "BlockAccessor",
+                 "BlockColumnAccessor"):
+        assert hasattr(block, name), name
+    assert block.BatchFormat.ARROW == "pyarrow" and block.DEFAULT_BATCH_FORMAT == "numpy"
+    col = block.BlockColumnAccessor.for_column(pa.chunked_array([[1.0, None, 3.0]]))
+    assert col.sum(ignore_nulls=True) == 4.0 and col.sum(ignore_nulls=False) is None
+    assert col.count(ignore_nulls=True) == 2 and col.count(ignore_nulls=False) == 3
+    assert col.sum_of_squared_diffs_from_mean(True) == 2.0
+    assert col.quantile(q=0.5, ignore_nulls=True) == 2.0
+    assert col.dropna().to_pylist() == [1.0, 3.0]
+    assert col.value_counts() == {"values": [1.0, None, 3.0], "counts": [1, 1, 1]}
+    lists = block.BlockColumnAccessor.for_column(pa.array([[1, 2], [1, 2], [3]]))
+    assert lists.is_composed_of_lists() and lists.unique().to_pylist() == [[1, 2], [3]]
+    assert lists.flatten().to_pylist() == [1, 2, 1, 2, 3]
+    with pytest.raises(TypeError, match="Arrow array"):
+        block.BlockColumnAccessor.for_column([1, 2])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import textwrap
 
 import pytest
@@ -162,3 +163,22 @@ def test_forget_local_modules_makes_the_next_import_read_the_file(tmp_path):
     (tmp_path / "mymod_extras_c.py").write_text("value = 2  # edited\n")
     forget_local_modules(str(tmp_path))
     assert import_attr("mymod_extras_c:value", str(tmp_path)) == 2
+
+
+def test_an_app_started_from_the_root_folder_ships_only_its_own_modules(tmp_path, monkeypatch):
+    """From `/` (a container's WORKDIR) every module is under the app's folder: the standard
+    library and installed packages are not the app's code, and are never pickled by value."""
+    import json as stdlib_module
+    import types
+
+    import msgpack
+
+    from raylite.serve._internal.app_loader import _local_modules
+
+    mine = types.ModuleType("rl_app_own_module")
+    mine.__file__ = str(tmp_path / "rl_app_own_module.py")
+    monkeypatch.setitem(sys.modules, "rl_app_own_module", mine)
+    names = _local_modules("/")
+    assert "rl_app_own_module" in names
+    assert stdlib_module.__name__ not in names and msgpack.__name__ not in names
+    assert not [n for n in names if n.split(".")[0] in ("os", "asyncio", "json", "site")]

@@ -32,8 +32,25 @@ def test_seed_config_maps_to_serve_options():
     assert opts["name"] == "LLMServer:my-llama"
     assert opts["autoscaling_config"] == {"min_replicas": 1, "max_replicas": 4}
     assert opts["ray_actor_options"]["resources"] == {"accelerator_type:A100": 0.001}
-    assert opts["placement_group_bundles"] == [{"GPU": 1.0}, {"GPU": 1.0}]
+    # every bundle on an A100 node; bundle 0 also holds the replica's own CPU (it runs there)
+    gpu = {"GPU": 1.0, "accelerator_type:A100": 0.001}
+    assert opts["placement_group_bundles"] == [{**gpu, "CPU": 1.0}, gpu]
+    assert "num_gpus" not in opts["ray_actor_options"]  # the bundles' GPUs go to the engine
     assert opts["placement_group_strategy"] == "PACK"
+
+
+def test_one_rank_on_an_accelerator_holds_its_gpu_in_the_replica():
+    opts = _cfg(accelerator_type="A100").get_serve_options()
+    assert "placement_group_bundles" not in opts
+    assert opts["ray_actor_options"]["num_gpus"] == 1
+
+
+def test_bundle_zero_grows_to_fit_the_replicas_own_request():
+    opts = _cfg(engine_kwargs=dict(tensor_parallel_size=2),
+                placement_group_config={"bundle_per_worker": {"GPU": 1}},
+                deployment_config={"ray_actor_options": {"num_cpus": 2, "num_gpus": 1}}).get_serve_options()
+    assert opts["placement_group_bundles"] == [{"GPU": 1, "CPU": 2.0}, {"GPU": 1}]
+    assert opts["ray_actor_options"] == {"num_cpus": 2}
 
 
 def test_parallel_sizes_reserve_cpu_bundles_without_accelerator():

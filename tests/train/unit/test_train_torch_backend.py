@@ -108,3 +108,44 @@ def test_helpers_outside_a_run_are_single_process():
     loader = torch.utils.data.DataLoader(list(range(4)))
     assert rt.prepare_data_loader(loader) is loader
     assert rt.get_device().type in ("cpu", "cuda")
+
+
+def _prepared_rank(rank: int, port: int, storage_dir: str, ready, out) -> None:
+    import torch.distributed as dist
+
+    spec = WorkerSpec(
+        rank=RankInfo(rank, rank, 0, 2, 2),
+        experiment_name="unit",
+        storage=StorageContext.create(storage_dir, "unit"),
+        backend=TorchBackend("gloo", "127.0.0.1", port, 60.0),
+    )
+    if rank == 0:
+        spec.backend.prepare(spec)
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # the rendezvous server listens before any rank joins the group
+        ready.set()
+    else:
+        assert ready.wait(60)
+    spec.backend.on_start(spec)
+    value = torch.tensor([rank + 1.0])
+    dist.all_reduce(value)
+    out.put((rank, float(value.item())))
+    spec.backend.on_shutdown()
+
+
+def test_rank_zero_opens_the_rendezvous_store_before_the_group_starts(tmp_path):
+    """prepare() (run by the worker group on rank 0 before it starts any other rank) binds
+    the rendezvous server at once, so no rank's client reaches a port that is not listening
+    yet and backs off (c10d's retry: 0.5-1.5 s before the first step); rank 0's own
+    init_process_group then reuses that server."""
+    ctx = mp.get_context("spawn")
+    ready, out = ctx.Event(), ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_prepared_rank, args=(r, port, str(tmp_path), ready, out)) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    results = sorted(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(60)
+    assert results == [(0, 3.0), (1, 3.0)]
+    assert all(p.exitcode == 0 for p in procs)

@@ -77,6 +77,18 @@ class LLMServer:
     async def check_health(self) -> None:
         await self._thread.call(self._engine.check_health)
 
+    async def engine_processes(self) -> dict[str, list[int]]:
+        """node id -> pids of the engine's processes there: the replica's process tree on its
+        node and, for an engine across nodes, the engine workers on the others."""
+        import os
+
+        where = getattr(self._engine, "engine_processes", None)
+        if where is None:
+            import raylite
+
+            return {raylite.get_runtime_context().get_node_id(): [os.getpid()]}
+        return await asyncio.to_thread(where)
+
     # ---- chat -----------------------------------------------------------------------------
     async def chat(self, body: dict[str, Any]) -> dict[str, Any]:
         try:
