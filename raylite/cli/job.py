@@ -128,6 +128,12 @@ def _follow(client: Any, sid: str) -> None:
         asyncio.run(run())
     except RuntimeError as e:
         _fail(str(e))
+    except KeyboardInterrupt:  # Ctrl-C stops the following, not the job: say so, and how to go on
+        ctx = click.get_current_context(silent=True)
+        cmd = "ray" if ctx is not None and ctx.find_root().info_name == "ray" else "raylite"
+        click.echo(f"\nStopped following job '{sid}'; it keeps running. Stop it with `{cmd} job stop "
+                   f"{sid}`, follow it again with `{cmd} job logs {sid} --follow`.", err=True)
+        sys.exit(130)
 
 
 def _exit_with_status(client: Any, sid: str) -> None:

@@ -198,3 +198,31 @@ def test_rays_job_cli_works_against_raylite(api):
                         "--", "echo", "hello-from-ray-cli"], capture_output=True, text=True, env=env, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "hello-from-ray-cli" in r.stdout and "succeeded" in r.stdout
+
+
+def test_ctrl_c_while_following_a_submitted_job_leaves_it_running_and_says_so(api):
+    """Ctrl-C of `job submit` (which follows the logs) ended with click's bare "Aborted!": the
+    job goes on, and the user is now told so and how to stop or follow it."""
+    import signal
+
+
+    sid = "ctrl-c-follow"
+    proc = subprocess.Popen([sys.executable, "-m", "raylite.cli", "job", "submit", "--submission-id", sid, "--",
+                             "python", "-c", "import time; print('job-started', flush=True); time.sleep(300)"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=api.env(),
+                            start_new_session=True)
+    try:
+        for line in proc.stdout:
+            if "job-started" in line:
+                break
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert f"Stopped following job '{sid}'; it keeps running" in err and f"job stop {sid}" in err
+    client = JobSubmissionClient(api.url, headers=api.headers)
+    assert client.get_job_status(sid) == JobStatus.RUNNING
+    assert client.stop_job(sid) is True
+    assert _wait_terminal(client, sid).status == JobStatus.STOPPED
