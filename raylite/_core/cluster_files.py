@@ -79,6 +79,12 @@ def running_cluster_address(temp_dir: str) -> str | None:
 
 def normalize_address(address: str) -> str:
     """'HOST:PORT', 'raylite://HOST:PORT', 'ray://...' or 'tcp://...' -> 'HOST:PORT'."""
+    if address.startswith(("http://", "https://")):
+        raise ValueError(
+            f"cluster address {address!r} is the API server's URL (for `job` commands, the state API "
+            "and the dashboard), not the cluster's: connect with the head's HOST:PORT (--port, 6379 by "
+            "default), 'auto' on a cluster machine, or 'ray://HOST:10001' from elsewhere. (RAY_ADDRESS "
+            "set to an http:// URL for `ray job submit` is read by init() too.)")
     for prefix in ("raylite://", "ray://", "tcp://"):
         if address.startswith(prefix):
             address = address[len(prefix):]

@@ -37,3 +37,13 @@ def test_a_head_bound_to_one_ip_does_not_lend_its_token_to_loopback(tmp_path):
     assert CF.resolve("127.0.0.1:6379", str(tmp_path)) == ("127.0.0.1:6379", "")
     _register(tmp_path, "127.0.0.1:6379", bind="127.0.0.1")
     assert CF.resolve("localhost:6379", str(tmp_path)) == ("localhost:6379", "secret-token")
+
+
+def test_an_api_url_is_refused_as_a_cluster_address_naming_the_right_one():
+    """RAY_ADDRESS=http://127.0.0.1:8265 (set for `ray job submit`, as Ray's docs do) made
+    init() fail with "Name or service not known" for a host called `http`."""
+    import pytest
+
+    for url in ("http://127.0.0.1:8265", "https://head:8265/"):
+        with pytest.raises(ValueError, match="API server's URL.*HOST:PORT.*ray://HOST:10001"):
+            CF.normalize_address(url)
