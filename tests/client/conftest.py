@@ -4,10 +4,8 @@ as its ray:// driver (client_remote.py): nothing here attaches to a node as a lo
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import shutil
-import socket
 import tempfile
 
 import pytest
@@ -15,11 +13,7 @@ import pytest
 from raylite._core import cluster as C
 from raylite._core import config as config_mod
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from ..cluster.conftest import free_port, stop_started_head
 
 
 @pytest.fixture(scope="module")
@@ -47,16 +41,7 @@ def client_head():
     finally:
         with contextlib.suppress(Exception):
             raylite.shutdown()
-        with contextlib.suppress(Exception):
-            C.stop_nodes(cfg, grace_s=5)
-        if head is not None:
-            with contextlib.suppress(ProcessLookupError):
-                if head.process.poll() is None:
-                    os.killpg(head.pid, 9)
-            with contextlib.suppress(Exception):
-                head.process.wait(10)
-            for path in glob.glob(os.path.join(cfg.shm_dir, f"raylite_{os.path.basename(head.session_dir)}_*")):
-                shutil.rmtree(path, ignore_errors=True)
+        stop_started_head(cfg, head)
         mp.undo()
         shutil.rmtree(temp_dir, ignore_errors=True)
 

@@ -33,6 +33,25 @@ def wait_until(predicate, timeout_s: float = 60.0, what: str = "condition"):
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
+def stop_started_head(cfg: config_mod.Config, head: C.StartedNode | None) -> None:
+    """Stop what a test's `C.start_node(cfg, head=True, ...)` started: the nodes of its temp dir,
+    the head's process group if it outlived them, and the head's shared-memory files."""
+    import glob
+    import shutil
+
+    with contextlib.suppress(Exception):
+        C.stop_nodes(cfg, grace_s=5)
+    if head is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        if head.process.poll() is None:
+            os.killpg(head.pid, 9)
+    with contextlib.suppress(Exception):
+        head.process.wait(10)
+    for path in glob.glob(os.path.join(cfg.shm_dir, f"raylite_{os.path.basename(head.session_dir)}_*")):
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @dataclass
 class Cluster:
     config: config_mod.Config

@@ -9,15 +9,15 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 
 import httpx
 import pytest
+
+from ..cluster.conftest import free_port, wait_until
 
 RAY_VENV = os.environ.get("RAYLITE_TEST_RAY_VENV", "/opt/rayvenv")
 RAY = os.path.join(RAY_VENV, "bin", "ray")
@@ -64,12 +64,6 @@ APP = textwrap.dedent("""
 """)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Head:
     def __init__(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="rlclis", dir="/tmp")
@@ -112,14 +106,6 @@ def head():
         shutil.rmtree(h.dir, ignore_errors=True)
 
 
-def wait(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def test_ray_job_cli(head):
@@ -191,7 +177,7 @@ def test_serve_cli(head):
                     num_replicas: 1
         """))
     assert "Sent deploy request successfully" in head.ray(SERVE, "deploy", config, "--address", head.url)
-    wait(lambda: head.get("/api/serve/applications/").json()["applications"].get("echo", {}).get("status")
+    wait_until(lambda: head.get("/api/serve/applications/").json()["applications"].get("echo", {}).get("status")
          == "RUNNING", 120, "the echo app RUNNING")
     assert httpx.get(f"http://127.0.0.1:{http_port}/echo", timeout=30).text == "hej"
     status = head.ray(SERVE, "status", "--address", head.url)

@@ -32,14 +32,16 @@ def _proxies(head_pid: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def server():
+    # this process's Config is read (and kept) before the head's environment is set: the small
+    # limits below are the head's, never those of every test after this one
+    cfg = config_mod.get_config().replace(temp_dir=tempfile.mkdtemp(prefix="rlsc", dir="/tmp"), token="")
+    temp_dir = cfg.temp_dir
     mp = pytest.MonkeyPatch()
-    temp_dir = tempfile.mkdtemp(prefix="rlsc", dir="/tmp")
     port = free_port()
     mp.setenv("RAYLITE_RAY_CLIENT_SERVER_PORT", str(port))
     mp.setenv("RAYLITE_HANDSHAKE_TIMEOUT_S", str(HANDSHAKE_TIMEOUT_S))
     mp.setenv("RAYLITE_MAX_FRAME_BYTES", str(MAX_FRAME_BYTES))
     mp.delenv("RAYLITE_TOKEN", raising=False)
-    cfg = config_mod.get_config().replace(temp_dir=temp_dir, token="")
     head = None
     try:
         head = C.start_node(cfg, head=True, port=free_port(), node_ip="127.0.0.1", num_cpus=1)

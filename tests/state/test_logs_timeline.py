@@ -42,9 +42,10 @@ def test_worker_output_goes_to_its_own_files(api):
 
 def test_cli_logs_list_actor_task_tail_and_errors(api):
     talker = Talker.remote()
-    raylite.get([talker.say.remote(f"line {i}") for i in range(5)])
-    actor = wait_for(lambda: [a for a in state.list_actors() if a.state == "ALIVE" and a.class_name == "Talker"],
-                     10, 0.1, "the actor")[0]
+    pid = raylite.get([talker.say.remote(f"line {i}") for i in range(5)])[0]
+    # this test's own Talker (others of the package's tests may still be alive, in any order)
+    actor = wait_for(lambda: [a for a in state.list_actors() if a.state == "ALIVE" and a.class_name == "Talker"
+                              and a.pid == pid], 10, 0.1, "the actor")[0]
     r = api.here("logs", check=True)
     assert "worker_out" in r.stdout and "node.err" in r.stdout
     wait_for(lambda: "line 4" in api.here("logs", "--actor-id", actor.actor_id).stdout, 60, 0.2,
@@ -80,6 +81,7 @@ def test_cli_logs_takes_rays_kind_spellings(api):
              "the actor's output through `logs actor --id`")
     missing = api.here("logs", "actor")
     assert missing.returncode == 1 and "--id" in missing.stderr
+    raylite.kill(talker)
 
 
 def test_cli_logs_follow_streams_new_output(api):
