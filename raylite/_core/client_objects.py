@@ -22,10 +22,12 @@ from raylite._core import serialization as ser
 from raylite._core.client_records import ObjectEntry, _Latch
 from raylite._core.ids import ObjectID
 from raylite._core.node_sync import BlockingNodeLink
+from raylite._core.object_store import BUSY_NOT_FULL
 from raylite._core.refs import ObjectRef
 from raylite._core.transport import rpc
 
 # a ref rebuilt from an id (ObjectRef(binary)) after every real reference was dropped
+_BUSY_STORE_WAIT_S = 10.0  # how long a write waits for room that others' writes and restores hold
 _RELEASED = ("its owner released it: every reference to it had been dropped, so it was freed. Keep "
              "the ObjectRef (from put() or .remote()) alive for as long as the value is needed.")
 
@@ -102,14 +104,23 @@ class ObjectPlane:
         if threading.current_thread() is self._thread:
             return ser.write_file(so, path)  # the loop cannot wait on the node; counted when sealed
         request = P.CreateObject(object_id, ser.stored_size(so), owner)
-        if self.frees_queued:
-            # through the I/O loop, behind the frees it has yet to send: a put() right after a
-            # del then finds the freed segment recycled, instead of overtaking its free
-            reply = self.run_sync(self.node.request(request))
-        else:
-            reply = self._node_round_trip(request)
-        if not reply.ok:
-            raise E.ObjectStoreFullError(reply.error)
+        deadline = time.monotonic() + _BUSY_STORE_WAIT_S
+        delay_s = 0.01
+        while True:
+            if self.frees_queued:
+                # through the I/O loop, behind the frees it has yet to send: a put() right after a
+                # del then finds the freed segment recycled, instead of overtaking its free
+                reply = self.run_sync(self.node.request(request))
+            else:
+                reply = self._node_round_trip(request)
+            if reply.ok:
+                break
+            # room held only while other objects are written or restored frees up in moments
+            # (a generator's next value while the driver reads the last one): ask again
+            if BUSY_NOT_FULL not in (reply.error or "") or time.monotonic() + delay_s > deadline:
+                raise E.ObjectStoreFullError(reply.error)
+            time.sleep(delay_s)
+            delay_s = min(delay_s * 2, 0.5)
         try:
             size = ser.write_into(so, path)
             self.wrote_segment()

@@ -50,6 +50,10 @@ RESTORING = "restoring"
 
 _MIB = 1 << 20
 
+# The end of a full-store error whose room is held only for a moment (objects being written or
+# restored): a writer asks again shortly instead of failing, as Ray's object creation waits.
+BUSY_NOT_FULL = "is being written or restored right now"
+
 
 def default_capacity_bytes(fraction: float, shm_dir: str = "/dev/shm") -> int:
     """`fraction` of the smaller of RAM and the shared-memory filesystem (Ray uses 30%)."""
@@ -263,7 +267,7 @@ class ObjectStore:
         if freed < over:
             raise self._full_error(object_id, size, what,
                                    f"only {_mib(freed)} of sealed objects could be spilled; the rest "
-                                   "is being written or restored right now")
+                                   f"{BUSY_NOT_FULL}")
         room = self._spill_room(spill_free_bytes)
         if room is not None:
             room += extra_spill_room
