@@ -33,6 +33,7 @@ from raylite._core import protocol as P
 from raylite._core import serialization as ser
 from raylite._core.config import Config
 from raylite._core.ids import ObjectID, TaskID
+from raylite._core.loops import new_event_loop
 from raylite._core.refs import ObjectRef, ObjectRefGenerator
 from raylite._core.task_spec import DYNAMIC, STREAMING, TaskSpec
 from raylite._core.transport import rpc
@@ -111,12 +112,7 @@ class RemoteClient:
         ready: concurrent.futures.Future = concurrent.futures.Future()
 
         def run() -> None:
-            try:
-                import uvloop  # type: ignore
-
-                loop = uvloop.new_event_loop()
-            except ImportError:
-                loop = asyncio.new_event_loop()
+            loop = new_event_loop()
             asyncio.set_event_loop(loop)
             self.loop = loop
             try:

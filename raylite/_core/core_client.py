@@ -40,6 +40,7 @@ from raylite._core.cluster_files import private_dir
 from raylite._core.config import Config
 from raylite._core.head_link import HeadLink
 from raylite._core.ids import TaskID
+from raylite._core.loops import new_event_loop
 from raylite._core.reference_counter import ReferenceCounter
 from raylite._core.task_events import TaskEventBuffer, describe_task
 from raylite._core.transport import rpc
@@ -160,12 +161,7 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
         ready = concurrent.futures.Future()
 
         def run() -> None:
-            try:
-                import uvloop  # type: ignore
-
-                loop = uvloop.new_event_loop()
-            except Exception:  # noqa: BLE001
-                loop = asyncio.new_event_loop()
+            loop = new_event_loop()
             asyncio.set_event_loop(loop)
             self.loop = loop
             try:
