@@ -265,8 +265,8 @@ def measure_loopback() -> dict[str, float]:
 
     sys.path.insert(0, REPO)
     import raylite as ray
-    from raylite._core import cluster as C
     from raylite._core import config as config_mod
+    from raylite._core.cluster import cluster as C
 
     temp = tempfile.mkdtemp(prefix="rlb", dir="/tmp")
     cfg = config_mod.get_config().replace(temp_dir=temp)

@@ -64,7 +64,7 @@ class SimCluster:
         self.node_ids: list[str] = []
 
     def start_head(self) -> None:
-        from raylite._core import cluster as C
+        from raylite._core.cluster import cluster as C
 
         self.head = C.start_node(self.config, head=True, port=_free_port(), node_ip="127.0.0.1", num_cpus=0)
         self.address = self.head.address
@@ -93,7 +93,7 @@ class SimCluster:
 
     def close(self) -> None:
         import raylite
-        from raylite._core import cluster as C
+        from raylite._core.cluster import cluster as C
 
         with contextlib.suppress(Exception):
             raylite.shutdown()
@@ -124,7 +124,7 @@ def _uss(pid: int) -> int:
 
 
 def _alive_in_head(c: SimCluster) -> set[str]:
-    from raylite._core.driver import query_cluster
+    from raylite._core.cluster.driver import query_cluster
 
     return {n["node_id"].hex() for n in query_cluster(c.address, c.token, 60) if n["alive"]}
 
@@ -170,7 +170,7 @@ def tasks_spread_over_simulated_nodes(n_nodes: int, n_tasks: int = 100_000) -> d
 
 def measure(n: int, n_tasks: int, idle_s: float) -> dict:
     import raylite as ray
-    from raylite._core import cluster as C
+    from raylite._core.cluster import cluster as C
 
     out: dict = {"nodes": n}
     c = SimCluster(n)

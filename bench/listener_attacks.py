@@ -106,9 +106,9 @@ def main() -> None:
     ap.add_argument("--bulk-conns", type=int, default=1000)
     args = ap.parse_args()
     import raylite
-    from raylite._core import cluster as C
     from raylite._core import config as config_mod
-    from raylite._core.driver import query_cluster
+    from raylite._core.cluster import cluster as C
+    from raylite._core.cluster.driver import query_cluster
 
     print(f"raylite from {os.path.dirname(raylite.__file__)}", file=sys.stderr)
     temp_dir = tempfile.mkdtemp(prefix="rlb", dir="/tmp")

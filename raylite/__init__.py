@@ -63,7 +63,7 @@ def init(address: str | None = None, **kwargs: Any) -> Any:
     Takes Ray's `init()` arguments (see `raylite.api.init`). A local cluster's daemon is
     spawned before the driver's own modules are imported, so the two start-ups overlap.
     """
-    from raylite._core import launch
+    from raylite._core.cluster import launch
 
     launch.prestart(address, kwargs)
     try:

@@ -2,7 +2,7 @@
 ObjectRefGenerator`), so such programs run unchanged. Everything else of Ray's private module
 has no counterpart here."""
 
-from raylite._core.refs import DynamicObjectRefGenerator, ObjectRef, ObjectRefGenerator
+from raylite._core.client.refs import DynamicObjectRefGenerator, ObjectRef, ObjectRefGenerator
 
 StreamingObjectRefGenerator = ObjectRefGenerator  # its name in Ray before 2.9
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import cloudpickle
 
-from raylite._core import packaging, runtime_env_check
+from raylite._core.runtime_env import check as runtime_env_check
+from raylite._core.runtime_env import packaging
 
 _shipped: dict[tuple, str] = {}  # (path, excludes, cluster) -> package URI, uploaded once
 

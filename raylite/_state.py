@@ -212,8 +212,8 @@ def get_cluster_demand(address: str | None = None) -> dict[str, Any]:
     type of the autoscaler would (they stay pending while its view is published)."""
     import json
 
-    from raylite._core import cluster as C
     from raylite._core import resources as R
+    from raylite._core.cluster import cluster as C
     from raylite._core.config import get_config
 
     raw = C.cluster_demand(get_config(), address or "auto")
@@ -242,7 +242,7 @@ def publish_autoscaler_view(view: dict[str, Any] | None, address: str | None = N
     None removes it (requests no node fits fail again)."""
     import json
 
-    from raylite._core import cluster as C
+    from raylite._core.cluster import cluster as C
     from raylite._core.config import get_config
 
     value = None if view is None else json.dumps(view).encode()

@@ -16,7 +16,7 @@ from typing import Any
 from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core import runtime
-from raylite._core.refs import ObjectRef, ObjectRefGenerator
+from raylite._core.client.refs import ObjectRef, ObjectRefGenerator
 from raylite._runtime_env import merge_runtime_env
 from raylite.experimental.compiled_dag_ref import CompiledDAGRef
 
@@ -35,7 +35,7 @@ class RayContext(dict):
     """What init() returns: address info; usable as a context manager that shuts down on exit."""
 
     def __init__(self, info: Any) -> None:
-        from raylite._core.cluster_files import dashboard_link
+        from raylite._core.cluster.files import dashboard_link
 
         # Ray's form has no scheme ("127.0.0.1:8265"); raylite's carries the token, so
         # f"http://{ctx.dashboard_url}" opens the dashboard in a browser and works as a
@@ -102,12 +102,12 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
 
             runtime_env = json.loads(os.environ["RAYLITE_JOB_RUNTIME_ENV"])  # the job's, from the supervisor
         if address is None:  # as in Ray: join the cluster `raylite start` left running here
-            from raylite._core.cluster_files import running_cluster_address
+            from raylite._core.cluster.files import running_cluster_address
             from raylite._core.config import get_config
 
             if running_cluster_address(get_config().temp_dir):
                 address = "auto"
-        from raylite._core import driver
+        from raylite._core.cluster import driver
 
         global _job_runtime_env
         _job_runtime_env = merge_runtime_env(None, runtime_env) if runtime_env else {}
@@ -148,8 +148,8 @@ def _with_driver_sys_path(env: dict, node_has: tuple) -> dict:
     directory), as in Ray: a node this driver started has them on its PYTHONPATH; the workers of
     a cluster it joined get them through the job's runtime_env (raylite's own field, which the
     runtime context does not show), so only the workers of this job see them."""
-    from raylite._core.launch import driver_sys_path
-    from raylite._core.runtime_env_check import DRIVER_SYS_PATH
+    from raylite._core.cluster.launch import driver_sys_path
+    from raylite._core.runtime_env.check import DRIVER_SYS_PATH
 
     missing = [p for p in driver_sys_path(bool(env.get("working_dir"))) if p not in node_has]
     return {**env, DRIVER_SYS_PATH: missing} if missing else env
@@ -160,7 +160,7 @@ def _announce_dashboard(info: Any, logging_level: int | str) -> None:
     URL), so a browser gets in on the first click: once, by the process that started the
     cluster (`raylite start --head` prints it for the clusters it starts), and not when
     `logging_level` is above INFO."""
-    from raylite._core.cluster_files import dashboard_link
+    from raylite._core.cluster.files import dashboard_link
 
     level = logging_level if isinstance(logging_level, int) else logging.getLevelName(
         str(logging_level).upper())
@@ -189,7 +189,7 @@ def _anon_namespace() -> str:
 
 def job_runtime_env() -> dict:
     """The job's runtime_env as its user gave it (raylite's own fields left out)."""
-    from raylite._core.runtime_env_check import DRIVER_SYS_PATH
+    from raylite._core.runtime_env.check import DRIVER_SYS_PATH
 
     env = inherited_runtime_env()
     return {k: v for k, v in env.items() if k != DRIVER_SYS_PATH} if DRIVER_SYS_PATH in env else env
@@ -232,7 +232,7 @@ def shutdown() -> None:
     metrics = sys.modules.get("raylite.util.metrics")  # loaded only if the program records metrics
     if metrics is not None:
         metrics._REGISTRY.flush()  # values recorded since the last 2 s flush reach the cluster
-    from raylite._core import driver
+    from raylite._core.cluster import driver
 
     driver.shutdown()
 

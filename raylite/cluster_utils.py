@@ -28,10 +28,10 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from raylite._core import cluster as C
-from raylite._core import cluster_files as CF
+from raylite._core.cluster import cluster as C
+from raylite._core.cluster import files as CF
+from raylite._core.cluster.driver import query_cluster
 from raylite._core.config import get_config, system_config_env
-from raylite._core.driver import query_cluster
 
 # what add_node() starts unless told otherwise (Ray's cluster_utils defaults)
 DEFAULT_NODE_ARGS: dict[str, Any] = {"num_cpus": 1, "num_gpus": 0, "object_store_memory": 150 * 1024 * 1024}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raylite._core import refs
+from raylite._core.client import refs
 
 _state: dict[str, Any] = {"client": None, "worker": None, "driver": None}
 

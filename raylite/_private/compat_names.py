@@ -281,7 +281,7 @@ ACCELERATOR_TYPES = {
 # module does not load the core's object refs.
 def __getattr__(name: str) -> Any:
     if name == "ClientObjectRef":
-        from raylite._core.refs import ObjectRef
+        from raylite._core.client.refs import ObjectRef
 
         cls = type("ClientObjectRef", (ObjectRef,), {
             "__module__": __name__, "__qualname__": "ClientObjectRef",

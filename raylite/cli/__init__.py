@@ -1,4 +1,4 @@
-"""The `raylite` command: start, stop and inspect clusters (thin shell over raylite._core.cluster)."""
+"""The `raylite` command: start, stop and inspect clusters (thin shell over raylite._core.cluster.cluster)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 
 import click
 
-from raylite._core import cluster as C
-from raylite._core import cluster_files as CF
+from raylite._core.cluster import cluster as C
+from raylite._core.cluster import files as CF
 from raylite._core.config import get_config
 from raylite.cli.ray_start_flags import node_overrides, ray_start_flags
 

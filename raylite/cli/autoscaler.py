@@ -19,7 +19,7 @@ def _default_address() -> str:
     the temp dir (KubeRay mounts the head container's /tmp/ray into the sidecar too; the
     token file named there is then read as well); else this pod's IP (the sidecar shares the
     head pod's network) on the head's port 6379."""
-    from raylite._core import cluster_files as CF
+    from raylite._core.cluster import files as CF
     from raylite._core.config import get_config
 
     env = os.environ.get("RAY_ADDRESS")

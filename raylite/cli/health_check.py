@@ -106,7 +106,7 @@ def _maybe_tls(sock: socket.socket) -> socket.socket:
               help="Seconds to wait for the head's answer.")
 def health_check(address: str, component: str | None, skip_version_check: bool, timeout_s: float) -> None:
     """Exit 0 when the head at --address answers, 1 (with the reason) otherwise."""
-    from raylite._core import cluster_files as CF
+    from raylite._core.cluster import files as CF
     from raylite._core.config import get_config
 
     config = get_config()

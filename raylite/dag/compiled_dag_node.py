@@ -2,7 +2,7 @@
 
 `.execute()` on a DAG submits one actor task per node, every time. A compiled graph does the
 planning once: each actor gets the list of its calls and where their arguments come from, and
-runs them on a background thread for every execution (`raylite._core.cgraph_runner`); values
+runs them on a background thread for every execution (`raylite._core.worker.cgraph_runner`); values
 move between the driver and the actors over channels connected once
 (`raylite.experimental.channel`). An execution is then one frame per actor from the driver, a
 method call per node and one frame per edge: no scheduling, no object store, no ref counting.

@@ -6,7 +6,7 @@ Shape (for everyone who adds routes):
   fails `raylite start --head` naming `--dashboard-port`; a local `init()` on the default
   port falls back to a free port with a warning, as Ray does, while an explicit
   `dashboard_port=` in use is an error naming it). The first connection to the port starts
-  `python -m raylite.dashboard.server` (see raylite/_core/dashboard_process.py), which
+  `python -m raylite.dashboard.server` (see raylite/_core/head/dashboard_process.py), which
   inherits the socket and serves it with uvicorn. So `init()` pays nothing for the server
   and an unused API costs no memory; the server dies with the head (parent-death signal)
   and is started again by the next request if it exits. `init(include_dashboard=False)`,

@@ -23,8 +23,8 @@ DEFAULT_URL = "http://127.0.0.1:8265"
 
 
 def resolve(address: str | None = None) -> tuple[str, str]:
-    from raylite._core import cluster_files as CF
-    from raylite._core import sessions
+    from raylite._core.cluster import files as CF
+    from raylite._core.cluster import sessions
     from raylite._core.config import get_config
 
     config = get_config()
@@ -78,7 +78,7 @@ def _read(path: str) -> str:
 
 def _live_local_urls(temp_dir: str) -> list[tuple[str, str]]:
     """(url, token) of every live cluster session on this machine with an API, oldest first."""
-    from raylite._core import sessions
+    from raylite._core.cluster import sessions
 
     out = []
     for session in sessions.sessions(temp_dir):

@@ -31,8 +31,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from raylite._core import packaging, pip_env, runtime_env_check
 from raylite._core import protocol as P
+from raylite._core.runtime_env import check as runtime_env_check
+from raylite._core.runtime_env import packaging, pip_env
 
 KV_NAMESPACE = "_raylite_jobs"
 PKG_ALIAS_NAMESPACE = "_raylite_pkg_alias"  # Ray's "gcs://_ray_pkg_<hash>.zip" -> our digest

@@ -1,7 +1,7 @@
 """Prometheus text exposition format (version 0.0.4) for the head's `/metrics` (pure).
 
 One scrape point serves the whole cluster: the head computes every family (built-in and
-`raylite.util.metrics` ones, see raylite/_core/cluster_metrics.py) and sends them as
+`raylite.util.metrics` ones, see raylite/_core/head/cluster_metrics.py) and sends them as
 {"name", "type", "help", "samples": [[series key, value], ...]}, where a series key is
 already the sample name with its escaped labels. This module only writes the text.
 """

@@ -1,6 +1,6 @@
 """Entry point of the API server process (`python -m raylite.dashboard.server`).
 
-Started by the head's daemon (raylite/_core/dashboard_process.py) on the first connection
+Started by the head's daemon (raylite/_core/head/dashboard_process.py) on the first connection
 to the port it bound; it inherits that socket (--fd) and serves it with uvicorn until the
 daemon stops it or dies (parent-death signal, and a check of the parent pid).
 """
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     from raylite._core.config import get_config
-    from raylite._core.dashboard_process import is_loopback
+    from raylite._core.head.dashboard_process import is_loopback
     from raylite.dashboard import http_guard
     from raylite.dashboard.app import build_app
     from raylite.dashboard.context import DashboardContext, HeadClient

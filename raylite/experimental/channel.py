@@ -1,7 +1,7 @@
 """raylite.experimental.channel: Core's channels, for compiled graphs (`raylite.dag`).
 
 A channel is a connection set up once between two processes of the cluster that then carries
-framed values with no per-message scheduling (see `raylite._core.channels` for the frame
+framed values with no per-message scheduling (see `raylite._core.transport.channels` for the frame
 format and the security checks). Ray's compiled graphs use the same idea under the name
 `ray.experimental.channel`; this module is what `raylite.dag.compiled_dag_node` builds on.
 """
@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from raylite._core import runtime
-from raylite._core.cgraph_runner import DRIVER, dumps, loads_error
-from raylite._core.channels import (
+from raylite._core.transport.channels import (
     BROKEN,
     ERROR,
     OK,
@@ -21,7 +20,8 @@ from raylite._core.channels import (
     ChannelClosedError,
     Endpoint,
 )
-from raylite._core.channels import connect as _connect
+from raylite._core.transport.channels import connect as _connect
+from raylite._core.worker.cgraph_runner import DRIVER, dumps, loads_error
 
 __all__ = ["BROKEN", "DRIVER", "ERROR", "OK", "STOP", "TICK", "ChannelClosedError", "Endpoint",
            "connect", "dumps", "loads_error"]

@@ -62,7 +62,7 @@ def get_channel_security() -> ChannelSecurity:
     """This process's view of the cluster's channel settings; raylite must be initialized
     (a driver after `raylite.init()`, or any task or actor)."""
     from raylite._core import runtime
-    from raylite._core.cluster_files import private_dir
+    from raylite._core.cluster.files import private_dir
     from raylite._core.config import get_config
     from raylite._core.transport.rpc import tls_contexts
 

@@ -3,7 +3,7 @@
 Use it in place of `tqdm.tqdm` inside remote code. Each bar sends its state (at most every
 `flush_interval_s`, and always when it closes) with the worker's output; the driver draws every
 bar in one place on its stderr, so bars from many workers do not overwrite each other (see
-`raylite._core.progress_bars`). In the driver itself the bar reports to the same drawing.
+`raylite._core.client.progress_bars`). In the driver itself the bar reports to the same drawing.
 A subset of tqdm's arguments is supported, as in Ray: iterable, desc, total, unit, position.
 """
 
@@ -16,7 +16,8 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from raylite._core import progress_bars, runtime
+from raylite._core import runtime
+from raylite._core.client import progress_bars
 
 __all__ = ["safe_print", "tqdm"]
 

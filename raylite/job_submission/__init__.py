@@ -127,7 +127,7 @@ class JobSubmissionClient:
         return runtime_env
 
     def _upload(self, path: str, excludes: list[str], module: bool = False) -> str:
-        from raylite._core import packaging
+        from raylite._core.runtime_env import packaging
 
         path = os.path.abspath(os.path.expanduser(path))
         if os.path.isdir(path):

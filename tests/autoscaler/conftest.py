@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from raylite._core import cluster as C
 from raylite._core import config as config_mod
+from raylite._core.cluster import cluster as C
 
 from ..cluster.conftest import free_port, wait_until  # noqa: F401  (the tests import wait_until from here)
 

@@ -170,7 +170,7 @@ def test_demand_for_three_cpus_scales_the_raycluster_up_then_idle_pods_are_delet
     try:
         # the autoscaler published its node types: a 1-CPU task now waits for a node, while a
         # request no worker group could ever fit still fails at once
-        from raylite._core import cluster as C
+        from raylite._core.cluster import cluster as C
 
         wait_until(lambda: (C.cluster_status(head.config, head.address).get("autoscaler") or {}).get("node_types"),
                    30, "the autoscaler's view")

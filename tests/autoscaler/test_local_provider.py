@@ -141,7 +141,7 @@ def test_local_provider_scales_up_for_demand_and_down_when_idle(hosts, head_on):
 
 
 def _view(head) -> bool:
-    from raylite._core import cluster as C
+    from raylite._core.cluster import cluster as C
 
     return bool((C.cluster_status(head.config, head.address).get("autoscaler") or {}).get("node_types"))
 

@@ -10,8 +10,8 @@ import tempfile
 
 import pytest
 
-from raylite._core import cluster as C
 from raylite._core import config as config_mod
+from raylite._core.cluster import cluster as C
 
 from ..cluster.conftest import free_port, stop_started_head
 
@@ -71,6 +71,6 @@ def proxy_pids(head_pid: int) -> list[int]:
                 cmd = f.read()
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == head_pid and b"raylite._core.client_proxy" in cmd:
+        if ppid == head_pid and b"raylite._core.ray_client.proxy" in cmd:
             out.append(int(pid))
     return out

@@ -11,8 +11,8 @@ import tempfile
 
 import pytest
 
-from raylite._core import cluster as C
 from raylite._core import config as config_mod
+from raylite._core.cluster import cluster as C
 from tests.cluster.conftest import wait_until
 
 from .conftest import free_port, proxy_pids

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from raylite._core import cluster as C
 from raylite._core import config as config_mod
-from raylite._core.driver import query_cluster
+from raylite._core.cluster import cluster as C
+from raylite._core.cluster.driver import query_cluster
 
 
 def free_port() -> int:

@@ -14,7 +14,7 @@ import tempfile
 import pytest
 
 from raylite._core import resources as R
-from raylite._core.driver import query_cluster
+from raylite._core.cluster.driver import query_cluster
 
 from .conftest import free_port
 

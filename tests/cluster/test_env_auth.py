@@ -15,7 +15,7 @@ import tempfile
 import httpx
 import pytest
 
-from raylite._core.driver import query_cluster
+from raylite._core.cluster.driver import query_cluster
 
 from .conftest import free_port
 

@@ -109,8 +109,8 @@ def test_redis_persistence_with_a_password(make_cluster, monkeypatch):
     """`raylite start --redis-password` (RAYLITE_REDIS_PASSWORD) or redis://:PASSWORD@HOST:PORT."""
     import redis
 
-    from raylite._core.cluster import StartError
-    from raylite._core.persistence import open_persistence
+    from raylite._core.cluster.cluster import StartError
+    from raylite._core.head.persistence import open_persistence
 
     proc, port = _start_redis("--requirepass", "s3cret")
     try:

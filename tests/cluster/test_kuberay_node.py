@@ -12,8 +12,8 @@ import threading
 
 import pytest
 
-from raylite._core import node_ip
-from raylite._core.persistence import RedisPersistence
+from raylite._core.head.persistence import RedisPersistence
+from raylite._core.node import ip as node_ip
 from raylite.cli import ray_env
 
 from .conftest import free_port
@@ -67,7 +67,7 @@ def test_node_ip_prefers_the_route_towards_the_head_and_never_loopback():
 
 
 def test_a_head_without_node_ip_listens_on_every_interface(make_cluster):
-    from raylite._core import cluster as C
+    from raylite._core.cluster import cluster as C
 
     c = make_cluster()
     head = C.start_node(c.config, head=True, port=free_port(), num_cpus=1)  # no node_ip: a pod
@@ -108,7 +108,7 @@ def test_redis_tables_are_kept_under_the_cluster_namespace(monkeypatch):
         from .conftest import wait_until
 
         wait_until(lambda: _pings(redis.Redis(port=port)), 10, "redis-server up")
-        from raylite._core.persistence import open_persistence
+        from raylite._core.head.persistence import open_persistence
 
         a = open_persistence(f"redis://127.0.0.1:{port}", namespace="cluster-a")
         b = open_persistence(f"redis://127.0.0.1:{port}", namespace="cluster-b")

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import raylite as ray
-from raylite._core import cluster as C
-from raylite._core.driver import run_head_request
+from raylite._core.cluster import cluster as C
+from raylite._core.cluster.driver import run_head_request
 from raylite._core.protocol import GetClusterInfo
 from raylite._core.transport.base import HandshakeError
 from raylite.util import placement_group, remove_placement_group

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from raylite._core import cluster_files as CF
 from raylite._core.clock import FakeClock
-from raylite._core.head import NodeRecord, expired_nodes
-from raylite._core.persistence import SqlitePersistence, open_persistence
+from raylite._core.cluster import files as CF
+from raylite._core.head.head import NodeRecord, expired_nodes
+from raylite._core.head.persistence import SqlitePersistence, open_persistence
 
 
 def test_silent_node_expires_after_timeout():
@@ -49,7 +49,7 @@ def test_address_forms():
 def test_head_refuses_a_node_of_another_version():
     from raylite._core import protocol as P
     from raylite._core.config import Config
-    from raylite._core.head import Head
+    from raylite._core.head.head import Head
 
     head = Head(Config(), token="t")
     msg = P.RegisterNode(b"n" * 16, "tcp://10.0.0.2:1", "10.0.0.2", {}, {}, "", "0.0.1-other")

@@ -19,7 +19,7 @@ import pytest
 
 import raylite as ray
 from raylite._core import config as config_mod
-from raylite._core.driver import query_cluster
+from raylite._core.cluster.driver import query_cluster
 from raylite.cli.ray_start_flags import FLAGS, parse_labels
 
 from .conftest import free_port, wait_until
@@ -108,7 +108,7 @@ def test_the_nodes_own_port_is_held_from_the_moment_it_is_chosen():
     """A node picks its TCP port by binding it (port 0), never by probing for a free one and
     binding it later (another process could take it meanwhile, as happened in a loaded test run):
     the port is held before anyone listens on it, even against SO_REUSEADDR."""
-    from raylite._core import node_main
+    from raylite._core.cluster import daemon as node_main
 
     sock = node_main._bound_tcp_socket("127.0.0.1", 0)
     try:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from raylite._core.driver import run_head_request
+from raylite._core.cluster.driver import run_head_request
 from raylite._core.protocol import GetClusterInfo
 from raylite._core.transport.base import HandshakeError
 

@@ -81,7 +81,7 @@ def test_a_type_no_node_has_is_reported_at_once(a100_cluster):
 
 
 def test_status_names_each_nodes_accelerators(a100_cluster):
-    from raylite._core.cluster import cluster_status, format_status
+    from raylite._core.cluster.cluster import cluster_status, format_status
     from raylite._core.config import get_config
 
     text = format_status(cluster_status(get_config(), ray.get_runtime_context().gcs_address))

@@ -138,7 +138,7 @@ def test_two_programs_with_same_named_modules_each_import_their_own(program, run
 
 
 def test_driver_sys_path_is_the_script_dir_and_the_working_dir(tmp_path, monkeypatch):
-    from raylite._core.launch import driver_sys_path
+    from raylite._core.cluster.launch import driver_sys_path
 
     script = tmp_path / "app" / "main.py"
     script.parent.mkdir()

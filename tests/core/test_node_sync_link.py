@@ -10,7 +10,7 @@ import pytest
 
 from raylite._core import protocol as P
 from raylite._core import runtime
-from raylite._core.node_sync import BlockingNodeLink
+from raylite._core.client.node_sync import BlockingNodeLink
 from raylite._core.transport.base import ConnectionBrokenError, HandshakeError
 from tests.conftest import wait_for
 

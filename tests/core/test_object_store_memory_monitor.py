@@ -8,7 +8,7 @@ import os
 import pytest
 
 import raylite as ray
-from raylite._core import memory_monitor as MM
+from raylite._core.node import memory_monitor as MM
 
 GIB = 1 << 30
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 import raylite as ray
-from raylite._core import progress_bars
+from raylite._core.client import progress_bars
 from raylite.experimental.tqdm_ray import tqdm
 from tests.conftest import wait_for
 
@@ -72,7 +72,7 @@ def test_bar_in_the_driver_draws_directly():
 def test_a_line_the_drivers_stream_refuses_does_not_drop_the_bars_after_it(monkeypatch):
     from types import SimpleNamespace
 
-    from raylite._core import driver
+    from raylite._core.cluster import driver
 
     class Closed(io.StringIO):
         def write(self, text):

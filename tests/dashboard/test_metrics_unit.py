@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from raylite._core import cluster_metrics
-from raylite._core.node_stats import NodeStats, parse_nvidia_smi
-from raylite._core.timeseries import TimeSeriesStore
+from raylite._core.head import cluster_metrics
+from raylite._core.head.timeseries import TimeSeriesStore
+from raylite._core.node.stats import NodeStats, parse_nvidia_smi
 from raylite.dashboard.prometheus import render
 from raylite.train._internal.dashboard_feed import RunFeed
 from raylite.util import metrics as M

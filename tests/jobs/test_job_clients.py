@@ -76,7 +76,7 @@ def test_python_client_stop_and_errors(api):
 
 
 def test_working_dir_over_the_limit_is_refused_before_submission(api, tmp_path, monkeypatch):
-    from raylite._core import packaging
+    from raylite._core.runtime_env import packaging
 
     (tmp_path / "big.bin").write_bytes(b"x" * 4096)
     monkeypatch.setattr(packaging, "MAX_PACKAGE_BYTES", 1024)

@@ -140,7 +140,7 @@ def test_pip_runtime_env_installs_into_a_cached_virtualenv(api, tmp_path):
     logs = c.get(f"/api/jobs/{sid}/logs").json()["logs"]
     assert d["status"] == "SUCCEEDED", (d, logs)
     assert "driver sees 42 task sees 42" in logs
-    from raylite._core import pip_env
+    from raylite._core.runtime_env import pip_env
 
     venv = pip_env.env_dir(os.path.dirname(api.session_dir), "pip", pip)
     ready = os.path.join(venv, pip_env.READY)

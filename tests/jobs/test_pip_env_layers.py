@@ -26,7 +26,7 @@ import textwrap
 
 import pytest
 
-from raylite._core import pip_env
+from raylite._core.runtime_env import pip_env
 from tests.api_fixtures import free_port
 
 pytestmark = pytest.mark.timeout(300)

@@ -71,7 +71,7 @@ def test_block_exits_nonzero_when_the_node_dies_and_zero_on_sigterm(cluster):
     container = worker.procs[-1]
     assert container.poll() is None
     # the node daemon dies (OOM-killed, say): `ray start --block` must end the container
-    killed = worker.run("pkill -KILL -f raylite._core.node_main", login=False)
+    killed = worker.run("pkill -KILL -f raylite._core.cluster.daemon", login=False)
     assert killed.returncode == 0
     assert wait_for(lambda: container.poll() is not None, 30, "the worker container to exit")
     assert container.returncode != 0
@@ -85,7 +85,7 @@ def test_block_exits_nonzero_when_the_node_dies_and_zero_on_sigterm(cluster):
     assert term.returncode == 0, term.stderr
     assert wait_for(lambda: container.poll() is not None, 30, "the worker container to stop")
     assert container.returncode == 0, worker.log("worker2.log")
-    gone = worker.run("pgrep -f raylite._core.node_main", login=False)
+    gone = worker.run("pgrep -f raylite._core.cluster.daemon", login=False)
     assert gone.returncode == 1  # no node daemon left in the pod
 
 

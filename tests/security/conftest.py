@@ -21,9 +21,9 @@ import cloudpickle
 import msgpack
 import pytest
 
-from raylite._core import cluster as C
 from raylite._core import config as config_mod
 from raylite._core import protocol as P
+from raylite._core.cluster import cluster as C
 
 from ..cluster.conftest import free_port, stop_started_head
 from .attacks import Target, wait_until
@@ -52,7 +52,7 @@ def serve_hello(token: bytes) -> bytes:
 
 
 def channel_hello(token: bytes) -> bytes:
-    from raylite._core import channels
+    from raylite._core.transport import channels
 
     return token + channels.HELLO.pack(len(b"driver")) + b"driver"
 
@@ -68,7 +68,7 @@ def http_hello(token: bytes) -> bytes:
 
 # ------------------------------------------------------------------ real clients
 def core_served(address: str, token: str) -> bool:
-    from raylite._core.driver import run_head_request
+    from raylite._core.cluster.driver import run_head_request
     from raylite._core.transport.base import RemoteError
 
     try:
@@ -119,7 +119,7 @@ def bulk_served(address: str, token: str) -> bool:
 
 def channel_served(probe, address: dict, token: str) -> bool:
     """An authenticated channel connection, one frame each way through the listener's process."""
-    from raylite._core import channels
+    from raylite._core.transport import channels
 
     peer = f"probe-{os.urandom(4).hex()}"
     ep = channels.connect(address, token, peer, timeout_s=10)
@@ -238,11 +238,11 @@ def secure_cluster():
 
 class _Probe:
     """An actor: its worker's RPC listener, and a compiled-graph channel listener opened the
-    way a compiled graph opens one on its actors (raylite._core.cgraph_runner.GraphHost)."""
+    way a compiled graph opens one on its actors (raylite._core.worker.cgraph_runner.GraphHost)."""
 
     def __init__(self) -> None:
         from raylite._core import runtime
-        from raylite._core.cgraph_runner import GraphHost
+        from raylite._core.worker.cgraph_runner import GraphHost
 
         client = runtime.client()
         self.host = GraphHost(client.token, client.node_ip, os.getpid(),
@@ -262,7 +262,7 @@ class _Probe:
 
 
 def _nodes(address: str, token: str) -> list[dict]:
-    from raylite._core.driver import query_cluster
+    from raylite._core.cluster.driver import query_cluster
 
     return [n for n in query_cluster(address, token) if n["alive"]]
 

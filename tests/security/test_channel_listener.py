@@ -1,4 +1,4 @@
-"""The compiled-graph channel listener (raylite._core.channels): nothing from a peer is decoded
+"""The compiled-graph channel listener (raylite._core.transport.channels): nothing from a peer is decoded
 or kept before it proved it holds the cluster token, a silent peer is dropped at the cluster's
 handshake deadline, strangers cost no thread and at most `max_pending_handshakes` of them are
 held, the Unix socket is a private file, and TCP uses TLS where the cluster does."""
@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from raylite._core import channels as C
 from raylite._core import config as config_mod
+from raylite._core.transport import channels as C
 from tests.conftest import wait_for
 
 from . import attacks as A

@@ -16,8 +16,8 @@ import tempfile
 
 import pytest
 
-from raylite._core import cluster as C
 from raylite._core import config as config_mod
+from raylite._core.cluster import cluster as C
 
 from . import attacks as A
 from .conftest import HANDSHAKE_TIMEOUT_S, free_port, serve_hello

@@ -271,7 +271,7 @@ def test_serve_pending_handshakes_are_bounded(loop_thread):
 
 
 def test_unix_socket_listener_is_private(small_limits, loop_thread, tmp_path):
-    from raylite._core.cluster_files import private_dir
+    from raylite._core.cluster.files import private_dir
 
     d = tmp_path / "sockets"
     d.mkdir(mode=0o755)

@@ -1,6 +1,6 @@
 """The node's health server (KubeRay's probes, no token) and metrics port (token): what a stranger
 can get from them and cost them. A head started as `ray start` under KubeRay starts them
-(`--dashboard-agent-listen-port`, `--metrics-export-port`); raylite/_core/node_health.py."""
+(`--dashboard-agent-listen-port`, `--metrics-export-port`); raylite/_core/node/health.py."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import urllib.request
 
 import pytest
 
-from raylite._core import cluster as C
 from raylite._core import config as config_mod
+from raylite._core.cluster import cluster as C
 
 from . import attacks as A
 from .conftest import free_port

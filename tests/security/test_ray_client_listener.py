@@ -13,9 +13,9 @@ import tempfile
 
 import pytest
 
-from raylite._core import cluster as C
 from raylite._core import config as config_mod
 from raylite._core import protocol as P
+from raylite._core.cluster import cluster as C
 
 from . import attacks as A
 from .conftest import core_hello, free_port, ray_client_served

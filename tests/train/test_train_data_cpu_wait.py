@@ -21,7 +21,7 @@ import pytest
 
 import raylite
 from raylite import train
-from raylite._core import cluster as C
+from raylite._core.cluster import cluster as C
 from raylite.train import RunConfig, ScalingConfig
 from raylite.train.torch import TorchTrainer
 from tests.cluster.conftest import make_cluster, wait_until  # noqa: F401 - make_cluster is a fixture

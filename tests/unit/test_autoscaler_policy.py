@@ -119,7 +119,7 @@ def test_node_ip_and_accelerator_type_resources_do_not_block_a_fit():
 def test_raylite_status_shows_the_autoscalers_view():
     import time
 
-    from raylite._core.cluster import format_status
+    from raylite._core.cluster.cluster import format_status
 
     view = {"time": time.time(), "idle_timeout_s": 60, "launching": 2,
             "pending_launches": {"small": 2, "big": 0},

@@ -9,7 +9,7 @@ import gc
 
 import pytest
 
-from raylite._core.core_client import finish_pending_tasks
+from raylite._core.client.core_client import finish_pending_tasks
 
 
 def _loops():

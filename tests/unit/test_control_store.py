@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from raylite._core import control_store as CS
 from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core import scheduling as S
 from raylite._core.clock import FakeClock
-from raylite._core.control_store import ActorState, ControlStore, PlacementGroupState
+from raylite._core.head import control_store as CS
+from raylite._core.head.control_store import ActorState, ControlStore, PlacementGroupState
 from raylite._core.task_spec import KIND_ACTOR_CREATE, FunctionDescriptor, TaskSpec
 
 N1, N2 = b"1" * 16, b"2" * 16

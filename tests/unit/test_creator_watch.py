@@ -28,7 +28,7 @@ _CREATOR = textwrap.dedent("""
 
 _WATCHER = textwrap.dedent("""
     import asyncio, os, sys
-    from raylite._core import creator_watch
+    from raylite._core.cluster import creator_watch
     if {no_pidfd}:
         del os.pidfd_open  # the polling fallback
     async def main():

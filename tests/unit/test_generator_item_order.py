@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from raylite._core import protocol as P
 from raylite._core.task_spec import TaskSpec
-from raylite._core.worker import Worker
+from raylite._core.worker.worker import Worker
 
 
 class _Client:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from raylite._core import resources as R
-from raylite._core.gpu_ids import GpuIds, gpu_amount, node_device_ids
+from raylite._core.node.gpu_ids import GpuIds, gpu_amount, node_device_ids
 
 
 def test_whole_and_fractional_requests():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from raylite._core import protocol as P
-from raylite._core.head_link import HeadLink
+from raylite._core.client.head_link import HeadLink
 
 
 class _Conn:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from raylite._core.timeseries import TimeSeriesStore
+from raylite._core.head.timeseries import TimeSeriesStore
 
 
 def test_history_keeps_a_stable_set_when_a_sample_has_more_series_than_fit():
@@ -25,7 +25,7 @@ def test_history_keeps_a_stable_set_when_a_sample_has_more_series_than_fit():
 def _store(n: int, timeout_s: float = 5.0):
     from raylite._core import resources as R
     from raylite._core.clock import FakeClock
-    from raylite._core.control_store import ControlStore
+    from raylite._core.head.control_store import ControlStore
 
     clock = FakeClock()
     store = ControlStore(clock, node_dead_timeout_s=timeout_s)
@@ -36,7 +36,7 @@ def _store(n: int, timeout_s: float = 5.0):
 
 
 def test_a_late_loop_delays_expiry_by_its_lateness_only():
-    from raylite._core import control_store as CS
+    from raylite._core.head import control_store as CS
 
     store, clock, ids = _store(3)
     clock.advance(4.0)
@@ -49,9 +49,9 @@ def test_a_late_loop_delays_expiry_by_its_lateness_only():
 
 
 def test_a_dead_node_restarts_only_its_own_actors():
-    from raylite._core import control_store as CS
     from raylite._core import protocol as P
     from raylite._core import resources as R
+    from raylite._core.head import control_store as CS
     from raylite._core.task_spec import KIND_ACTOR_CREATE, FunctionDescriptor, TaskSpec
 
     store, _clock, ids = _store(4)

@@ -4,7 +4,7 @@ head as `localhost:6379` or `127.0.0.1:6379` whatever IP the head printed."""
 
 from __future__ import annotations
 
-from raylite._core import cluster_files as CF
+from raylite._core.cluster import files as CF
 
 
 def _register(tmp_path, address: str, bind: str = "0.0.0.0") -> None:

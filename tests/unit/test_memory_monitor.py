@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from raylite._core import memory_monitor as MM
+from raylite._core.node import memory_monitor as MM
 
 GIB = 1 << 30
 

@@ -3,7 +3,7 @@ statistics sample, in turn, and reports the last figures of the others."""
 
 from __future__ import annotations
 
-from raylite._core.node_stats import NodeStats
+from raylite._core.node.stats import NodeStats
 
 
 class _FakePsutil:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from raylite._core.object_store import ObjectStore
+from raylite._core.node.object_store import ObjectStore
 from raylite.exceptions import ObjectStoreFullError
 
 MIB = 1 << 20

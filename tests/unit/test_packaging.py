@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from raylite._core import packaging
+from raylite._core.runtime_env import packaging
 
 
 def _tree(root):

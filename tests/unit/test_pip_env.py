@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from raylite._core import pip_env
+from raylite._core.runtime_env import pip_env
 
 
 def test_spec_forms_and_errors(tmp_path):

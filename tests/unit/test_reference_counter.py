@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from raylite._core.reference_counter import ReferenceCounter
+from raylite._core.client.reference_counter import ReferenceCounter
 
 ME = "unix:///me"
 OTHER = "unix:///other"

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from raylite._core import sessions
+from raylite._core.cluster import sessions
 
 
 def make(base, name, age_s, live=False):

@@ -1,6 +1,6 @@
 """TaskEventTable / TaskEventBuffer: merging, bounds, drop counts (pure, no cluster)."""
 
-from raylite._core.task_events import TaskEventBuffer, TaskEventTable
+from raylite._core.head.task_events import TaskEventBuffer, TaskEventTable
 
 
 def ev(task, state, t, job=b"j1", attempt=0, idx=(), start=0.0):

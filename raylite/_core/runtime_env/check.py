@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raylite._core import pip_env
+from raylite._core.runtime_env import pip_env
 
 KNOWN_KEYS = frozenset({"env_vars", "working_dir", "py_modules", "excludes", "pip", "uv", "config",
                         "eager_install", "worker_process_setup_hook"})

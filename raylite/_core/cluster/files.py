@@ -198,7 +198,7 @@ def _is_node_daemon(pid: int, session_dir: str) -> bool:
             argv = f.read().split(b"\0")
     except OSError:
         return False
-    return b"raylite._core.node_main" in argv and session_dir.encode() in argv
+    return b"raylite._core.cluster.daemon" in argv and session_dir.encode() in argv
 
 
 def local_ip_towards(host: str, port: int) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 from raylite import exceptions as E
 from raylite._core import protocol as P
 from raylite._core import serialization as ser
-from raylite._core.client_records import ActorState, TaskRecord
+from raylite._core.client.records import ActorState, TaskRecord
 from raylite._core.task_spec import TaskSpec
 from raylite._core.transport.base import ConnectionBrokenError
 

@@ -17,9 +17,9 @@ from typing import Any
 
 from raylite import exceptions as E
 from raylite._core import serialization as ser
-from raylite._core.client_records import ObjectEntry, TaskRecord
+from raylite._core.client.records import ObjectEntry, TaskRecord
+from raylite._core.client.refs import ObjectRef
 from raylite._core.ids import ObjectID
-from raylite._core.refs import ObjectRef
 from raylite._core.task_spec import KIND_TASK, TaskSpec
 
 _PUT_INDEX = 0xFFFFFFFF

@@ -10,7 +10,7 @@ actors or back to the driver). `GraphRunner` then loops, one execution per turn:
     for each call in order: gather its arguments, call the method, send the result on
 
 No task is submitted and no object is stored per execution: values travel as pickled frames
-over channels connected once (`raylite._core.channels`). The loop runs on its own thread, so
+over channels connected once (`raylite._core.transport.channels`). The loop runs on its own thread, so
 the actor still answers ordinary calls meanwhile (as in Ray; keeping them apart is the user's
 job). Errors: a method that raises sends its error instead of a value, and calls that depend
 on it forward the error without running, so the driver re-raises it from `ray.get` and the
@@ -34,8 +34,8 @@ from typing import Any
 import cloudpickle
 
 from raylite import exceptions as E
-from raylite._core import channels as C
 from raylite._core import serialization as ser
+from raylite._core.transport import channels as C
 
 DRIVER = "driver"
 CONNECT_TIMEOUT_S = 60.0

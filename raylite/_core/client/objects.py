@@ -19,11 +19,11 @@ from typing import Any
 from raylite import exceptions as E
 from raylite._core import protocol as P
 from raylite._core import serialization as ser
-from raylite._core.client_records import ObjectEntry, _Latch
+from raylite._core.client.node_sync import BlockingNodeLink
+from raylite._core.client.records import ObjectEntry, _Latch
+from raylite._core.client.refs import ObjectRef
 from raylite._core.ids import ObjectID
-from raylite._core.node_sync import BlockingNodeLink
-from raylite._core.object_store import BUSY_NOT_FULL
-from raylite._core.refs import ObjectRef
+from raylite._core.node.object_store import BUSY_NOT_FULL
 from raylite._core.transport import rpc
 
 # a ref rebuilt from an id (ObjectRef(binary)) after every real reference was dropped

@@ -16,20 +16,20 @@ import shutil
 import socket
 from dataclasses import dataclass
 
-from raylite._core import log_files, shm_files
-from raylite._core import memory_monitor as MM
 from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core import scheduling as S
 from raylite._core.clock import MonotonicClock
 from raylite._core.config import Config
-from raylite._core.gpu_ids import GpuIds, gpu_amount, node_device_ids
-from raylite._core.node_stats import NodeStats
-from raylite._core.object_store import Freed, ObjectStore, default_capacity_bytes
+from raylite._core.node import log_files, shm_files
+from raylite._core.node import memory_monitor as MM
+from raylite._core.node.gpu_ids import GpuIds, gpu_amount, node_device_ids
+from raylite._core.node.object_store import Freed, ObjectStore, default_capacity_bytes
+from raylite._core.node.stats import NodeStats
+from raylite._core.node.worker_pool import WorkerPool, WorkerRecord
 from raylite._core.task_spec import _FIELDS as TASK_SPEC_FIELDS
 from raylite._core.task_spec import env_key
 from raylite._core.transport import rpc
-from raylite._core.worker_pool import WorkerPool, WorkerRecord
 
 log = logging.getLogger("raylite.node")
 

@@ -31,13 +31,13 @@ from typing import Any
 
 from raylite._core import protocol as P
 from raylite._core import serialization as ser
+from raylite._core.client.refs import ObjectRef, ObjectRefGenerator
 from raylite._core.config import Config
 from raylite._core.ids import ObjectID, TaskID
-from raylite._core.loops import new_event_loop
-from raylite._core.refs import ObjectRef, ObjectRefGenerator
 from raylite._core.task_spec import DYNAMIC, STREAMING, TaskSpec
 from raylite._core.transport import rpc
 from raylite._core.transport.base import ConnectionBrokenError, HandshakeError, RemoteError
+from raylite._core.transport.loops import new_event_loop
 
 _NO_ARGS = ser.serialize(((), {})).to_inline()
 

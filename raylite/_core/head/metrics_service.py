@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from raylite._core import cluster_metrics
 from raylite._core import protocol as P
-from raylite._core.timeseries import TimeSeriesStore
+from raylite._core.head import cluster_metrics
+from raylite._core.head.timeseries import TimeSeriesStore
 
 log = logging.getLogger(__name__)
 

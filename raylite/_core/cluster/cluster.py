@@ -1,6 +1,6 @@
 """What `raylite start / stop / status` do, as plain functions (the CLI is a thin shell).
 
-A node started here is a detached `python -m raylite._core.node_main` process (the head
+A node started here is a detached `python -m raylite._core.cluster.daemon` process (the head
 runs in the head node's process). It reports READY or ERROR on its stdout; its stderr
 goes to <session>/logs/node.err.
 """
@@ -20,10 +20,10 @@ import time
 from dataclasses import dataclass
 
 from raylite._core import accelerators
-from raylite._core import cluster_files as CF
 from raylite._core import resources as R
+from raylite._core.cluster import files as CF
+from raylite._core.cluster.launch import package_root_path
 from raylite._core.config import Config
-from raylite._core.launch import package_root_path
 
 
 class StartError(RuntimeError):
@@ -44,7 +44,7 @@ class StartedNode:
 
 def node_resources(num_cpus: float | None, num_gpus: float | None, resources: dict | None,
                    head: bool, ip: str) -> dict[str, int]:
-    from raylite._core.driver import detect_resources
+    from raylite._core.cluster.driver import detect_resources
 
     total = detect_resources(num_cpus, num_gpus, resources)
     if not head:
@@ -68,8 +68,8 @@ def _check_auth(config: Config) -> None:
 
 
 def default_ip(toward: str = "") -> str:
-    """This machine's IP as other machines reach it (raylite/_core/node_ip.py says how)."""
-    from raylite._core.node_ip import detect_node_ip
+    """This machine's IP as other machines reach it (raylite/_core/node/ip.py says how)."""
+    from raylite._core.node.ip import detect_node_ip
 
     return detect_node_ip(toward)
 
@@ -141,7 +141,7 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
         env["RAYLITE_TLS_CERT_FILE"] = os.path.abspath(tls_cert)
         env["RAYLITE_TLS_KEY_FILE"] = os.path.abspath(tls_key) if tls_key else ""
     env["PYTHONPATH"] = os.pathsep.join(p for p in [*package_root_path(), env.get("PYTHONPATH", "")] if p)
-    cmd = [sys.executable, "-m", "raylite._core.node_main", "--session-dir", session, "--ip", ip,
+    cmd = [sys.executable, "-m", "raylite._core.cluster.daemon", "--session-dir", session, "--ip", ip,
            "--resources", json.dumps(total), *extra]
     err_path = os.path.join(session, "logs", "node.err")
     with open(err_path, "wb") as errf:
@@ -256,7 +256,7 @@ def local_address(config: Config, address: str = "auto") -> str:
     else the newest live local cluster that a driver's `init()` started (its head's unix
     socket, `unix://<session>/sockets/head`), as `raylite list` and `raylite job list` find it.
     Any other address is returned as it is."""
-    from raylite._core import sessions
+    from raylite._core.cluster import sessions
 
     if address != "auto" or CF.running_cluster_address(config.temp_dir):
         return address
@@ -278,7 +278,7 @@ def head_target(config: Config, address: str = "auto") -> tuple[str, str]:
 def cluster_demand(config: Config, address: str = "auto") -> dict:
     """The head's nodes (with idle seconds) and what waits for a node: the autoscaler's input."""
     from raylite._core import protocol as P
-    from raylite._core.driver import run_head_request
+    from raylite._core.cluster.driver import run_head_request
 
     hostport, token = head_target(config, address)
     info = run_head_request(hostport, token, P.GetClusterInfo())
@@ -288,7 +288,7 @@ def cluster_demand(config: Config, address: str = "auto") -> dict:
 def put_kv(config: Config, address: str, namespace: str, key: bytes, value: bytes | None) -> None:
     """Write (or delete, value None) one row of the head's KV store without joining the cluster."""
     from raylite._core import protocol as P
-    from raylite._core.driver import run_head_request
+    from raylite._core.cluster.driver import run_head_request
 
     hostport, token = head_target(config, address)
     msg = P.KvDel(namespace, key, False) if value is None else P.KvPut(namespace, key, value, True)
@@ -297,7 +297,7 @@ def put_kv(config: Config, address: str, namespace: str, key: bytes, value: byte
 
 def cluster_status(config: Config, address: str = "auto") -> dict:
     """Nodes, resources and demands as the head sees them (facts for `raylite status`)."""
-    from raylite._core.driver import query_cluster
+    from raylite._core.cluster.driver import query_cluster
 
     hostport, token = head_target(config, address)
     nodes = query_cluster(hostport, token)
@@ -324,9 +324,9 @@ def cluster_status(config: Config, address: str = "auto") -> dict:
 
 def autoscaler_view(hostport: str, token: str) -> dict | None:
     """The view an autoscaler published in the head's KV (raylite.autoscaler), or None."""
-    from raylite._core import control_store as CS
     from raylite._core import protocol as P
-    from raylite._core.driver import run_head_request
+    from raylite._core.cluster.driver import run_head_request
+    from raylite._core.head import control_store as CS
 
     try:
         raw = run_head_request(hostport, token, P.KvGet(CS.AUTOSCALER_NAMESPACE, CS.AUTOSCALER_VIEW_KEY)).value
@@ -360,7 +360,7 @@ def cluster_notices(hostport: str, token: str, limit: int = 20) -> list[str]:
     """Warnings that running jobs left for `raylite status` (e.g. a dataset whose tasks wait for
     CPUs its Train run's workers hold); a notice of a job that has ended is not shown."""
     from raylite._core import protocol as P
-    from raylite._core.driver import run_head_request
+    from raylite._core.cluster.driver import run_head_request
 
     try:
         keys = run_head_request(hostport, token, P.KvKeys(NOTICE_NAMESPACE, b"")).value or []

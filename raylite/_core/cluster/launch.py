@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 
 from raylite._core import accelerators
-from raylite._core import cluster_files as CF
 from raylite._core import resources as R
+from raylite._core.cluster import files as CF
 from raylite._core.config import Config, system_config_env
 
 # Libraries slow to import that workers almost surely need when the driver already uses them.
@@ -45,9 +45,9 @@ def package_root_path() -> list[str]:
     not find raylite by itself (a source checkout run in place). Installed into site-packages,
     it is found anyway, and that folder on PYTHONPATH would come before a job environment's own
     packages (runtime_env pip) in every process started with it."""
-    from raylite._core.pip_env import base_site_dirs
+    from raylite._core.runtime_env.pip_env import base_site_dirs
 
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     real = os.path.realpath(root)
     if any(os.path.realpath(d) == real for d in base_site_dirs()):
         return []
@@ -172,7 +172,7 @@ def spawn_node(config: Config, *, num_cpus=None, num_gpus=None, resources=None,
     env.update(system_config_env(system_config)[0])  # Ray's init(_system_config=...)
     code = tuple(driver_sys_path())  # the workers import the driver's modules beside its script
     env["PYTHONPATH"] = os.pathsep.join(p for p in [*package_root_path(), *code, env.get("PYTHONPATH", "")] if p)
-    cmd = [sys.executable, "-m", "raylite._core.node_main", "--session-dir", session, "--head",
+    cmd = [sys.executable, "-m", "raylite._core.cluster.daemon", "--session-dir", session, "--head",
            "--resources", json.dumps(total), "--labels", json.dumps(labels or {}), "--exit-with-creator",
            "--creator-pid", str(os.getpid())]
     if dashboard:
@@ -223,7 +223,7 @@ def prestart(address: str | None, kwargs: dict) -> None:
         return
     if os.environ.get("RAYLITE_ADDRESS") or os.environ.get("RAY_ADDRESS"):
         return
-    from raylite._core.cluster_files import running_cluster_address
+    from raylite._core.cluster.files import running_cluster_address
     from raylite._core.config import get_config
 
     if address is None and running_cluster_address(get_config().temp_dir):

@@ -1,6 +1,6 @@
 """init(): start a local cluster (head + node in one daemon process) or join a running one.
 
-The daemon is started with `python -m raylite._core.node_main` and reports
+The daemon is started with `python -m raylite._core.cluster.daemon` and reports
 "READY {...}" on stdout. With a local cluster the daemon exits when this driver
 disconnects, so a crashed driver leaves nothing behind.
 """
@@ -15,10 +15,12 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from raylite._core import launch, progress_bars, runtime
 from raylite._core import protocol as P
+from raylite._core import runtime
+from raylite._core.client import progress_bars
+from raylite._core.client.core_client import CoreClient
+from raylite._core.cluster import launch
 from raylite._core.config import Config, get_config
-from raylite._core.core_client import CoreClient
 from raylite._core.ids import JobID, WorkerID
 from raylite._core.protocol import RegisterJob
 from raylite._core.transport.base import ConnectionBrokenError
@@ -127,7 +129,7 @@ def shutdown() -> None:
                 proc.wait(2.0)
         import shutil
 
-        from raylite._core import sessions
+        from raylite._core.cluster import sessions
 
         if info.local:  # the cluster's session: its logs stay (sessions.py)
             sessions.retire(info.session_dir)
@@ -142,7 +144,7 @@ def init_remote(address: str, *, namespace: str, log_to_driver: bool) -> DriverI
     """
     import tempfile
 
-    from raylite._core import cluster_files as CF
+    from raylite._core.cluster import files as CF
 
     config = get_config()
     if address.startswith("unix://"):  # a local cluster's head (a submitted job's driver joins it so)
@@ -157,7 +159,7 @@ def init_remote(address: str, *, namespace: str, log_to_driver: bool) -> DriverI
     candidates = local_nodes(nodes, my_ip)
     if not candidates and not config.node_ip_address:  # e.g. 127.0.0.1:6379 (KubeRay's RAY_ADDRESS
         # in the head pod) to a head listening on every interface: a node here has one of our IPs
-        from raylite._core.node_ip import local_ips
+        from raylite._core.node.ip import local_ips
 
         mine = local_ips()
         candidates = [n for ip in sorted(mine) for n in local_nodes(nodes, ip)]
@@ -190,8 +192,8 @@ def init_remote(address: str, *, namespace: str, log_to_driver: bool) -> DriverI
 def init_ray_client(address: str, *, namespace: str, log_to_driver: bool, runtime_env: dict) -> DriverInfo:
     """Connect through a head's Ray Client server (`ray://HOST:PORT`, client_remote.py): the
     calls of this program run in a proxy driver on the head, so only that port must be open."""
-    from raylite._core import cluster_files as CF
-    from raylite._core.client_remote import RemoteClient
+    from raylite._core.cluster import files as CF
+    from raylite._core.ray_client.remote_client import RemoteClient
 
     config = get_config()
     hostport = CF.normalize_address(address)

@@ -210,7 +210,7 @@ class ClientServer:
         fd = conn.fileno()
         with open(path, "ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "raylite._core.client_proxy", "--fd", str(fd),
+                [sys.executable, "-m", "raylite._core.ray_client.proxy", "--fd", str(fd),
                  "--head-address", self._head_address],
                 # in the head daemon's process group: a killed head group takes its proxies along
                 pass_fds=(fd,), env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)

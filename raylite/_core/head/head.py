@@ -19,15 +19,15 @@ import logging
 import time
 from collections.abc import Iterable
 
-from raylite._core import control_store as CS
 from raylite._core import protocol as P
 from raylite._core import scheduling as S
 from raylite._core.clock import Clock, MonotonicClock
 from raylite._core.config import Config
-from raylite._core.control_store import NodeRecord, expired_nodes  # noqa: F401  (tests import them here)
-from raylite._core.head_metrics import HeadMetrics
-from raylite._core.persistence import Persistence
-from raylite._core.task_events import TaskEventTable
+from raylite._core.head import control_store as CS
+from raylite._core.head.control_store import NodeRecord, expired_nodes  # noqa: F401  (tests import them here)
+from raylite._core.head.metrics_service import HeadMetrics
+from raylite._core.head.persistence import Persistence
+from raylite._core.head.task_events import TaskEventTable
 from raylite._core.task_spec import TaskSpec
 from raylite._core.transport import rpc
 

@@ -1,4 +1,4 @@
-"""The proxy driver of one Ray Client connection (`python -m raylite._core.client_proxy`).
+"""The proxy driver of one Ray Client connection (`python -m raylite._core.ray_client.proxy`).
 
 Started by the head's client server (client_server.py) with the connection's socket, already
 authenticated. It joins the cluster as an ordinary driver -- its own job, attached to the head
@@ -45,9 +45,9 @@ from typing import Any
 from raylite._core import protocol as P
 from raylite._core import runtime
 from raylite._core import serialization as ser
-from raylite._core.client_records import ObjectEntry
-from raylite._core.client_remote import raylite_version, wire_value
-from raylite._core.refs import ObjectRef, ObjectRefGenerator
+from raylite._core.client.records import ObjectEntry
+from raylite._core.client.refs import ObjectRef, ObjectRefGenerator
+from raylite._core.ray_client.remote_client import raylite_version, wire_value
 from raylite._core.task_spec import KIND_ACTOR_CALL, TaskSpec
 from raylite._core.transport import rpc
 
@@ -159,7 +159,7 @@ class Proxy:
             raise RuntimeError(f"the Ray Client server runs Python {mine} and this program Python {python}: "
                                "functions and values pickled by one do not load in the other. Use Python "
                                f"{mine} on this machine.")
-        from raylite._core import driver
+        from raylite._core.cluster import driver
 
         ours = raylite_version()
         if version != ours:
@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> None:
         except ImportError:
             asyncio.run(serve(args.fd, args.head_address))
     finally:
-        from raylite._core import driver
+        from raylite._core.cluster import driver
 
         done = threading.Event()
 

@@ -22,14 +22,14 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from raylite._core import pip_env
 from raylite._core.ids import WorkerID
-from raylite._core.packaging import digest_of, is_package_uri
-from raylite._core.zygote import start_zygote
+from raylite._core.node.zygote import start_zygote
+from raylite._core.runtime_env import pip_env
+from raylite._core.runtime_env.packaging import digest_of, is_package_uri
 
 log = logging.getLogger("raylite.worker_pool")
 
-WORKER_MODULE = "raylite._core.worker"  # what the zygote's children run (its `main(request)`)
+WORKER_MODULE = "raylite._core.worker.worker"  # what the zygote's children run (its `main(request)`)
 
 
 @dataclass

@@ -24,10 +24,11 @@ from typing import Any
 
 from raylite._core import protocol as P
 from raylite._core import serialization as ser
-from raylite._core.client_actors import ActorCaller
-from raylite._core.client_lineage import LineageRebuilder
-from raylite._core.client_objects import ObjectPlane
-from raylite._core.client_records import (
+from raylite._core.client.actors import ActorCaller
+from raylite._core.client.head_link import HeadLink
+from raylite._core.client.lineage import LineageRebuilder
+from raylite._core.client.objects import ObjectPlane
+from raylite._core.client.records import (
     ActorState,
     GeneratorState,
     Lease,
@@ -35,16 +36,15 @@ from raylite._core.client_records import (
     SchedulingQueue,
     TaskRecord,
 )
-from raylite._core.client_tasks import TaskSubmitter
-from raylite._core.cluster_files import private_dir
+from raylite._core.client.reference_counter import ReferenceCounter
+from raylite._core.client.tasks import TaskSubmitter
+from raylite._core.cluster.files import private_dir
 from raylite._core.config import Config
-from raylite._core.head_link import HeadLink
+from raylite._core.head.task_events import TaskEventBuffer, describe_task
 from raylite._core.ids import TaskID
-from raylite._core.loops import new_event_loop
-from raylite._core.reference_counter import ReferenceCounter
-from raylite._core.task_events import TaskEventBuffer, describe_task
 from raylite._core.transport import rpc
 from raylite._core.transport.base import ConnectionBrokenError
+from raylite._core.transport.loops import new_event_loop
 
 log = logging.getLogger("raylite.core")
 

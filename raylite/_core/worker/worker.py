@@ -26,15 +26,14 @@ from typing import Any
 import cloudpickle
 
 from raylite import exceptions as E
-from raylite._core import actor_groups, packaging, pip_env
 from raylite._core import protocol as P
 from raylite._core import serialization as ser
-from raylite._core.cgraph_runner import GraphHost
-from raylite._core.client_records import ObjectEntry
+from raylite._core.client.core_client import CoreClient
+from raylite._core.client.records import ObjectEntry
+from raylite._core.client.refs import ObjectRef
 from raylite._core.config import get_config
-from raylite._core.core_client import CoreClient
 from raylite._core.ids import ObjectID
-from raylite._core.refs import ObjectRef
+from raylite._core.runtime_env import packaging, pip_env
 from raylite._core.task_spec import (
     DYNAMIC,
     KIND_ACTOR_CALL,
@@ -45,7 +44,9 @@ from raylite._core.task_spec import (
     PackedArgs,
     TaskSpec,
 )
-from raylite._core.worker_output import OutputForwarder
+from raylite._core.worker import actor_groups
+from raylite._core.worker.cgraph_runner import GraphHost
+from raylite._core.worker.output import OutputForwarder
 
 
 class WorkerContext:

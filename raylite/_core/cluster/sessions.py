@@ -49,7 +49,7 @@ def is_live(session_dir: str) -> bool:
             argv = f.read().split(b"\0")
     except OSError:
         return False
-    return b"raylite._core.node_main" in argv
+    return b"raylite._core.cluster.daemon" in argv
 
 
 def retire(session_dir: str) -> None:

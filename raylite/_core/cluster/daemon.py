@@ -1,6 +1,6 @@
 """Entry point of a node daemon process (optionally with the head in the same process).
 
-Run by the driver for a local cluster (`python -m raylite._core.node_main`) and
+Run by the driver for a local cluster (`python -m raylite._core.cluster.daemon`) and
 by `raylite start`. Prints one line "READY <json>" on stdout once it serves.
 """
 
@@ -16,14 +16,14 @@ import signal
 import socket
 import sys
 
-from raylite._core import shm_files
-from raylite._core.cluster_files import private_dir
+from raylite._core.cluster.creator_watch import watch_creator
+from raylite._core.cluster.files import private_dir
 from raylite._core.config import get_config
-from raylite._core.creator_watch import watch_creator
 from raylite._core.ids import NodeID
-from raylite._core.node import NodeDaemon
+from raylite._core.node import shm_files
+from raylite._core.node.node import NodeDaemon
+from raylite._core.node.worker_pool import WorkerPool
 from raylite._core.transport.base import ConnectionBrokenError, HandshakeError
-from raylite._core.worker_pool import WorkerPool
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -120,8 +120,8 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool, 
     head = None
     head_address = args.head_address
     if args.head:
-        from raylite._core.head import Head
-        from raylite._core.persistence import open_persistence
+        from raylite._core.head.head import Head
+        from raylite._core.head.persistence import open_persistence
 
         try:
             persist = open_persistence(args.persist, redis_username=config.redis_username,
@@ -183,7 +183,7 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool, 
     node.prestart_workers()
     lazy = None
     if dashboard is not None:
-        from raylite._core.dashboard_process import LazyServer
+        from raylite._core.head.dashboard_process import LazyServer
 
         lazy = LazyServer(dashboard[0], head_address=head_unix, session_dir=args.session_dir, token=token,
                           node_id=node.node_id.hex(), cluster_address=head_address)
@@ -209,7 +209,7 @@ async def _start_health(args, node: NodeDaemon, head, token: str) -> list:
     """The node's health server (`--agent-port`, KubeRay's probes) and metrics (`--metrics-port`)."""
     if not (args.agent_port or args.metrics_port):
         return []
-    from raylite._core import node_health
+    from raylite._core.node import health as node_health
 
     checks = node_health.NodeChecks(node, head)
     servers = []
@@ -228,7 +228,7 @@ async def _start_health(args, node: NodeDaemon, head, token: str) -> list:
 
 def _start_ray_client_server(args, config, token, head_address):
     """The head's Ray Client server (client_server.py), or None when it is off."""
-    from raylite._core.client_server import start_for_head
+    from raylite._core.ray_client.server import start_for_head
 
     try:
         return start_for_head(config, token=token, head_address=head_address, session_dir=args.session_dir,
@@ -241,7 +241,7 @@ def _bind_dashboard(args):
     """Bind the API server's port now (a taken port fails the start); None when it is off."""
     if args.dashboard_port < 0:
         return None
-    from raylite._core.dashboard_process import DashboardPortInUse, bind
+    from raylite._core.head.dashboard_process import DashboardPortInUse, bind
 
     try:
         return bind(args.dashboard_host, args.dashboard_port, fallback=args.dashboard_fallback,
@@ -256,7 +256,7 @@ def _bind_dashboard(args):
 def _dashboard_info(dashboard) -> dict:
     if dashboard is None:
         return {}
-    from raylite._core.dashboard_process import url_of
+    from raylite._core.head.dashboard_process import url_of
 
     sock, warning = dashboard
     return {"dashboard_url": url_of(sock), "dashboard_warning": warning}
@@ -264,7 +264,7 @@ def _dashboard_info(dashboard) -> dict:
 
 def _after_ready(args, config) -> None:
     """Housekeeping off the start-up path: mark this session live, prune old sessions."""
-    from raylite._core import sessions
+    from raylite._core.cluster import sessions
 
     with contextlib.suppress(Exception):
         sessions.mark_live(args.session_dir)

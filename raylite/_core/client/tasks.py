@@ -15,7 +15,7 @@ from typing import Any
 from raylite import exceptions as E
 from raylite._core import protocol as P
 from raylite._core import serialization as ser
-from raylite._core.client_records import (
+from raylite._core.client.records import (
     GeneratorState,
     Lease,
     ObjectEntry,
@@ -23,8 +23,8 @@ from raylite._core.client_records import (
     TaskRecord,
     _Latch,
 )
+from raylite._core.client.refs import DynamicObjectRefGenerator, ObjectRef, ObjectRefGenerator
 from raylite._core.ids import ObjectID
-from raylite._core.refs import DynamicObjectRefGenerator, ObjectRef, ObjectRefGenerator
 from raylite._core.task_spec import (
     DYNAMIC,
     KIND_ACTOR_CALL,

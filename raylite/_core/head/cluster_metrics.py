@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from raylite._core.node_stats import per_host
+from raylite._core.node.stats import per_host
 
 _SCALE = 10000  # resources.py fixed point
 _BYTES_RESOURCES = ("memory", "object_store_memory")

@@ -16,7 +16,7 @@ import fcntl
 import os
 import shutil
 
-from raylite._core.object_store import Freed, ObjectStore
+from raylite._core.node.object_store import Freed, ObjectStore
 
 
 def make_dirs(store: ObjectStore) -> None:

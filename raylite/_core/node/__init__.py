@@ -1,0 +1,1 @@
+"""The node daemon (one per machine): leases and bundles, the worker pool and its zygote, the shared-memory object store, the memory monitor, and what the node reports about itself (health, IP, stats, logs)."""
