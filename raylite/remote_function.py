@@ -12,6 +12,7 @@ import cloudpickle
 
 from raylite import api
 from raylite._core import options as O
+from raylite._core.strategy import SPREAD, Strategy
 from raylite._core.task_spec import DYNAMIC, KIND_TASK, STREAMING, FunctionDescriptor, TaskSpec
 from raylite._runtime_env import merge_runtime_env
 
@@ -23,12 +24,12 @@ def strategy_to_wire(strategy: Any, resources: dict) -> tuple[list, dict]:
     if strategy is None or strategy == "DEFAULT":
         return [], resources
     if strategy == "SPREAD":
-        return ["SPREAD"], resources
+        return SPREAD.to_wire(), resources
     if isinstance(strategy, str):
         raise ValueError(f"Unknown scheduling_strategy {strategy!r}: use 'DEFAULT', 'SPREAD', "
                          "NodeAffinitySchedulingStrategy or PlacementGroupSchedulingStrategy.")
     if hasattr(strategy, "node_id") and hasattr(strategy, "soft"):
-        return ["NODE", strategy.node_id, bool(strategy.soft)], resources
+        return Strategy.node(strategy.node_id, strategy.soft).to_wire(), resources
     if hasattr(strategy, "placement_group"):
         pg = strategy.placement_group
         if pg is None:

@@ -184,7 +184,7 @@ class RegisterClientReply(Message):
 class RequestLease(Message):
     lease_id: bytes
     resources: dict  # fixed-point units, see resources.py
-    strategy: list  # [] default | ["SPREAD"] | ["NODE", node_id_hex, soft]
+    strategy: list  # Strategy.to_wire() (strategy.py)
     runtime_env: dict
     description: str  # function name, for error messages
     allow_spillback: bool = True

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from raylite._core import resources as R
+from raylite._core.strategy import DEFAULT as DEFAULT_STRATEGY
+from raylite._core.strategy import Strategy
+from raylite._core.strategy import decode as decode_strategy
 
 
 @dataclass(frozen=True)
@@ -56,33 +59,33 @@ def feasible_nodes(request: Mapping[str, int], nodes: Sequence[NodeView]) -> lis
     return [n for n in nodes if n.alive and R.fits(request, n.total)]
 
 
-def pick_node(request: Mapping[str, int], nodes: Sequence[NodeView], strategy: Sequence = (),
+def pick_node(request: Mapping[str, int], nodes: Sequence[NodeView], strategy: Strategy | Sequence = (),
               *, local_node: bytes | None = None, spread_counter: int = 0) -> NodeView | Infeasible | None:
     """Choose a node for `request`.
 
     Default: the local node if it has room now, else the alive node with the most
     room now, else (None) wait. "SPREAD": round-robin over nodes with room.
-    ["NODE", hex, soft]: that node (soft falls back to default).
+    Node affinity (strategy.py): that node (soft falls back to default).
     Returns Infeasible when no alive node's *total* could ever fit the request.
     """
     candidates = feasible_nodes(request, nodes)
-    if strategy and strategy[0] == "NODE":
-        target = bytes.fromhex(strategy[1])
-        soft = bool(strategy[2]) if len(strategy) > 2 else False
+    how = decode_strategy(strategy)
+    if how.is_node:
+        target = how.node_id
         for n in candidates:
             if n.node_id == target:
                 return n
-        if not soft:
+        if not how.soft:
             alive = any(n.node_id == target and n.alive for n in nodes)
             why = "cannot fit the request" if alive else "is not alive in this cluster"
-            return Infeasible(f"node affinity to node {strategy[1][:8]} (soft=False), but that node {why}")
-        strategy = ()
+            return Infeasible(f"node affinity to node {how.node_id_hex[:8]} (soft=False), but that node {why}")
+        how = DEFAULT_STRATEGY
     if not candidates:
         return Infeasible(f"no node can ever fit {R.describe(_public(request))}: {capacity_summary(nodes)}")
     with_room = [n for n in candidates if R.fits(request, n.available)]
     if not with_room:
         return None
-    if strategy and strategy[0] == "SPREAD":
+    if how.is_spread:
         ordered = sorted(with_room, key=lambda n: n.node_id)
         return ordered[spread_counter % len(ordered)]
     if local_node is not None:

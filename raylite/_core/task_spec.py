@@ -62,7 +62,7 @@ class TaskSpec:
     retry_exceptions: bool | list = False
     attempt: int = 0
     runtime_env: dict = field(default_factory=dict)
-    strategy: list = field(default_factory=list)
+    strategy: list = field(default_factory=list)  # Strategy.to_wire() (strategy.py)
     # actors
     actor_id: bytes = b""
     method_name: str = ""

@@ -25,6 +25,7 @@ from raylite._core.client.records import (
 )
 from raylite._core.client.refs import DynamicObjectRefGenerator, ObjectRef, ObjectRefGenerator
 from raylite._core.ids import ObjectID
+from raylite._core.strategy import decode as decode_strategy
 from raylite._core.task_spec import (
     DYNAMIC,
     KIND_ACTOR_CALL,
@@ -157,7 +158,7 @@ class TaskSubmitter:
         if q is None:
             q = self._queues[key] = SchedulingQueue(key, spec.resources, spec.runtime_env, spec.strategy,
                                                     spec.display_name())
-        if q.strategy and q.strategy[0] == "SPREAD" and not q.spread_batch:
+        if decode_strategy(q.strategy).is_spread and not q.spread_batch:
             q.spread_batch = os.urandom(8)  # a new burst: it covers every node before any gets two
             q.spread_covered = q.spread_cover_seen = False
             q.spread_open = 0

@@ -25,6 +25,9 @@ from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core import scheduling as S
 from raylite._core.clock import Clock
+from raylite._core.strategy import DEFAULT as DEFAULT_STRATEGY
+from raylite._core.strategy import Strategy
+from raylite._core.strategy import decode as decode_strategy
 from raylite._core.task_spec import TaskSpec
 
 Resources = dict[str, int]  # fixed-point amounts by resource name (resources.py)
@@ -444,7 +447,7 @@ class ControlStore:
     def alive_views(self) -> list[S.NodeView]:
         return [n.view() for n in self.nodes.values() if n.alive]
 
-    def pick_node(self, resources: Mapping[str, int], strategy: list[Any], requester: bytes,
+    def pick_node(self, resources: Mapping[str, int], strategy: Strategy | list[Any], requester: bytes,
                   requester_available: Mapping[str, int] | None = None,
                   batch: bytes = b"") -> tuple[NodeRecord | S.Infeasible | None, bool]:
         """Spillback: (the node that should grant a lease its requester cannot or should not,
@@ -459,7 +462,7 @@ class ControlStore:
         choice, covered = self._choose(resources, strategy, requester, batch)
         if isinstance(choice, S.Infeasible):
             return choice, covered
-        if choice is None and self._launching and not strategy and self.launchable_fits(resources):
+        if choice is None and self._launching and decode_strategy(strategy).is_default and self.launchable_fits(resources):
             return None, covered  # a node is being launched for demands like it: wait for it to join
         if choice is None:  # nobody has room now: queue where it fits, the requester first
             mine = self.nodes.get(requester)
@@ -471,25 +474,25 @@ class ControlStore:
         choice.idle_since = None  # busy from now: the autoscaler must not remove it meanwhile
         return choice, covered
 
-    def _choose(self, resources: Mapping[str, int], strategy: list[Any], local: bytes | None = None,
+    def _choose(self, resources: Mapping[str, int], strategy: Strategy | list[Any], local: bytes | None = None,
                 batch: bytes = b"") -> tuple[NodeRecord | S.Infeasible | None, bool]:
         """One scheduling decision in O(NodeRing.WINDOW): a node, Infeasible, or None (no room
         anywhere now); and whether a SPREAD batch has been round every node."""
         nodes = self.nodes
-        if strategy and strategy[0] == "NODE":
-            target = bytes.fromhex(strategy[1])
-            rec = nodes.get(target)
+        how = decode_strategy(strategy)
+        if how.is_node:
+            rec = nodes.get(how.node_id)
             if rec is not None and rec.alive and R.fits(resources, rec.total):
                 return rec, True
-            if not (len(strategy) > 2 and strategy[2]):
+            if not how.soft:
                 why = "cannot fit the request" if rec is not None and rec.alive else "is not alive in this cluster"
-                return S.Infeasible(f"node affinity to node {strategy[1][:8]} (soft=False), but that node "
+                return S.Infeasible(f"node affinity to node {how.node_id_hex[:8]} (soft=False), but that node "
                                     f"{why}"), True
-            strategy = []
+            how = DEFAULT_STRATEGY
         if not self.ring.feasible(resources, nodes):
             return S.Infeasible(f"no node can ever fit {R.describe(S._public(resources))}: "
                                 f"{S.capacity_summary(self.alive_views())}"), True
-        if strategy and strategy[0] == "SPREAD":
+        if how.is_spread:
             nid, covered = self.ring.pick_spread(resources, nodes, batch)
             return (nodes[nid] if nid is not None else None), covered
         nid = self.ring.pick_default(resources, nodes, local)
@@ -529,7 +532,7 @@ class ControlStore:
         choice, _ = self._choose(placement_need if spec.resources.get("CPU") is None else need, spec.strategy)
         if isinstance(choice, S.Infeasible) and not spec.resources.get("CPU"):
             choice, _ = self._choose(need, spec.strategy)
-        if isinstance(choice, S.Infeasible) and not spec.strategy and self.launchable_fits(need):
+        if isinstance(choice, S.Infeasible) and decode_strategy(spec.strategy).is_default and self.launchable_fits(need):
             self.actors_awaiting_node.add(actor_id)  # the autoscaler can add a node that fits it
             return []
         if isinstance(choice, S.Infeasible):

@@ -27,6 +27,7 @@ from raylite._core.node.gpu_ids import GpuIds, gpu_amount, node_device_ids
 from raylite._core.node.object_store import Freed, ObjectStore, default_capacity_bytes
 from raylite._core.node.stats import NodeStats
 from raylite._core.node.worker_pool import WorkerPool, WorkerRecord
+from raylite._core.strategy import decode as decode_strategy
 from raylite._core.task_spec import _FIELDS as TASK_SPEC_FIELDS
 from raylite._core.task_spec import env_key
 from raylite._core.transport import rpc
@@ -450,10 +451,10 @@ class NodeDaemon:
                 error=(f"{msg.description} requests {R.describe(S._public(request))}, which no node "
                        f"of this cluster can ever provide ({S.capacity_summary(views)}). Lower the "
                        "request (num_cpus/num_gpus/resources) or start a node that has it."))
-        if msg.strategy and msg.strategy[0] == "NODE":
-            target = msg.strategy[1]
-            soft = len(msg.strategy) > 2 and msg.strategy[2]
-            if target != self.node_id.hex() and not soft:
+        how = decode_strategy(msg.strategy)
+        if how.is_node:
+            target = how.node_id_hex
+            if target != self.node_id.hex() and not how.soft:
                 return P.RequestLeaseReply(msg.lease_id, error_type="TaskUnschedulableError",
                                            error=f"{msg.description} is pinned to node {target[:8]} "
                                                  "(soft=False), which is not in this cluster.")
@@ -466,11 +467,11 @@ class NodeDaemon:
         """Multi-node only: ask the head when this node should not or cannot grant now."""
         if not self.tcp_address or self.head is None or self.head.is_closed():
             return False
-        strategy = msg.strategy
-        if strategy and strategy[0] == "SPREAD":
+        how = decode_strategy(msg.strategy)
+        if how.is_spread:
             return True
-        if strategy and strategy[0] == "NODE":
-            return strategy[1] != self.node_id.hex()
+        if how.is_node:
+            return how.node_id_hex != self.node_id.hex()
         if not R.fits(msg.resources, self.total):
             return True
         return not R.fits(msg.resources, self._free_after_queued())
