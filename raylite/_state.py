@@ -200,9 +200,6 @@ def _size(n: int) -> str:
 
 
 # ------------------------------------------------------------------ the autoscaler's view of the head
-AUTOSCALER_NAMESPACE = "__autoscaler__"  # control_store.AUTOSCALER_* (the head reads these rows)
-
-
 def get_cluster_demand(address: str | None = None) -> dict[str, Any]:
     """The head's nodes and what waits for resources, in Ray's units (floats), for an
     autoscaler: {"nodes": [{node_id (hex), ip, alive, labels, total, available, pending,
@@ -245,5 +242,13 @@ def publish_autoscaler_view(view: dict[str, Any] | None, address: str | None = N
     from raylite._core.cluster import cluster as C
     from raylite._core.config import get_config
 
-    value = None if view is None else json.dumps(view).encode()
-    C.put_kv(get_config(), address or "auto", AUTOSCALER_NAMESPACE, b"view", value)
+    C.publish_autoscaler_view(get_config(), address or "auto", b"" if view is None else json.dumps(view).encode())
+
+
+def request_resources_row(request: bytes) -> None:
+    """Replace the standing `request_resources()` demand (JSON {"bundles": [...]}, b"" drops it)
+    in the cluster this process is connected to (raylite.autoscaler.sdk)."""
+    from raylite import api
+    from raylite._core import protocol as P
+
+    api.ensure_initialized().head_request(P.RequestResources(request))

@@ -842,6 +842,31 @@ class TimeSeriesReply(Message):
     series: dict  # {"time": [...], name: [value or None, ...]}
 
 
+# ---------------------------------------------------------------- the cluster autoscaler (raylite.autoscaler)
+# The head keeps both as rows of its key-value store (control_store.AUTOSCALER_*), so they are
+# persisted and restored like any row; only these messages (and the store) know the rows' names.
+@message(150)
+class PublishAutoscalerView(Message):
+    """-> KvReply: an autoscaler's view, JSON {"node_types": {name: {"resources": {...},
+    "min_workers", "max_workers"}}, "launching": N, "time": ..., ...}; b"" withdraws it. While a
+    view is published, a request only a launchable node type fits stays pending."""
+
+    view: bytes
+
+
+@message(151)
+class GetAutoscalerView(Message):
+    """-> KvReply: the published view (JSON bytes), or None."""
+
+
+@message(152)
+class RequestResources(Message):
+    """-> KvReply: `request_resources()`'s standing demand, JSON {"bundles": [{resource: amount},
+    ...]}; b"" drops it."""
+
+    request: bytes
+
+
 # ---------------------------------------------------------------- Ray Client (ray://HOST:10001)
 @message(230)
 class ClientCall(Message):

@@ -14,10 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from raylite.experimental.internal_kv import _internal_kv_del, _internal_kv_put
-
-NAMESPACE = "__autoscaler__"
-REQUEST_KEY = b"request_resources"
+from raylite._state import request_resources_row
 
 
 def request_resources(num_cpus: int | None = None,
@@ -32,10 +29,7 @@ def request_resources(num_cpus: int | None = None,
             raise TypeError(f"request_resources(bundles=...) takes dicts of resource name -> amount >= 0, "
                             f"not {b!r}")
         wanted.append({str(k): float(v) for k, v in b.items() if v})
-    if not wanted:
-        _internal_kv_del(REQUEST_KEY, namespace=NAMESPACE)
-        return
-    _internal_kv_put(REQUEST_KEY, json.dumps({"bundles": wanted}), namespace=NAMESPACE)
+    request_resources_row(json.dumps({"bundles": wanted}).encode() if wanted else b"")
 
 
 __all__ = ["request_resources"]

@@ -285,14 +285,13 @@ def cluster_demand(config: Config, address: str = "auto") -> dict:
     return {"nodes": info.nodes, "demands": info.demands or {}}
 
 
-def put_kv(config: Config, address: str, namespace: str, key: bytes, value: bytes | None) -> None:
-    """Write (or delete, value None) one row of the head's KV store without joining the cluster."""
+def publish_autoscaler_view(config: Config, address: str, view: bytes) -> None:
+    """Publish (or, with b"", withdraw) an autoscaler's view without joining the cluster."""
     from raylite._core import protocol as P
     from raylite._core.cluster.driver import run_head_request
 
     hostport, token = head_target(config, address)
-    msg = P.KvDel(namespace, key, False) if value is None else P.KvPut(namespace, key, value, True)
-    run_head_request(hostport, token, msg)
+    run_head_request(hostport, token, P.PublishAutoscalerView(view))
 
 
 def cluster_status(config: Config, address: str = "auto") -> dict:
@@ -326,10 +325,9 @@ def autoscaler_view(hostport: str, token: str) -> dict | None:
     """The view an autoscaler published in the head's KV (raylite.autoscaler), or None."""
     from raylite._core import protocol as P
     from raylite._core.cluster.driver import run_head_request
-    from raylite._core.head import control_store as CS
 
     try:
-        raw = run_head_request(hostport, token, P.KvGet(CS.AUTOSCALER_NAMESPACE, CS.AUTOSCALER_VIEW_KEY)).value
+        raw = run_head_request(hostport, token, P.GetAutoscalerView()).value
         return json.loads(raw) if raw else None
     except Exception:  # noqa: BLE001 - extra: status shows the rest without it
         return None

@@ -35,7 +35,8 @@ Resources = dict[str, int]  # fixed-point amounts by resource name (resources.py
 # a placement attempt that must wait (no room now, or a node refused) tries again after this
 PLACEMENT_RETRY_S = 0.05
 
-# The cluster autoscaler's KV rows (raylite.autoscaler): its published view (the node types it
+# The cluster autoscaler's KV rows (raylite.autoscaler; written through P.PublishAutoscalerView and
+# P.RequestResources, the only names for them outside this module): its published view (the node types it
 # can launch, as JSON {"node_types": {name: {"resources": {...}}}, ...}) and the standing
 # `request_resources()` demand. While a view is published, a request that no node fits now but
 # a launchable node type would stays pending instead of failing as infeasible (Ray's behaviour
@@ -685,6 +686,23 @@ class ControlStore:
 
     def kv_keys(self, namespace: str, prefix: bytes) -> list[bytes]:
         return [k[1] for k in self.kv if k[0] == namespace and k[1].startswith(prefix)]
+
+    # ------------------------------------------------------------ the autoscaler's rows
+    def publish_autoscaler_view(self, view: bytes) -> list[Effect]:
+        """P.PublishAutoscalerView: store (or, with b"", withdraw) the autoscaler's view."""
+        return self._set_autoscaler_row(AUTOSCALER_VIEW_KEY, view)
+
+    def autoscaler_view(self) -> bytes | None:
+        return self.kv.get((AUTOSCALER_NAMESPACE, AUTOSCALER_VIEW_KEY))
+
+    def request_resources(self, request: bytes) -> list[Effect]:
+        """P.RequestResources: replace (or, with b"", drop) the standing request."""
+        return self._set_autoscaler_row(AUTOSCALER_REQUEST_KEY, request)
+
+    def _set_autoscaler_row(self, key: bytes, value: bytes) -> list[Effect]:
+        if value:
+            return self.kv_put(AUTOSCALER_NAMESPACE, key, value, True)[1]
+        return self.kv_del(AUTOSCALER_NAMESPACE, key, False)[1]
 
     # ------------------------------------------------------------ placement groups
     def create_placement_group(self, pg_id: bytes, bundles: list[Resources], strategy: str, name: str,

@@ -71,6 +71,9 @@ class Head:
             P.KvGet: self._on_kv_get,
             P.KvDel: self._on_kv_del,
             P.KvKeys: self._on_kv_keys,
+            P.PublishAutoscalerView: self._on_publish_autoscaler_view,
+            P.GetAutoscalerView: self._on_get_autoscaler_view,
+            P.RequestResources: self._on_request_resources,
             P.CreatePlacementGroup: self._on_create_pg,
             P.RemovePlacementGroup: self._on_remove_pg,
             P.GetPlacementGroup: self._on_get_pg,
@@ -382,6 +385,17 @@ class Head:
 
     def _on_kv_keys(self, conn, msg: P.KvKeys, rid):
         return P.KvReply(self.store.kv_keys(msg.namespace, msg.prefix))
+
+    def _on_publish_autoscaler_view(self, conn, msg: P.PublishAutoscalerView, rid):
+        self._apply(self.store.publish_autoscaler_view(msg.view))
+        return P.KvReply(None)
+
+    def _on_get_autoscaler_view(self, conn, msg: P.GetAutoscalerView, rid):
+        return P.KvReply(self.store.autoscaler_view())
+
+    def _on_request_resources(self, conn, msg: P.RequestResources, rid):
+        self._apply(self.store.request_resources(msg.request))
+        return P.KvReply(None)
 
     # ------------------------------------------------------------ placement groups
     def _on_create_pg(self, conn, msg: P.CreatePlacementGroup, rid):
