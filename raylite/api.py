@@ -6,17 +6,18 @@ Actors build on this module: `get_actor` and `kill` live with ActorHandle in `ac
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from raylite._core import config as config_mod
 from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core import runtime
 from raylite._core.client.refs import ObjectRef, ObjectRefGenerator
+from raylite._core.config import env_address  # noqa: F401  (libraries read the address through here)
 from raylite._runtime_env import merge_runtime_env
 from raylite.experimental.compiled_dag_ref import CompiledDAGRef
 
@@ -94,13 +95,11 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             for k in resources:
                 if k in ("CPU", "GPU"):
                     raise ValueError(f"Use num_cpus/num_gpus instead of resources[{k!r}] in init().")
-        if address == "auto" and os.environ.get("RAYLITE_JOB_SUBMISSION_ID"):
+        if address == "auto" and config_mod.job_submission_id():
             address = None  # a submitted job's driver: its cluster is in RAYLITE_ADDRESS
-        address = address or os.environ.get("RAYLITE_ADDRESS") or os.environ.get("RAY_ADDRESS") or None
-        if runtime_env is None and os.environ.get("RAYLITE_JOB_RUNTIME_ENV"):
-            import json
-
-            runtime_env = json.loads(os.environ["RAYLITE_JOB_RUNTIME_ENV"])  # the job's, from the supervisor
+        address = address or config_mod.env_address() or None
+        if runtime_env is None:
+            runtime_env = config_mod.job_runtime_env()  # the job's, from the supervisor (None: none)
         if address is None:  # as in Ray: join the cluster `raylite start` left running here
             from raylite._core.cluster.files import running_cluster_address
             from raylite._core.config import get_config

@@ -232,3 +232,57 @@ def get_config() -> Config:
     if _CONFIG is None:
         _CONFIG = Config.from_env()
     return _CONFIG
+
+
+def reload_config() -> Config:
+    """Read the environment again, for a process that changed it on purpose: the CLI, after
+    turning Ray's flags and KubeRay's variables into RAYLITE_* settings, so it and the daemon it
+    starts see the same Config. Everything else reads the Config once."""
+    global _CONFIG
+    _CONFIG = Config.from_env()
+    return _CONFIG
+
+
+# ---------------------------------------------------------------- where this process stands
+# A few variables say where a process is rather than how raylite is tuned: which cluster to
+# join, which submitted job it runs, the token its starter handed it. A job supervisor, the CLI
+# or a test sets them after the Config was first read, so they are read afresh on each call;
+# they are still read here only.
+
+def env_address(names: tuple[str, ...] = ("RAYLITE_ADDRESS", "RAY_ADDRESS")) -> str:
+    """The cluster to join from the environment: the first of `names` that is set ("" if none).
+    By default RAYLITE_ADDRESS, else Ray's RAY_ADDRESS."""
+    for name in names:
+        if not name.endswith("ADDRESS") or not name.startswith(("RAYLITE_", "RAY_")):
+            raise ValueError(f"env_address reads cluster addresses, not {name!r}")
+        value = os.environ.get(name)
+        if value:
+            return value
+    return ""
+
+
+def env_api_server_address() -> str:
+    """The first of RAY_API_SERVER_ADDRESS, RAYLITE_ADDRESS, RAY_ADDRESS that is an http(s) URL."""
+    for var in ("RAY_API_SERVER_ADDRESS", _ENV_PREFIX + "ADDRESS", "RAY_ADDRESS"):
+        value = os.environ.get(var, "")
+        if value.startswith(("http://", "https://")):
+            return value
+    return ""
+
+
+def env_token() -> str:
+    """RAYLITE_TOKEN as this process's starter set it ("" if unset): a daemon's or child's token."""
+    return os.environ.get(_ENV_PREFIX + "TOKEN", "")
+
+
+def job_submission_id() -> str:
+    """The submitted job this driver runs (RAYLITE_JOB_SUBMISSION_ID, set by its supervisor), or ""."""
+    return os.environ.get(_ENV_PREFIX + "JOB_SUBMISSION_ID", "")
+
+
+def job_runtime_env() -> dict | None:
+    """The runtime_env the job supervisor passed to its driver (RAYLITE_JOB_RUNTIME_ENV), or None."""
+    import json
+
+    raw = os.environ.get(_ENV_PREFIX + "JOB_RUNTIME_ENV")
+    return json.loads(raw) if raw else None

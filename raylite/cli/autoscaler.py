@@ -20,9 +20,9 @@ def _default_address() -> str:
     token file named there is then read as well); else this pod's IP (the sidecar shares the
     head pod's network) on the head's port 6379."""
     from raylite._core.cluster import files as CF
-    from raylite._core.config import get_config
+    from raylite._core.config import env_address, get_config
 
-    env = os.environ.get("RAY_ADDRESS")
+    env = env_address(("RAY_ADDRESS",))
     if env:
         return env
     info = CF.read_address_file(get_config().temp_dir)

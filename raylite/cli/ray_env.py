@@ -54,7 +54,7 @@ def apply(head: bool, persist: str, env: MutableMapping[str, str] | None = None)
     extra = daemon_env(head, env)
     if extra:
         env.update(extra)
-        from raylite._core import config as config_mod
+        from raylite._core.config import reload_config
 
-        config_mod._CONFIG = None  # re-read: the daemon and this process see the same settings
+        reload_config()  # the daemon and this process see the same settings
     return persist_from_env(persist, env) if head else persist

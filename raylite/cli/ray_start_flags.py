@@ -216,9 +216,9 @@ def ray_start_flags(command: Callable) -> Callable:
                 click.echo(f"Note: {flag} has no effect in raylite ({effect}).", err=True)
         os.environ.update(out.env)
         if out.env:  # the settings now in the environment are read by this process's Config too
-            from raylite._core import config as config_mod
+            from raylite._core.config import reload_config
 
-            config_mod._CONFIG = None
+            reload_config()
         click.get_current_context().meta[_CTX_KEY] = out
         return command(**kwargs)
 

@@ -25,20 +25,20 @@ DEFAULT_URL = "http://127.0.0.1:8265"
 def resolve(address: str | None = None) -> tuple[str, str]:
     from raylite._core.cluster import files as CF
     from raylite._core.cluster import sessions
-    from raylite._core.config import get_config
+    from raylite._core.config import env_api_server_address, get_config
+    from raylite._core.config import env_token as config_env_token
 
     config = get_config()
     # config.token also holds RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH under RAY_AUTH_MODE=token
-    env_token = os.environ.get("RAYLITE_TOKEN", "") or config.token
+    env_token = config_env_token() or config.token
     if address and "?token=" in address:  # the dashboard link init() prints (ctx.dashboard_url)
         address, _, link_token = address.partition("?token=")
         url, token = resolve(address.rstrip("/"))
         return url, link_token.split("&", 1)[0] or token
     if not address or address == "auto":
-        for var in ("RAY_API_SERVER_ADDRESS", "RAYLITE_ADDRESS", "RAY_ADDRESS"):
-            value = os.environ.get(var, "")
-            if value.startswith(("http://", "https://")):
-                return value.rstrip("/"), env_token or _token_for_url(value, config.temp_dir)
+        value = env_api_server_address()
+        if value:
+            return value.rstrip("/"), env_token or _token_for_url(value, config.temp_dir)
         url, token = _connected_cluster()
         if url:
             return url, env_token or token

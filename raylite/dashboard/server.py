@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse(sys.argv[1:] if argv is None else argv)
     import uvicorn
 
-    from raylite._core.config import get_config
+    from raylite._core.config import env_token, get_config
     from raylite._core.head.dashboard_process import is_loopback
     from raylite.dashboard import http_guard
     from raylite.dashboard.app import build_app
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
 
     config = get_config()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    token = os.environ.get("RAYLITE_TOKEN", "")
+    token = env_token()
     sock = socket.socket(fileno=args.fd)
     host = sock.getsockname()[0]
     ctx = DashboardContext(HeadClient(args.head_address, token), config, args.session_dir, token,

@@ -44,7 +44,9 @@ def _connect(address: str | None, *, must_exist: bool) -> None:
 
     if raylite.is_initialized():
         return
-    address = address or os.environ.get("RAYLITE_ADDRESS") or os.environ.get("RAY_ADDRESS") or None
+    from raylite.api import env_address
+
+    address = address or env_address() or None
     if address is None and must_exist:
         address = "auto"
     try:
@@ -384,8 +386,9 @@ def _with_runtime_env(app: Any, runtime_env: dict[str, Any], app_name: str) -> A
 
 def _connect_for_run(address: str | None, runtime_env: dict | None) -> None:
     import raylite
+    from raylite.api import env_address
 
-    address = address or os.environ.get("RAYLITE_ADDRESS") or os.environ.get("RAY_ADDRESS") or None
+    address = address or env_address() or None
     try:
         raylite.init(address=address, namespace="serve", runtime_env=runtime_env, log_to_driver=True)
     except (ConnectionError, RuntimeError, ValueError, OSError) as e:

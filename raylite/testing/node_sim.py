@@ -32,7 +32,6 @@ import asyncio
 import collections
 import contextlib
 import json
-import os
 import sys
 import threading
 import time
@@ -43,6 +42,7 @@ from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core import scheduling as S
 from raylite._core import serialization as ser
+from raylite._core.config import env_token
 from raylite._core.ids import NodeID, ObjectID, WorkerID
 from raylite._core.task_spec import _FIELDS as SPEC_FIELDS
 from raylite._core.transport import rpc
@@ -465,7 +465,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m raylite.testing.node_sim",
                                 description="Simulated raylite nodes joined to a real head.")
     p.add_argument("--address", required=True, help="the head: tcp://HOST:PORT")
-    p.add_argument("--token", default=os.environ.get("RAYLITE_TOKEN", ""))
+    p.add_argument("--token", default=env_token())
     p.add_argument("--nodes", type=int, required=True)
     p.add_argument("--cpus", type=float, default=1.0, help="CPUs of each simulated node")
     p.add_argument("--resources", default="{}", help="JSON: extra resources of each node")

@@ -18,7 +18,7 @@ import sys
 
 from raylite._core.cluster.creator_watch import watch_creator
 from raylite._core.cluster.files import private_dir
-from raylite._core.config import get_config
+from raylite._core.config import env_token, get_config
 from raylite._core.ids import NodeID
 from raylite._core.node import shm_files
 from raylite._core.node.node import NodeDaemon
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     config = get_config()
     logging.basicConfig(level=getattr(logging, config.log_level, logging.WARNING),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    token = args.token or os.environ.get("RAYLITE_TOKEN", "") or config.token  # config: RAY_AUTH_TOKEN too
+    token = args.token or env_token() or config.token  # config: RAY_AUTH_TOKEN too
     # the driver process that spawned a local cluster's daemon (named by the driver itself: one
     # that died before this line leaves us reparented, and getppid() would name the new parent)
     # (--creator-pid alone: stop with that process, without a local cluster's other ties to it)

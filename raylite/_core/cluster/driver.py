@@ -20,7 +20,7 @@ from raylite._core import runtime
 from raylite._core.client import progress_bars
 from raylite._core.client.core_client import CoreClient
 from raylite._core.cluster import launch
-from raylite._core.config import Config, get_config
+from raylite._core.config import Config, get_config, job_submission_id
 from raylite._core.ids import JobID, WorkerID
 from raylite._core.protocol import RegisterJob
 from raylite._core.transport.base import ConnectionBrokenError
@@ -76,7 +76,7 @@ def connect_client(config: Config, info: DriverInfo) -> CoreClient:
     if info.log_to_driver:
         client.log_handler = _print_worker_output
     client.head_request(RegisterJob(info.job_id, client.address, info.namespace, " ".join(sys.argv),
-                                    os.environ.get("RAYLITE_JOB_SUBMISSION_ID", ""), os.getpid()))
+                                    job_submission_id(), os.getpid()))
     return client
 
 

@@ -221,10 +221,11 @@ def prestart(address: str | None, kwargs: dict) -> None:
     global _prestarted
     if _prestarted is not None or address not in (None, "", "local"):
         return
-    if os.environ.get("RAYLITE_ADDRESS") or os.environ.get("RAY_ADDRESS"):
-        return
     from raylite._core.cluster.files import running_cluster_address
-    from raylite._core.config import get_config
+    from raylite._core.config import env_address, get_config
+
+    if env_address():
+        return
 
     if address is None and running_cluster_address(get_config().temp_dir):
         return  # init() joins the cluster `raylite start` left running here

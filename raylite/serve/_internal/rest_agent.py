@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import raylite
+from raylite.api import env_address
 from raylite.serve._internal import rest_details
 from raylite.serve._internal.client import CONTROLLER_NAME, SERVE_NAMESPACE
 
@@ -282,7 +283,7 @@ def main() -> None:
     os.dup2(2, 1)  # whatever prints goes to the log, never into a reply
     sys.stdout = sys.stderr
     # an internal namespace: job lists leave this driver out (Serve names its own namespace)
-    raylite.init(address=os.environ.get("RAYLITE_ADDRESS") or "auto", namespace="_raylite_internal_serve",
+    raylite.init(address=env_address(("RAYLITE_ADDRESS",)) or "auto", namespace="_raylite_internal_serve",
                  log_to_driver=False)
     agent = RestAgent()
     for line in sys.stdin:

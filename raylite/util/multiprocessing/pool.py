@@ -31,6 +31,7 @@ from multiprocessing import TimeoutError
 from typing import Any
 
 import raylite
+from raylite.api import env_address
 
 _RUNNING, _CLOSED, _TERMINATED = "RUNNING", "CLOSED", "TERMINATED"
 
@@ -214,7 +215,7 @@ class Pool:
     def _connect(ray_address: str | None, processes: int | None) -> None:
         if raylite.is_initialized():
             return
-        address = ray_address or os.environ.get("RAY_ADDRESS") or os.environ.get("RAYLITE_ADDRESS")
+        address = ray_address or env_address(("RAY_ADDRESS", "RAYLITE_ADDRESS"))
         if address:
             raylite.init(address=address)
         else:
