@@ -448,6 +448,31 @@ def concat_blocks(blocks: list[Block]) -> Block:
         raise SchemaMismatchError(describe_schema_mismatch([b.schema for b in blocks]) + f" ({e})") from e
 
 
+def rebatch_blocks(blocks: Iterable[Block], batch_size: int | None, drop_last: bool = False) -> Iterator[Block]:
+    """Cut and merge a stream of blocks into blocks of exactly `batch_size` rows (zero-copy
+    slices, concatenated); the last may be short, or dropped with `drop_last`. `batch_size=None`
+    passes the non-empty blocks through as they come. Shared by map_batches and iter_batches."""
+    if batch_size is None:
+        for b in blocks:
+            if b.num_rows:
+                yield b
+        return
+    pending: list[Block] = []
+    rows = 0
+    for b in blocks:
+        offset = 0
+        while offset < b.num_rows:
+            take = min(batch_size - rows, b.num_rows - offset)
+            pending.append(b.slice(offset, take))
+            rows += take
+            offset += take
+            if rows == batch_size:
+                yield concat_blocks(pending)
+                pending, rows = [], 0
+    if rows and not drop_last:
+        yield concat_blocks(pending)
+
+
 def compact_block(table: Block) -> Block:
     """The table itself, or a compact copy when it views much more memory than it holds.
 

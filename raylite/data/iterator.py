@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from raylite.data._internal.submitter import get_submitter
-from raylite.data.block import Block, concat_blocks, iter_table_rows, table_to_batch
+from raylite.data.block import Block, concat_blocks, iter_table_rows, rebatch_blocks, table_to_batch
 
 _END = object()
 T = TypeVar("T")
@@ -199,25 +199,7 @@ def rebatch_tables(
     if shuffle_buffer:
         yield from _shuffled_batches(blocks, batch_size or 256, drop_last, shuffle_buffer, seed)
         return
-    if batch_size is None:
-        for b in blocks:
-            if b.num_rows:
-                yield b
-        return
-    pending: list[Block] = []
-    rows = 0
-    for b in blocks:
-        offset = 0
-        while offset < b.num_rows:
-            take = min(batch_size - rows, b.num_rows - offset)
-            pending.append(b.slice(offset, take))
-            rows += take
-            offset += take
-            if rows == batch_size:
-                yield concat_blocks(pending)
-                pending, rows = [], 0
-    if rows and not drop_last:
-        yield concat_blocks(pending)
+    yield from rebatch_blocks(blocks, batch_size, drop_last)
 
 
 def _shuffled_batches(blocks: Iterator[Block], batch_size: int, drop_last: bool, buffer_rows: int,

@@ -36,6 +36,7 @@ from raylite.data.block import (
     compact_block,
     concat_blocks,
     iter_table_rows,
+    rebatch_blocks,
     rows_to_block,
     table_to_batch,
 )
@@ -115,29 +116,6 @@ class UDF:
         return getattr(self.fn, "__name__", type(self.fn).__name__)
 
 
-def _rebatch(tables: Iterable[Block], batch_size: int | None) -> Iterator[Block]:
-    """Cut/merge a stream of tables into tables of exactly batch_size rows (last may be short)."""
-    if batch_size is None:
-        for t in tables:
-            if t.num_rows:
-                yield t
-        return
-    pending: list[Block] = []
-    pending_rows = 0
-    for t in tables:
-        offset = 0
-        while offset < t.num_rows:
-            take = min(batch_size - pending_rows, t.num_rows - offset)
-            pending.append(t.slice(offset, take))
-            pending_rows += take
-            offset += take
-            if pending_rows == batch_size:
-                yield concat_blocks(pending)
-                pending, pending_rows = [], 0
-    if pending_rows:
-        yield concat_blocks(pending)
-
-
 @dataclass
 class MapBatchesStage(Stage):
     udf: UDF
@@ -151,7 +129,7 @@ class MapBatchesStage(Stage):
 
     def apply(self, tables: Iterator[Block]) -> Iterator[Block]:
         fn = self.udf.callable
-        for table in _rebatch(tables, self.batch_size):
+        for table in rebatch_blocks(tables, self.batch_size):
             batch = table_to_batch(table, self.batch_format, writable=not self.zero_copy_batch)
             out = _call_udf(
                 fn, batch, self.udf.fn_args, self.udf.fn_kwargs, self.name,
