@@ -18,6 +18,7 @@ from raylite.serve._internal.common import (
     TimeSeries,
     TimeStampedValue,
 )
+from raylite.serve._internal.http_limits import Limits
 
 
 class ProxyLocation(str, Enum):
@@ -176,7 +177,21 @@ class LoggingConfig(BaseModel):
         return v.upper() if isinstance(v, str) else v
 
 
-class HTTPOptions(BaseModel):
+class ProxyLimits(BaseModel):
+    """raylite's limits on what a client may send to the proxy (431 / 413 / 408 beyond them):
+    `http_options` fields of both HTTPOptions and a config file's HTTPOptionsSchema, with the
+    defaults of the proxy's own `http_limits.Limits`."""
+
+    max_header_size_bytes: int = Field(Limits.max_header_size_bytes, ge=1)
+    max_header_count: int = Field(Limits.max_header_count, ge=1)
+    max_request_body_size_bytes: int = Field(Limits.max_request_body_size_bytes, ge=1)
+    header_read_timeout_s: float = Field(Limits.header_read_timeout_s, gt=0)
+    body_read_timeout_s: float = Field(Limits.body_read_timeout_s, gt=0)
+    max_connections: int = Field(Limits.max_connections, ge=1)
+    max_buffered_request_body_bytes: int = Field(Limits.max_buffered_request_body_bytes, ge=1)  # all bodies together
+
+
+class HTTPOptions(ProxyLimits):
     """The HTTP proxies' options (`serve.start(http_options=...)`)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -189,14 +204,6 @@ class HTTPOptions(BaseModel):
     root_path: str = ""
     request_timeout_s: float | None = None
     keep_alive_timeout_s: float = 5.0
-    # raylite: limits on what a client may send to the proxy (431 / 413 / 408 beyond them)
-    max_header_size_bytes: int = Field(16 * 1024, ge=1)
-    max_header_count: int = Field(100, ge=1)
-    max_request_body_size_bytes: int = Field(100 * 1024**2, ge=1)
-    header_read_timeout_s: float = Field(30.0, gt=0)
-    body_read_timeout_s: float = Field(30.0, gt=0)
-    max_connections: int = Field(10_000, ge=1)
-    max_buffered_request_body_bytes: int = Field(256 * 1024**2, ge=1)  # all connections' bodies together
 
 
 class gRPCOptions(BaseModel):  # noqa: N801 - Ray's name

@@ -33,6 +33,7 @@ from raylite.serve.config import (
     DeploymentActorConfig,
     GangSchedulingConfig,
     LoggingConfig,
+    ProxyLimits,
     ProxyLocation,
     RequestRouterConfig,
 )
@@ -70,7 +71,7 @@ class LoggingConfigSchema(LoggingConfig):
     """Ray's `LoggingConfig` in a config file: the same model as `raylite.serve.config.LoggingConfig`."""
 
 
-class HTTPOptionsSchema(_Strict):
+class HTTPOptionsSchema(ProxyLimits, _Strict):
     """Where the HTTP proxies listen (Ray's defaults for config files: 0.0.0.0:8000)."""
 
     host: str = "0.0.0.0"
@@ -78,14 +79,6 @@ class HTTPOptionsSchema(_Strict):
     root_path: str = ""
     request_timeout_s: float | None = None
     keep_alive_timeout_s: float = 5.0
-    # raylite: limits on what a client may send to the proxy (see raylite.serve.config.HTTPOptions)
-    max_header_size_bytes: int = Field(16 * 1024, ge=1)
-    max_header_count: int = Field(100, ge=1)
-    max_request_body_size_bytes: int = Field(100 * 1024**2, ge=1)
-    header_read_timeout_s: float = Field(30.0, gt=0)
-    body_read_timeout_s: float = Field(30.0, gt=0)
-    max_connections: int = Field(10_000, ge=1)
-    max_buffered_request_body_bytes: int = Field(256 * 1024**2, ge=1)  # all connections' bodies together
 
 
 class RayActorOptionsSchema(_Strict):

@@ -8,8 +8,11 @@ the ones below; `tests/serve/unit/test_options.py` checks the two stay in step.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
+
+from raylite.serve._internal import http_limits
 
 DEPLOYMENT_DEFAULTS: dict[str, Any] = {
     "num_replicas": 1, "max_ongoing_requests": 5, "max_queued_requests": -1, "user_config": None,
@@ -37,10 +40,8 @@ LOGGING_DEFAULTS: dict[str, Any] = {
 HTTP_DEFAULTS: dict[str, Any] = {
     "host": "127.0.0.1", "port": 8000, "root_path": "", "request_timeout_s": None, "keep_alive_timeout_s": 5.0,
     "num_cpus": 0, "middlewares": [], "location": "EveryNode",
-    # raylite's limits on what a client may send (http_limits.Limits has the same fields)
-    "max_header_size_bytes": 16 * 1024, "max_header_count": 100, "max_request_body_size_bytes": 100 * 1024**2,
-    "header_read_timeout_s": 30.0, "body_read_timeout_s": 30.0, "max_connections": 10_000,
-    "max_buffered_request_body_bytes": 256 * 1024**2,
+    # raylite's limits on what a client may send, with the proxy's defaults
+    **dataclasses.asdict(http_limits.Limits()),
 }
 PROXY_LOCATIONS = ("Disabled", "HeadOnly", "EveryNode")
 
