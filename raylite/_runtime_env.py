@@ -41,7 +41,6 @@ def _ship_setup_hook(hook: Any) -> Any:
     """runtime_env worker_process_setup_hook: a callable is pickled into the cluster's store once
     (workers load it by URI); a "module.function" string is kept, workers import it."""
     from raylite._core import runtime
-    from raylite._core.protocol import KvPut
 
     if isinstance(hook, str):
         if hook.startswith(packaging.HOOK_SCHEME) or ("." in hook and not hook.startswith(".")):
@@ -59,7 +58,7 @@ def _ship_setup_hook(hook: Any) -> Any:
     if uri is None:
         data = cloudpickle.dumps(hook)
         digest = hashlib.sha1(data).hexdigest()
-        client.head_request(KvPut(packaging.KV_NAMESPACE, ("hook-" + digest).encode(), data, False))
+        client.kv_put(packaging.KV_NAMESPACE, ("hook-" + digest).encode(), data, False)
         uri = _shipped_hooks[key] = packaging.HOOK_SCHEME + digest
     return uri
 
@@ -75,7 +74,6 @@ def _ship(path: str, excludes: list, kind: str) -> str:
     merges the job's runtime_env again.
     """
     from raylite._core import runtime
-    from raylite._core.protocol import KvPut
 
     client = runtime.client()
     if client is None:
@@ -90,7 +88,7 @@ def _ship(path: str, excludes: list, kind: str) -> str:
             digest, data = packaging.package_module_file(path)
         else:
             digest, data = packaging.package_zip_file(path)
-        client.head_request(KvPut(packaging.KV_NAMESPACE, digest.encode(), data, False))
+        client.kv_put(packaging.KV_NAMESPACE, digest.encode(), data, False)
         uri = _shipped[key] = packaging.PKG_SCHEME + digest
     return uri
 

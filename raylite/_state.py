@@ -9,15 +9,10 @@ every node (GetNodeInfo) and every driver and worker those nodes know
 
 from __future__ import annotations
 
-import asyncio
-import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from raylite._core import protocol as P
 from raylite._core import runtime
-
-_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -49,7 +44,7 @@ def list_objects(address: str | None = None, filters: list[tuple[str, str, Any]]
                  raise_on_missing_output: bool = True, _explain: bool = False) -> list[ObjectState]:
     """Ray's signature; `address` is accepted for compatibility (the connected cluster is used)."""
     client = runtime.client()
-    nodes, processes = client.run_sync(_gather(client), timeout=timeout)
+    nodes, processes = client.object_tables(timeout_s=timeout)
     rows = _join(nodes, processes)
     for key, op, value in filters or []:
         rows = [r for r in rows if _matches(getattr(r, key, None), op, value)]
@@ -71,38 +66,6 @@ def summarize_objects(address: str | None = None, timeout: int = 30, raise_on_mi
         own["bytes"] += r.object_size
     return {"total_objects": len(rows), "total_bytes": sum(r.object_size for r in rows),
             "by_location": by_location, "by_owner": by_owner}
-
-
-# ------------------------------------------------------------------ gathering
-async def _gather(client: Any) -> tuple[list[Any], dict[str, Any]]:
-    cluster = await asyncio.wait_for(client.head.request(P.GetClusterInfo()), _TIMEOUT_S)
-    node_infos = []
-    for n in cluster.nodes:
-        if not n.get("alive", True):
-            continue
-        try:
-            conn = client.node if n["node_id"] == client.node_id else await client.connection(n["address"])
-            info = await asyncio.wait_for(conn.request(P.GetNodeInfo()), _TIMEOUT_S)
-            node_infos.append((n, info))
-        except Exception:  # noqa: BLE001  a node going away: list what the others know
-            continue
-    addresses: dict[str, tuple[str, int, str]] = {}  # address -> (kind, pid, ip)
-    for n, info in node_infos:
-        for _wid, kind, address, pid in getattr(info, "clients", []) or []:
-            if address:
-                addresses[address] = (kind, pid, n.get("ip", ""))
-    processes: dict[str, Any] = {client.address: (client.kind, os.getpid(), client.node_ip, client.owned_objects())}
-
-    async def ask(address: str) -> None:
-        try:
-            conn = await client.connection(address)
-            reply = await asyncio.wait_for(conn.request(P.ListOwnedObjects()), _TIMEOUT_S)
-            processes[address] = (reply.kind, reply.pid, addresses[address][2], reply.objects)
-        except Exception:  # noqa: BLE001  exited meanwhile
-            pass
-
-    await asyncio.gather(*(ask(a) for a in addresses if a != client.address))
-    return node_infos, processes
 
 
 def _join(node_infos: list[Any], processes: dict[str, Any]) -> list[ObjectState]:
@@ -249,6 +212,5 @@ def request_resources_row(request: bytes) -> None:
     """Replace the standing `request_resources()` demand (JSON {"bundles": [...]}, b"" drops it)
     in the cluster this process is connected to (raylite.autoscaler.sdk)."""
     from raylite import api
-    from raylite._core import protocol as P
 
-    api.ensure_initialized().head_request(P.RequestResources(request))
+    api.ensure_initialized().set_resource_request(request)

@@ -8,7 +8,6 @@ from typing import Any
 
 from raylite import api
 from raylite._core import options as O
-from raylite._core import protocol as P
 from raylite._core.ids import ActorID
 from raylite._core.task_spec import (
     DYNAMIC,
@@ -277,7 +276,7 @@ def get_actor(name: str, namespace: str | None = None) -> Any:
         raise ValueError("get_actor() needs the actor's name (a non-empty string).")
     client = api.ensure_initialized()
     ns = namespace if namespace is not None else client.namespace
-    reply = client.head_request(P.GetNamedActor(name, ns))
+    reply = client.named_actor(name, ns)
     if not reply.actor_id:
         raise ValueError(f"Failed to look up actor with name {name!r} in namespace {ns!r}. It was never "
                          "created, it died, or it lives in another namespace (pass namespace=...).")
@@ -303,7 +302,7 @@ def exit_actor() -> None:
         raise TypeError("exit_actor() can only be called inside an actor.")
     client = runtime.client()
     try:
-        client.run_sync(client.head.request(P.KillActor(worker.actor_spec.actor_id, True, False)), timeout=5)
+        client.exit_actor(worker.actor_spec.actor_id, timeout_s=5)
     except Exception:  # noqa: BLE001
         pass
     os._exit(0)

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from raylite._core import config as config_mod
-from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core import runtime
 from raylite._core.client.refs import ObjectRef, ObjectRefGenerator
@@ -320,15 +319,15 @@ def cancel(ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> No
 
 def list_named_actors(all_namespaces: bool = False) -> list:
     client = ensure_initialized()
-    reply = client.head_request(P.ListNamedActors(all_namespaces, client.namespace))
+    actors = client.list_named_actors(all_namespaces)
     if all_namespaces:
-        return reply.actors
-    return [a["name"] for a in reply.actors]
+        return actors
+    return [a["name"] for a in actors]
 
 
 def nodes() -> list[dict]:
     client = ensure_initialized()
-    info = client.head_request(P.GetClusterInfo())
+    info = client.cluster_info()
     out = []
     for n in info.nodes:
         out.append({
@@ -347,7 +346,7 @@ def _public(res: dict) -> dict:
 def cluster_resources() -> dict[str, float]:
     total: dict[str, int] = {}
     client = ensure_initialized()
-    for n in client.head_request(P.GetClusterInfo()).nodes:
+    for n in client.cluster_info().nodes:
         if n["alive"]:
             R.add(total, {k: v for k, v in n["total"].items() if "_group_" not in k})
     return {k: float(v) for k, v in R.from_fixed(total).items()}
@@ -356,12 +355,12 @@ def cluster_resources() -> dict[str, float]:
 def available_resources() -> dict[str, float]:
     client = ensure_initialized()
     total: dict[str, int] = {}
-    for n in client.head_request(P.GetClusterInfo()).nodes:
+    for n in client.cluster_info().nodes:
         if not n["alive"]:
             continue
         avail = n["available"]
         if n["node_id"] == client.node_id:
-            avail = client.node_request(P.GetNodeInfo()).available
+            avail = client.local_node_info().available
         R.add(total, {k: v for k, v in avail.items() if "_group_" not in k and v > 0})
     return {k: float(v) for k, v in R.from_fixed(total).items() if v > 0}
 

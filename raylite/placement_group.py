@@ -6,7 +6,6 @@ import time
 from typing import Any
 
 from raylite import exceptions as E
-from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core.ids import PlacementGroupID
 
@@ -25,11 +24,10 @@ class PlacementGroup:
     def bundle_count(self) -> int:
         return len(self.bundle_specs)
 
-    def _info(self, wait: bool, timeout_s: float) -> P.PlacementGroupInfo:
+    def _info(self, wait: bool, timeout_s: float) -> Any:
         from raylite import api
 
-        client = api.ensure_initialized()
-        return client.head_request(P.GetPlacementGroup(bytes(self.id), wait, timeout_s))
+        return api.ensure_initialized().placement_group_info(bytes(self.id), wait, timeout_s)
 
     def wait(self, timeout_seconds: float = 30) -> bool:
         """True once every bundle is reserved; False on timeout. Raises if it can never be placed."""
@@ -54,14 +52,14 @@ class PlacementGroup:
 
     async def _until_created(self, client: Any, wanted: Any) -> PlacementGroup:
         while True:
-            info = await client.head.request(P.GetPlacementGroup(bytes(self.id), True, 5.0))
+            info = await client.placement_group_info_async(bytes(self.id), True, 5.0)
             self._raise_if_never(info)
             if info.state == "CREATED":
                 return self
             if not wanted():
                 return self  # nobody holds the ref any more: stop asking
 
-    def _raise_if_never(self, info: P.PlacementGroupInfo) -> None:
+    def _raise_if_never(self, info: Any) -> None:
         if info.state == "INFEASIBLE":
             raise E.PlacementGroupSchedulingError(
                 f"Placement group {self.id.hex()} cannot be created: {info.error}. Ask for fewer "
@@ -99,30 +97,25 @@ def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", nam
             raise ValueError(f"Bundle {i} ({b!r}) asks for no resources; give it at least one.")
     if lifetime not in (None, "detached"):
         raise ValueError("lifetime must be None or 'detached'.")
-    client = api.ensure_initialized()
     pg_id = PlacementGroupID.from_random()
-    msg = P.CreatePlacementGroup(pg_id, [R.to_fixed(b) for b in bundles], strategy, name, client.namespace,
-                                 lifetime == "detached")
-    if name:
-        client.head_request(msg)  # other processes may look it up by name at once
-    else:
-        # the head only acknowledges it, and it reaches the head before anything this process
-        # asks about the group: no round trip per group (a thousand take milliseconds)
-        client.head_send(msg)
+    # a named group is awaited (other processes may look it up by name at once); an unnamed one
+    # is only sent: no round trip per group (a thousand take milliseconds)
+    api.ensure_initialized().create_placement_group(bytes(pg_id), [R.to_fixed(b) for b in bundles], strategy,
+                                                    name, lifetime == "detached")
     return PlacementGroup(pg_id, bundles, strategy)
 
 
 def remove_placement_group(placement_group: PlacementGroup) -> None:
     from raylite import api
 
-    api.ensure_initialized().head_send(P.RemovePlacementGroup(bytes(placement_group.id)))
+    api.ensure_initialized().remove_placement_group(bytes(placement_group.id))
 
 
 def get_placement_group(placement_group_name: str) -> PlacementGroup:
     from raylite import api
 
     client = api.ensure_initialized()
-    info = client.head_request(P.GetPlacementGroup(b"", False, -1.0, placement_group_name, client.namespace))
+    info = client.placement_group_by_name(placement_group_name, client.namespace)
     if info.state == "REMOVED":
         raise ValueError(f"Failed to look up placement group with name {placement_group_name!r}.")
     return PlacementGroup(info.pg_id, [R.from_fixed(b) for b in info.bundles], info.strategy)
@@ -132,7 +125,7 @@ def placement_group_table(placement_group: PlacementGroup | None = None) -> dict
     from raylite import api
 
     client = api.ensure_initialized()
-    groups = client.head_request(P.ListPlacementGroups()).groups
+    groups = client.list_placement_groups()
 
     def view(g: dict) -> dict:
         return {

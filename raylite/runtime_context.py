@@ -223,10 +223,7 @@ class RuntimeContext:
             raise RuntimeError("was_current_actor_reconstructed is only available inside an actor.")
         known = getattr(w, "_reconstructed", None)
         if known is None:
-            from raylite._core import protocol as P
-
-            info = self._client().head_request(P.GetActorInfo(w.actor_spec.actor_id, False, -1))
-            known = w._reconstructed = info.num_restarts != 0
+            known = w._reconstructed = self._client().actor_restarts(w.actor_spec.actor_id) != 0
         return known
 
     def get_runtime_env_string(self) -> str:

@@ -30,7 +30,6 @@ KNOWN_CROSSINGS = {
     ("client.core_client", "head.task_events"),  # the driver's TaskEventBuffer lives in the head's module
     ("client.objects", "node.object_store"),  # BUSY_NOT_FULL, the store's reply vocabulary
     ("head.cluster_metrics", "node.stats"),  # per_host: the stats row shape, shared
-    ("runtime", "client.refs"),  # the current client's slot lives beside the refs that read it
 }
 ROLES = {"head", "node", "worker", "client"}
 PURE = {"control_store": "head", "object_store": "node", "reference_counter": "client",
@@ -127,6 +126,20 @@ def test_core_does_not_import_public_layer():
     for path in (ROOT / "_core").rglob("*.py"):
         bad = {m for m in _imports(path) if any(m == p or m.startswith(p + ".") for p in public)}
         assert not bad, f"{path.name} imports the public layer: {bad}"
+
+
+# the public layer's own modules (beside the libraries, which see only the public API at all)
+PUBLIC_LAYER_EXCLUDED = {"_core", "dashboard", "cli", "testing", "job_submission"}  # L6 may speak the wire
+
+
+def test_public_layer_never_speaks_the_wire():
+    """raylite's public modules (api, actor, placement_group, _state, experimental, ...) ask Core
+    through the CoreAPI methods of `runtime.client()`; only Core builds protocol messages."""
+    for path in ROOT.rglob("*.py"):
+        if path.relative_to(ROOT).parts[0] in PUBLIC_LAYER_EXCLUDED:
+            continue
+        bad = {m for m in _imports(path) if m == "raylite._core.protocol" or m.startswith("raylite._core.protocol.")}
+        assert not bad, f"{path.relative_to(ROOT.parent)} builds wire messages: {bad}; add a CoreAPI method"
 
 
 def test_dashboard_talks_to_the_head_only_through_messages():

@@ -140,18 +140,17 @@ def get_node_ip_address(address: str | None = None) -> str:
 
 # --- ray._private.state ----------------------------------------------------------------------
 def _per_node(which: str) -> dict[str, dict[str, float]]:
-    from raylite._core import protocol as P
     from raylite._core import resources as R
     from raylite.api import ensure_initialized
 
     client = ensure_initialized()
     out: dict[str, dict[str, float]] = {}
-    for node in client.head_request(P.GetClusterInfo()).nodes:
+    for node in client.cluster_info().nodes:
         if not node["alive"]:
             continue
         res = node[which]
         if which == "available" and node["node_id"] == client.node_id:
-            res = client.node_request(P.GetNodeInfo()).available  # this node: no report lag
+            res = client.local_node_info().available  # this node: no report lag
         public = {k: v for k, v in res.items() if "_group_" not in k}
         values = {k: float(v) for k, v in R.from_fixed(public).items()}
         if which == "available":

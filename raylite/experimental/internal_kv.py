@@ -15,9 +15,6 @@ they do not block the caller's loop while the head answers.
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
 from raylite import api
 
 _DEFAULT_NAMESPACE = ""
@@ -48,22 +45,6 @@ def _value(value: str | bytes) -> bytes:
                     "serialize the value first (json.dumps(...).encode(), pickle.dumps(...))")
 
 
-def _messages() -> Any:
-    from raylite._core import protocol
-
-    return protocol
-
-
-def _request(msg: Any) -> Any:
-    return api.ensure_initialized().head_request(msg).value
-
-
-async def _request_async(msg: Any) -> Any:
-    client = api.ensure_initialized()
-    future = asyncio.run_coroutine_threadsafe(client.head.request(msg), client.loop)
-    return (await asyncio.wrap_future(future)).value
-
-
 def _internal_kv_initialized() -> bool:
     """True when this process is connected to a cluster."""
     from raylite._core import runtime
@@ -73,7 +54,7 @@ def _internal_kv_initialized() -> bool:
 
 def _internal_kv_get(key: str | bytes, *, namespace: str | None = None) -> bytes | None:
     """The value stored under key, or None."""
-    return _request(_messages().KvGet(_ns(namespace), _key(key)))
+    return api.ensure_initialized().kv_get(_ns(namespace), _key(key))
 
 
 def _internal_kv_exists(key: str | bytes, *, namespace: str | None = None) -> bool:
@@ -86,37 +67,36 @@ def _internal_kv_put(key: str | bytes, value: str | bytes, overwrite: bool = Tru
 
     With overwrite=False an existing value is kept.
     """
-    return bool(_request(_messages().KvPut(_ns(namespace), _key(key), _value(value), overwrite)))
+    return api.ensure_initialized().kv_put(_ns(namespace), _key(key), _value(value), overwrite)
 
 
 def _internal_kv_del(key: str | bytes, *, del_by_prefix: bool = False,
                      namespace: str | None = None) -> int:
     """Delete key (or every key starting with it); returns how many were deleted."""
-    return int(_request(_messages().KvDel(_ns(namespace), _key(key), del_by_prefix)) or 0)
+    return api.ensure_initialized().kv_del(_ns(namespace), _key(key), del_by_prefix)
 
 
 def _internal_kv_list(prefix: str | bytes, *, namespace: str | None = None) -> list[bytes]:
     """The keys that start with prefix."""
-    return list(_request(_messages().KvKeys(_ns(namespace), _key(prefix, "prefix"))))
+    return api.ensure_initialized().kv_keys(_ns(namespace), _key(prefix, "prefix"))
 
 
 async def _internal_kv_get_async(key: str | bytes, *, namespace: str | None = None) -> bytes | None:
-    return await _request_async(_messages().KvGet(_ns(namespace), _key(key)))
+    return await api.ensure_initialized().kv_get_async(_ns(namespace), _key(key))
 
 
 async def _internal_kv_put_async(key: str | bytes, value: str | bytes, overwrite: bool = True, *,
                                  namespace: str | None = None) -> bool:
-    msg = _messages().KvPut(_ns(namespace), _key(key), _value(value), overwrite)
-    return bool(await _request_async(msg))
+    return await api.ensure_initialized().kv_put_async(_ns(namespace), _key(key), _value(value), overwrite)
 
 
 async def _internal_kv_del_async(key: str | bytes, *, del_by_prefix: bool = False,
                                  namespace: str | None = None) -> int:
-    return int(await _request_async(_messages().KvDel(_ns(namespace), _key(key), del_by_prefix)) or 0)
+    return await api.ensure_initialized().kv_del_async(_ns(namespace), _key(key), del_by_prefix)
 
 
 async def _internal_kv_list_async(prefix: str | bytes, *, namespace: str | None = None) -> list[bytes]:
-    return list(await _request_async(_messages().KvKeys(_ns(namespace), _key(prefix, "prefix"))))
+    return await api.ensure_initialized().kv_keys_async(_ns(namespace), _key(prefix, "prefix"))
 
 
 __all__ = ["_internal_kv_del", "_internal_kv_del_async", "_internal_kv_exists", "_internal_kv_get",

@@ -25,6 +25,7 @@ from typing import Any
 from raylite._core import protocol as P
 from raylite._core import serialization as ser
 from raylite._core.client.actors import ActorCaller
+from raylite._core.client.head_calls import HeadCalls
 from raylite._core.client.head_link import HeadLink
 from raylite._core.client.lineage import LineageRebuilder
 from raylite._core.client.objects import ObjectPlane
@@ -40,6 +41,7 @@ from raylite._core.client.reference_counter import ReferenceCounter
 from raylite._core.client.tasks import TaskSubmitter
 from raylite._core.cluster.files import private_dir
 from raylite._core.config import Config
+from raylite._core.core_api import CoreAPI
 from raylite._core.head.task_events import TaskEventBuffer, describe_task
 from raylite._core.ids import TaskID
 from raylite._core.transport import rpc
@@ -70,11 +72,12 @@ def finish_pending_tasks(loop: asyncio.AbstractEventLoop, timeout_s: float = 1.0
                 task.exception()
 
 
-class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder):
+class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder, HeadCalls, CoreAPI):
     """The engine behind the Core API in one process; its concerns live in the mixins:
     ObjectPlane (client_objects.py), TaskSubmitter (client_tasks.py), ActorCaller
-    (client_actors.py), LineageRebuilder (client_lineage.py). This class holds the shared state, the I/O loop, connections and
-    reference counting."""
+    (client_actors.py), LineageRebuilder (client_lineage.py), HeadCalls (head_calls.py: the public
+    layer's head requests). This class holds the shared state, the I/O loop, connections and
+    reference counting. It is the CoreAPI (core_api.py) of a process on a cluster machine."""
 
     def __init__(self, config: Config, *, worker_id: bytes, kind: str, job_id: bytes,
                  node_address: str, token: str, session_dir: str, namespace: str = "") -> None:

@@ -13,10 +13,8 @@ import concurrent.futures
 import types
 from typing import Any
 
+from raylite._core.runtime import CURRENT as _CLIENT  # the current client (None before init)
 from raylite._core.serialization import contained_refs_sink
-
-# The current process's CoreClient (set by runtime.py); None before init.
-_CLIENT: list[Any] = [None]
 
 
 class ObjectRef:

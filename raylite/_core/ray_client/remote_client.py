@@ -31,8 +31,10 @@ from typing import Any
 
 from raylite._core import protocol as P
 from raylite._core import serialization as ser
+from raylite._core.client.head_calls import HeadCalls
 from raylite._core.client.refs import ObjectRef, ObjectRefGenerator
 from raylite._core.config import Config
+from raylite._core.core_api import CoreAPI
 from raylite._core.ids import ObjectID, TaskID
 from raylite._core.task_spec import DYNAMIC, STREAMING, TaskSpec
 from raylite._core.transport import rpc
@@ -79,7 +81,7 @@ class _RemoteHead:
         self._client._send("head_send", [P.encode(msg, 0)])
 
 
-class RemoteClient:
+class RemoteClient(HeadCalls, CoreAPI):
     """The Core API engine of a Ray Client driver (see the module docstring)."""
 
     kind = "driver"
