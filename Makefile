@@ -54,6 +54,8 @@ test-random: $(INSTALL_STEP)
 lint:
 	@$(PYTHON) -m ruff --version >/dev/null 2>&1 || { echo "== installing ruff, the linter"; $(PIP) install 'ruff>=0.4'; }
 	$(PYTHON) -m ruff check raylite tests bench examples
+	@$(PYTHON) -m mypy --version >/dev/null 2>&1 || { echo "== installing mypy, the type checker"; $(PIP) install 'mypy==2.4.1'; }
+	$(PYTHON) -m mypy
 
 bench:
 	$(PYTHON) bench/core.py

@@ -10,6 +10,10 @@ from __future__ import annotations
 import itertools
 import os
 import struct
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Self  # Python 3.11's; annotations are never evaluated here (3.10 runs too)
 
 _pack_counter = struct.Struct(">Q").pack
 
@@ -49,17 +53,17 @@ class BaseID(bytes):
     SIZE = 16
 
     @classmethod
-    def from_random(cls):
+    def from_random(cls) -> Self:
         if cls.SIZE == 16:
             return cls(_UNIQUE.next16())
         return cls(os.urandom(cls.SIZE))
 
     @classmethod
-    def from_hex(cls, text: str):
+    def from_hex(cls, text: str) -> Self:
         return cls(bytes.fromhex(text))
 
     @classmethod
-    def nil(cls):
+    def nil(cls) -> Self:
         return cls(b"\x00" * cls.SIZE)
 
     def is_nil(self) -> bool:
@@ -113,4 +117,5 @@ class ObjectID(BaseID):
         return TaskID(self[:16])
 
     def return_index(self) -> int:
-        return struct.unpack(">I", self[16:])[0]
+        index: int = struct.unpack(">I", self[16:])[0]
+        return index

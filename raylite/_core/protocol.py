@@ -21,9 +21,10 @@ Who talks to whom:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
 
-import msgpack
+import msgpack  # type: ignore[import-untyped]
 
 PROTOCOL_VERSION = 1
 
@@ -79,10 +80,13 @@ class Message:
         return f"{type(self).__name__}({inner})"
 
 
-def message(tag: int):
+M = TypeVar("M", bound=Message)
+
+
+def message(tag: int) -> Callable[[type[M]], type[M]]:
     """Register a message class under a wire tag (fields from its annotations)."""
 
-    def wrap(cls):
+    def wrap(cls: type[M]) -> type[M]:
         if tag in MESSAGES:
             raise RuntimeError(f"duplicate message tag {tag}: {cls.__name__} and {MESSAGES[tag].__name__}")
         annotations = cls.__dict__.get("__annotations__", {})
@@ -99,9 +103,10 @@ def message(tag: int):
 
 
 def encode(msg: Message, request_id: int = 0) -> bytes:
-    return msgpack.packb(
+    data: bytes = msgpack.packb(
         (msg.TAG, request_id, *[getattr(msg, f) for f in msg._FIELDS]), use_bin_type=True
     )
+    return data
 
 
 def encode_sized(msg: Message, request_id: int, size_hint: int) -> memoryview:
@@ -110,7 +115,8 @@ def encode_sized(msg: Message, request_id: int, size_hint: int) -> memoryview:
     copies a 100 MB value several times), and returned without a further copy."""
     packer = msgpack.Packer(use_bin_type=True, autoreset=False, buf_size=size_hint + 65536)
     packer.pack((msg.TAG, request_id, *[getattr(msg, f) for f in msg._FIELDS]))
-    return packer.getbuffer()
+    view: memoryview = packer.getbuffer()
+    return view
 
 
 def decode(data: bytes | memoryview) -> tuple[Message, int]:
@@ -183,9 +189,9 @@ class RegisterClientReply(Message):
 @message(12)
 class RequestLease(Message):
     lease_id: bytes
-    resources: dict  # fixed-point units, see resources.py
-    strategy: list  # Strategy.to_wire() (strategy.py)
-    runtime_env: dict
+    resources: dict[Any, Any]  # fixed-point units, see resources.py
+    strategy: list[Any]  # Strategy.to_wire() (strategy.py)
+    runtime_env: dict[Any, Any]
     description: str  # function name, for error messages
     allow_spillback: bool = True
 
@@ -199,7 +205,7 @@ class RequestLeaseReply(Message):
     error_type: str = ""
     error: str = ""
     spillback_address: str = ""  # ask this node instead
-    gpu_ids: list = []  # GPU devices the lease holds (its worker sets CUDA_VISIBLE_DEVICES)
+    gpu_ids: list[Any] = []  # GPU devices the lease holds (its worker sets CUDA_VISIBLE_DEVICES)
 
 
 @message(14)
@@ -235,7 +241,7 @@ class ObjectSealed(Message):
 
 @message(19)
 class FreeObjects(Message):
-    object_ids: list
+    object_ids: list[Any]
 
 
 @message(20)
@@ -251,7 +257,7 @@ class LogLines(Message):
     job_id: bytes
     prefix: str
     stream: str  # "stdout" | "stderr"
-    lines: list
+    lines: list[Any]
 
 
 @message(22)
@@ -267,14 +273,14 @@ class GetNodeInfo(Message):
 @message(24)
 class GetNodeInfoReply(Message):
     node_id: bytes
-    total: dict
-    available: dict
+    total: dict[Any, Any]
+    available: dict[Any, Any]
     store_used_bytes: int
     store_capacity_bytes: int
     num_workers: int
-    objects: list  # [[object_id, size, owner_address, where], ...]
-    store_stats: dict = {}  # ObjectStore.stats(): spilled bytes, recycled segments, counts
-    clients: list = []  # [[worker_id, kind, address, pid], ...]: processes that may own objects
+    objects: list[Any]  # [[object_id, size, owner_address, where], ...]
+    store_stats: dict[Any, Any] = {}  # ObjectStore.stats(): spilled bytes, recycled segments, counts
+    clients: list[Any] = []  # [[worker_id, kind, address, pid], ...]: processes that may own objects
 
 
 @message(25)
@@ -305,8 +311,8 @@ class ObjectsMapped(Message):
     (`unmapped`) mapping. The node spills what no one maps first: spilling a mapped object
     frees no memory until its readers let go."""
 
-    mapped: list
-    unmapped: list
+    mapped: list[Any]
+    unmapped: list[Any]
 
 
 @message(28)
@@ -346,7 +352,7 @@ class ListOwnedObjectsReply(Message):
     pid: int
     kind: str  # "driver" | "worker"
     # [[object_id, owned, owner_address, kind, size, local, submitted, borrowers, contained], ...]
-    objects: list
+    objects: list[Any]
 
 
 @message(42)
@@ -365,14 +371,14 @@ class WorkerExitReply(Message):
 
 @message(30)
 class PushTask(Message):
-    spec: list  # TaskSpec.to_wire()
+    spec: list[Any]  # TaskSpec.to_wire()
 
 
 @message(31)
 class PushTaskReply(Message):
     task_id: bytes
-    returns: list  # [[object_id, kind, payload], ...] see serialization.py
-    borrowed: list  # refs the worker still holds: [[object_id, owner_address], ...]
+    returns: list[Any]  # [[object_id, kind, payload], ...] see serialization.py
+    borrowed: list[Any]  # refs the worker still holds: [[object_id, owner_address], ...]
     error_kind: str = ""  # "" | "app" | "cancelled" | "crashed" | "system"
     worker_exiting: bool = False
 
@@ -399,13 +405,13 @@ class GetObjectStatusReply(Message):
 
 @message(35)
 class AddBorrower(Message):
-    object_ids: list
+    object_ids: list[Any]
     borrower_address: str
 
 
 @message(36)
 class RemoveBorrower(Message):
-    object_ids: list
+    object_ids: list[Any]
     borrower_address: str
 
 
@@ -413,15 +419,15 @@ class RemoveBorrower(Message):
 class GeneratorItem(Message):
     task_id: bytes
     index: int
-    item: list  # [object_id, kind, payload]
+    item: list[Any]  # [object_id, kind, payload]
 
 
 @message(38)
 class CreateActor(Message):
     """Node -> a dedicated worker: become this actor (run __init__)."""
 
-    spec: list
-    gpu_ids: list = []  # GPU devices the actor holds
+    spec: list[Any]
+    gpu_ids: list[Any] = []  # GPU devices the actor holds
 
 
 @message(39)
@@ -433,7 +439,7 @@ class CreateActorReply(Message):
 # ---------------------------------------------------------------- client <-> head
 @message(50)
 class RegisterActor(Message):
-    spec: list  # TaskSpec.to_wire() of the creation task
+    spec: list[Any]  # TaskSpec.to_wire() of the creation task
     get_if_exists: bool
 
 
@@ -443,7 +449,7 @@ class RegisterActorReply(Message):
     existed: bool
     error_type: str = ""
     error: str = ""
-    spec: list | None = None
+    spec: list[Any] | None = None
 
 
 @message(52)
@@ -478,7 +484,7 @@ class GetNamedActor(Message):
 @message(55)
 class GetNamedActorReply(Message):
     actor_id: bytes
-    spec: list | None
+    spec: list[Any] | None
 
 
 @message(56)
@@ -489,7 +495,7 @@ class ListNamedActors(Message):
 
 @message(57)
 class ListNamedActorsReply(Message):
-    actors: list  # [{name, namespace}, ...]
+    actors: list[Any]  # [{name, namespace}, ...]
 
 
 @message(58)
@@ -536,7 +542,7 @@ class KvKeys(Message):
 @message(64)
 class CreatePlacementGroup(Message):
     pg_id: bytes
-    bundles: list  # [fixed resource dict, ...]
+    bundles: list[Any]  # [fixed resource dict, ...]
     strategy: str
     name: str
     namespace: str
@@ -561,9 +567,9 @@ class GetPlacementGroup(Message):
 class PlacementGroupInfo(Message):
     pg_id: bytes
     state: str  # PENDING | CREATED | REMOVED | INFEASIBLE
-    bundles: list
+    bundles: list[Any]
     strategy: str
-    bundle_nodes: list  # node_id per bundle
+    bundle_nodes: list[Any]  # node_id per bundle
     name: str = ""
     error: str = ""
 
@@ -575,7 +581,7 @@ class ListPlacementGroups(Message):
 
 @message(69)
 class ListPlacementGroupsReply(Message):
-    groups: list  # [PlacementGroupInfo fields as dicts]
+    groups: list[Any]  # [PlacementGroupInfo fields as dicts]
 
 
 @message(70)
@@ -585,8 +591,8 @@ class GetClusterInfo(Message):
 
 @message(71)
 class ClusterInfo(Message):
-    nodes: list  # [{node_id, address, ip, alive, total, available, labels, idle_s, ...}]
-    demands: dict | None = None  # ControlStore.demands(): what waits for a node (the autoscaler's input)
+    nodes: list[Any]  # [{node_id, address, ip, alive, total, available, labels, idle_s, ...}]
+    demands: dict[Any, Any] | None = None  # ControlStore.demands(): what waits for a node (the autoscaler's input)
 
 
 @message(72)
@@ -596,7 +602,7 @@ class ListActors(Message):
 
 @message(73)
 class ListActorsReply(Message):
-    actors: list  # [ActorInfo fields as dicts]
+    actors: list[Any]  # [ActorInfo fields as dicts]
 
 
 @message(74)
@@ -620,8 +626,8 @@ class RegisterNode(Message):
     node_id: bytes
     address: str  # where clients/other nodes reach the node daemon
     ip: str
-    resources: dict  # fixed-point totals
-    labels: dict
+    resources: dict[Any, Any]  # fixed-point totals
+    labels: dict[Any, Any]
     store_dir: str
     version: str = ""
     local_address: str = ""  # unix:// address for clients on the same machine
@@ -637,17 +643,17 @@ class RegisterNodeReply(Message):
 @message(92)
 class Heartbeat(Message):
     node_id: bytes
-    available: dict
-    pending: list  # resource demands waiting on this node
-    total: dict | None = None  # changes when placement-group bundles are reserved
-    stats: dict | None = None  # every ~2 s: machine CPU/memory, store, workers (node_stats.py)
+    available: dict[Any, Any]
+    pending: list[Any]  # resource demands waiting on this node
+    total: dict[Any, Any] | None = None  # changes when placement-group bundles are reserved
+    stats: dict[Any, Any] | None = None  # every ~2 s: machine CPU/memory, store, workers (node_stats.py)
 
 
 @message(93)
 class StartActor(Message):
     actor_id: bytes
-    spec: list
-    resources: dict
+    spec: list[Any]
+    resources: dict[Any, Any]
 
 
 @message(94)
@@ -671,7 +677,7 @@ class WorkerDied(Message):
 @message(96)
 class ReserveBundles(Message):
     pg_id: bytes
-    bundles: list  # [[index, fixed resource dict], ...]
+    bundles: list[Any]  # [[index, fixed resource dict], ...]
 
 
 @message(97)
@@ -682,7 +688,7 @@ class ReserveBundlesReply(Message):
 @message(98)
 class ReleaseBundles(Message):
     pg_id: bytes
-    indexes: list
+    indexes: list[Any]
 
 
 @message(99)
@@ -711,13 +717,13 @@ class PickNode(Message):
     """Node -> head: which node should run this lease request (spillback)? Also client ->
     head for a SPREAD burst (`batch`), so the burst covers every node before any gets two."""
 
-    resources: dict
-    strategy: list
+    resources: dict[Any, Any]
+    strategy: list[Any]
     requester: bytes  # node id asking
     description: str = ""
     # what the requester has free now, its queued leases subtracted: the head's copy (from the
     # last heartbeat) can still show room there and would send the lease straight back
-    requester_available: dict | None = None
+    requester_available: dict[Any, Any] | None = None
     batch: bytes = b""  # a client's SPREAD burst: picks walk every node once before repeating one
 
 
@@ -758,9 +764,9 @@ class TaskEvents(Message):
     dropped (its buffer was full) since its last flush.
     """
 
-    events: list  # [[task_id, attempt, job_id, state, time_s, [desc indexes], start_s], ...]
+    events: list[Any]  # [[task_id, attempt, job_id, state, time_s, [desc indexes], start_s], ...]
     dropped: int = 0
-    descs: list = []  # dicts shared by this batch's events (a function's description, the worker's facts)
+    descs: list[Any] = []  # dicts shared by this batch's events (a function's description, the worker's facts)
 
 
 @message(129)
@@ -778,8 +784,8 @@ class GetTaskEvents(Message):
 
 @message(122)
 class GetTaskEventsReply(Message):
-    tasks: list  # [dict per task attempt, see task_events.TaskEventTable.rows]
-    dropped: dict  # job id hex -> tasks dropped for that job
+    tasks: list[Any]  # [dict per task attempt, see task_events.TaskEventTable.rows]
+    dropped: dict[Any, Any]  # job id hex -> tasks dropped for that job
 
 
 @message(123)
@@ -789,7 +795,7 @@ class ListJobs(Message):
 
 @message(124)
 class ListJobsReply(Message):
-    jobs: list  # [{job_id, driver_address, namespace, entrypoint, alive, start_time, end_time, ...}]
+    jobs: list[Any]  # [{job_id, driver_address, namespace, entrypoint, alive, start_time, end_time, ...}]
 
 
 @message(125)
@@ -799,7 +805,7 @@ class ListLogs(Message):
 
 @message(126)
 class ListLogsReply(Message):
-    files: list  # [[name, size_bytes, mtime_s], ...]
+    files: list[Any]  # [[name, size_bytes, mtime_s], ...]
 
 
 @message(127)
@@ -825,21 +831,21 @@ class GetClusterMetrics(Message):
 
 @message(141)
 class ClusterMetricsReply(Message):
-    families: list  # [{"name", "type", "help", "samples": [[series key, value], ...]}]
+    families: list[Any]  # [{"name", "type", "help", "samples": [[series key, value], ...]}]
 
 
 @message(142)
 class GetTimeSeries(Message):
     """-> TimeSeriesReply: the head's history of the named series (or those starting with prefix)."""
 
-    names: list
+    names: list[Any]
     prefix: str = ""
     since: float = 0.0
 
 
 @message(143)
 class TimeSeriesReply(Message):
-    series: dict  # {"time": [...], name: [value or None, ...]}
+    series: dict[Any, Any]  # {"time": [...], name: [value or None, ...]}
 
 
 # ---------------------------------------------------------------- the cluster autoscaler (raylite.autoscaler)
@@ -875,7 +881,7 @@ class ClientCall(Message):
     request id when the caller needs no answer (submit, release, export, ...)."""
 
     method: str
-    args: list
+    args: list[Any]
 
 
 @message(231)

@@ -59,7 +59,7 @@ def feasible_nodes(request: Mapping[str, int], nodes: Sequence[NodeView]) -> lis
     return [n for n in nodes if n.alive and R.fits(request, n.total)]
 
 
-def pick_node(request: Mapping[str, int], nodes: Sequence[NodeView], strategy: Strategy | Sequence = (),
+def pick_node(request: Mapping[str, int], nodes: Sequence[NodeView], strategy: Strategy | Sequence[object] = (),
               *, local_node: bytes | None = None, spread_counter: int = 0) -> NodeView | Infeasible | None:
     """Choose a node for `request`.
 
@@ -96,10 +96,16 @@ def pick_node(request: Mapping[str, int], nodes: Sequence[NodeView], strategy: S
 
 
 class NodeLike(Protocol):
-    node_id: bytes
-    total: Mapping[str, int]
-    available: Mapping[str, int]
-    alive: bool
+    """What a pick reads of a node (read-only, so a record with dict fields fits)."""
+
+    @property
+    def node_id(self) -> bytes: ...
+    @property
+    def total(self) -> Mapping[str, int]: ...
+    @property
+    def available(self) -> Mapping[str, int]: ...
+    @property
+    def alive(self) -> bool: ...
 
 
 class NodeRing:
@@ -127,7 +133,7 @@ class NodeRing:
         self._holes = 0
         self._cursor = 0  # default picks and new batches start here
         self._batches: OrderedDict[bytes, list[int]] = OrderedDict()  # batch -> [cursor, slots left]
-        self._feasible: dict[tuple, bool] = {}
+        self._feasible: dict[tuple[object, ...], bool] = {}
 
     def __len__(self) -> int:
         return len(self._pos)
@@ -158,8 +164,9 @@ class NodeRing:
         before = [0] * (len(self._ids) + 1)  # survivors before each old index
         for i, nid in enumerate(self._ids):
             before[i + 1] = before[i] + (nid is not None)
-        self._ids = [nid for nid in self._ids if nid is not None]
-        self._pos = {nid: i for i, nid in enumerate(self._ids)}
+        survivors = [nid for nid in self._ids if nid is not None]
+        self._ids = [*survivors]
+        self._pos = {nid: i for i, nid in enumerate(survivors)}
         self._holes = 0
         n = len(self._ids) or 1
         self._cursor = before[self._cursor % len(before)] % n
@@ -255,7 +262,8 @@ class NodeRing:
 
 def _headroom(request: Mapping[str, int], node: Any) -> float:
     keys = list(request) or ["CPU"]
-    return sum(node.available.get(k, 0) - request.get(k, 0) for k in keys)
+    room: float = sum(node.available.get(k, 0) - request.get(k, 0) for k in keys)
+    return room
 
 
 def place_bundles(bundles: Sequence[Mapping[str, int]], strategy: str,
@@ -269,7 +277,7 @@ def place_bundles(bundles: Sequence[Mapping[str, int]], strategy: str,
     if strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
         return Infeasible(f"unknown placement strategy {strategy!r}")
     if not _ever_placeable(bundles, strategy, alive):
-        total = {}
+        total: dict[str, int] = {}
         for b in bundles:
             R.add(total, b)
         return Infeasible(
@@ -324,7 +332,7 @@ def _ever_placeable(bundles: Sequence[Mapping[str, int]], strategy: str, alive: 
     return placed is not None
 
 
-def place_bundles_totals(bundles, strategy, totals):
+def place_bundles_totals(bundles: Sequence[Mapping[str, int]], strategy: str, totals: Sequence[NodeView]) -> bool | None:
     avail = {n.node_id: dict(n.total) for n in totals}
     used: set[bytes] = set()
     for b in sorted(bundles, key=lambda x: -sum(x.values())):
