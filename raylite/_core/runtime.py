@@ -35,7 +35,8 @@ def clear() -> None:
 
 
 def client() -> CoreAPI | None:
-    return _state["client"]
+    current: CoreAPI | None = _state["client"]
+    return current
 
 
 def worker() -> Any:
