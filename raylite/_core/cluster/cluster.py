@@ -24,6 +24,7 @@ from raylite._core import resources as R
 from raylite._core.cluster import files as CF
 from raylite._core.cluster.launch import package_root_path
 from raylite._core.config import Config
+from raylite._core.node import process_tree
 
 
 class StartError(RuntimeError):
@@ -205,6 +206,7 @@ def _read_line(proc: subprocess.Popen, timeout_s: float) -> str:
 def stop_nodes(config: Config, force: bool = False, grace_s: float = 10.0) -> list[CF.NodeProcess]:
     """Stop the node daemons `raylite start` started on this host (their workers go with them)."""
     procs = CF.local_node_processes(config.temp_dir)
+    tags = [process_tree.node_tag(p.pid) for p in procs]  # before they go (process_tree.py)
     sig = signal.SIGKILL if force else signal.SIGTERM
     for p in procs:
         with contextlib.suppress(ProcessLookupError):
@@ -218,6 +220,9 @@ def stop_nodes(config: Config, force: bool = False, grace_s: float = 10.0) -> li
                 os.kill(p.pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(p.session_dir, CF.NODE_FILE))
+    for tag in tags:  # what the workers started, left when a node was killed (--force)
+        if tag:
+            process_tree.kill_node_processes(tag)
     info = CF.read_address_file(config.temp_dir)
     if info is not None and any(p.head and p.session_dir == info.get("session_dir") for p in procs):
         with contextlib.suppress(OSError):

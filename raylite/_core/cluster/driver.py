@@ -22,6 +22,7 @@ from raylite._core.client.core_client import CoreClient
 from raylite._core.cluster import launch
 from raylite._core.config import Config, get_config
 from raylite._core.ids import JobID, WorkerID
+from raylite._core.node import process_tree
 from raylite._core.protocol import RegisterJob
 from raylite._core.transport.base import ConnectionBrokenError
 
@@ -122,11 +123,15 @@ def shutdown() -> None:
         client.shutdown()
         proc = info.process
         if proc is not None:
+            tag = process_tree.node_tag(proc.pid)
             try:
                 proc.wait(2.0)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(2.0)
+            if tag:  # the node sweeps its workers' processes; this is for a node that could not
+                with contextlib.suppress(Exception):
+                    process_tree.kill_node_processes(tag)
         import shutil
 
         from raylite._core.cluster import sessions
