@@ -110,7 +110,7 @@ def test_raylite_stop_ends_what_workers_started(env, force, tmp_path):
     wait_until(lambda: all(_gone(p) for p in pids), 20, "the sleeper and the daemon to end")
 
 
-@pytest.mark.parametrize("how", ["shutdown", "sigkill"])  # a plain exit takes the SIGKILL path
+@pytest.mark.parametrize("how", ["shutdown", "sigkill"])  # a plain exit ends it as a SIGKILL does: the node sees its creator go
 def test_local_cluster_end_ends_what_workers_started(env, how, tmp_path):
     env, temp, left = env
     run_env = dict(env, SHUTDOWN="1") if how == "shutdown" else env
