@@ -447,9 +447,7 @@ class NodeDaemon:
             views = [S.NodeView(self.node_id, self.total, self.available)]
             return P.RequestLeaseReply(
                 msg.lease_id, error_type="TaskUnschedulableError",
-                error=(f"{msg.description} requests {R.describe(S._public(request))}, which no node "
-                       f"of this cluster can ever provide ({S.capacity_summary(views)}). Lower the "
-                       "request (num_cpus/num_gpus/resources) or start a node that has it."))
+                error=f"{msg.description} cannot be scheduled: {S.never_fits(request, views)}. {S.FIX_HINT}")
         if msg.strategy and msg.strategy[0] == "NODE":
             target = msg.strategy[1]
             soft = len(msg.strategy) > 2 and msg.strategy[2]
