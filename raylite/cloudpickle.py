@@ -17,6 +17,10 @@ from cloudpickle import (
     unregister_pickle_by_value,
 )
 
+from raylite._core import code_pickling
+
+code_pickling.install()  # as Ray's copy does, code pickled by value keeps its file name
+
 
 def __getattr__(name: str) -> Any:
     """Anything else the cloudpickle package has (`cloudpickle.cloudpickle`, ...)."""

@@ -11,10 +11,13 @@ from typing import Any
 import cloudpickle
 
 from raylite import api
+from raylite._core import code_pickling
 from raylite._core import options as O
 from raylite._core.strategy import SPREAD, Strategy
 from raylite._core.task_spec import DYNAMIC, KIND_TASK, STREAMING, FunctionDescriptor, TaskSpec
 from raylite._runtime_env import merge_runtime_env
+
+code_pickling.install()  # exported functions and classes keep their file name and lines
 
 
 def strategy_to_wire(strategy: Any, resources: dict) -> tuple[list, dict]:

@@ -6,6 +6,7 @@ decoration time rather than deep inside the scheduler.
 
 from __future__ import annotations
 
+import difflib
 import warnings
 from typing import Any
 
@@ -40,9 +41,11 @@ _IGNORED_WITH_WARNING = {"max_calls", "_metadata", "label_selector",
 def validate(options: dict[str, Any], allowed: set[str], where: str) -> dict[str, Any]:
     for key, value in options.items():
         if key not in allowed:
-            raise ValueError(
-                f"Invalid option keyword {key!r} for {where}. Valid ones are: "
-                f"{', '.join(sorted(k for k in allowed if not k.startswith('_')))}.")
+            public = sorted(k for k in allowed if not k.startswith("_"))
+            close = difflib.get_close_matches(str(key), public, n=1, cutoff=0.6)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"Invalid option keyword {key!r} for {where}.{hint} Valid ones are: "
+                             f"{', '.join(public)}.")
         _check_value(key, value, where)
     return options
 

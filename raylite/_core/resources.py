@@ -41,5 +41,22 @@ def add(available: dict[str, int], request: Mapping[str, int]) -> None:
 
 
 def describe(resources: Mapping[str, int]) -> str:
-    """`{CPU: 4, GPU: 1}` for error messages."""
-    return "{" + ", ".join(f"{k}: {v}" for k, v in sorted(from_fixed(resources).items())) + "}"
+    """`{CPU: 4, GPU: 1, memory: 16.48 GiB}` for error messages: bytes as GiB, short numbers,
+    and none of the names raylite keeps for itself (`node:__internal_head__`)."""
+    return "{" + ", ".join(f"{k}: {amount(k, v)}" for k, v in sorted(from_fixed(resources).items())
+                           if not is_internal(k)) + "}"
+
+
+def is_internal(name: str) -> bool:
+    """A resource a user never asks for by name: the head's marker."""
+    return name.startswith("node:__internal")
+
+
+def amount(name: str, value: float) -> str:
+    """One amount as a person reads it: `memory: 3 GiB`, `CPU: 0.5`, `GPU: 2`."""
+    if name.endswith("memory"):
+        gib = value / 2**30
+        if gib >= 0.1 or value == 0:
+            return f"{gib:.2f}".rstrip("0").rstrip(".") + " GiB"
+        return f"{value / 2**20:.1f}".rstrip("0").rstrip(".") + " MiB"
+    return f"{value:g}" if isinstance(value, float) else str(value)

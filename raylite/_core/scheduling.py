@@ -50,6 +50,15 @@ def capacity_summary(nodes: Sequence[NodeView], limit: int = 20) -> str:
     return "; ".join(parts)
 
 
+def never_fits(request: Mapping[str, int], nodes: Sequence[NodeView]) -> str:
+    """The reason a request is infeasible, worded alike for tasks and actors."""
+    return (f"it requests {R.describe(_public(request))}, which no node of this cluster can ever "
+            f"provide ({capacity_summary(nodes)})")
+
+
+FIX_HINT = "Lower the request (num_cpus/num_gpus/memory/resources) or start a node that has it."
+
+
 def _public(res: Mapping[str, int]) -> dict[str, int]:
     public = {k: v for k, v in res.items() if "_group_" not in k}
     return public if public or not res else dict(res)
@@ -81,7 +90,7 @@ def pick_node(request: Mapping[str, int], nodes: Sequence[NodeView], strategy: S
             return Infeasible(f"node affinity to node {how.node_id_hex[:8]} (soft=False), but that node {why}")
         how = DEFAULT_STRATEGY
     if not candidates:
-        return Infeasible(f"no node can ever fit {R.describe(_public(request))}: {capacity_summary(nodes)}")
+        return Infeasible(never_fits(request, nodes))
     with_room = [n for n in candidates if R.fits(request, n.available)]
     if not with_room:
         return None

@@ -33,7 +33,10 @@ from typing import Any
 
 import cloudpickle
 
+from raylite._core import code_pickling
 from raylite.exceptions import ObjectSerializationError
+
+code_pickling.install()  # code pickled by value keeps its file name and lines (code_pickling.py)
 
 KIND_VALUE = 0
 KIND_ERROR = 1

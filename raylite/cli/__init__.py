@@ -12,6 +12,7 @@ import click
 from raylite._core.cluster import cluster as C
 from raylite._core.cluster import files as CF
 from raylite._core.config import get_config
+from raylite.cli.extras import ExtrasGroup
 from raylite.cli.ray_start_flags import node_overrides, ray_start_flags
 
 
@@ -26,7 +27,7 @@ def _version() -> str:
     return raylite.__version__
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(name="raylite", cls=ExtrasGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(_version(), "--version", "-V", prog_name="raylite",
                       message="%(prog)s %(version)s")
 def main() -> None:

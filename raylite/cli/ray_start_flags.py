@@ -143,8 +143,8 @@ FLAGS: list[tuple[str, Any, Any]] = [
     ("--redis-shard-ports", "str", "the head keeps its tables itself (see --persist)"),
     ("--storage", "str", "give storage paths to Train's RunConfig(storage_path=...)"),
     ("--system-config", "str", "Ray's internal settings do not apply; raylite reads RAYLITE_* variables"),
-    ("--autoscaling-config", "str", "raylite has no autoscaler"),
-    ("--no-monitor", "flag", "raylite has no autoscaler monitor"),
+    ("--autoscaling-config", "str", "the autoscaler runs apart from the head: `raylite autoscaler --config FILE`"),
+    ("--no-monitor", "flag", "the head starts no monitor process; the autoscaler is `raylite autoscaler`"),
     ("--no-redirect-output", "flag", "node output always goes to the session's logs directory"),
     ("--enable-object-reconstruction", "flag", "lineage reconstruction is always on"),
     ("--tracing-startup-hook", "str", "tracing hooks are not supported"),
@@ -154,7 +154,7 @@ FLAGS: list[tuple[str, Any, Any]] = [
     ("--system-reserved-cpu", "float", "raylite does not set up cgroups"),
     ("--system-reserved-memory", "int", "raylite does not set up cgroups"),
     ("--cgroup-path", "str", "raylite does not set up cgroups"),
-    ("--proxy-server-url", "str", "raylite has no Ray Client proxy"),
+    ("--proxy-server-url", "str", "the dashboard answers its own requests; it redirects none"),
     ("--huge-pages", "flag", "the object store uses the shared-memory directory's page size"),
     ("--plasma-store-socket-name", "str", "the node names its own sockets in the session directory"),
     ("--raylet-socket-name", "str", "the node names its own sockets in the session directory"),
@@ -176,6 +176,8 @@ _HELP = {
     "--verbose": "More log output from the node (-v: INFO, -vv: DEBUG).",
     "--dashboard-agent-listen-port": "Serve the node's health endpoints (/api/healthz, /api/local_raylet_healthz, "
                                      "/api/gcs_healthz on the head; no token) on this port (Ray's: 52365).",
+    "--ray-client-server-port": "The head's Ray Client server port, for drivers connecting with "
+                                "init('ray://HOST:PORT') (default 10001; 0 runs none).",
     "--metrics-export-port": "Serve this node's Prometheus metrics at /metrics on this port (token required).",
 }
 

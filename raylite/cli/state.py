@@ -67,7 +67,17 @@ def _cell(value: Any, column: str = "") -> str:
     if column.endswith(("_time", "_time_ms")) and isinstance(value, (int, float)) and value > 0:
         return format_time_ms(value)  # epoch ms, as `raylite job list` shows them (json/yaml keep ms)
     if isinstance(value, dict):
-        return ",".join(f"{k}:{v:g}" if isinstance(v, float) else f"{k}:{v}" for k, v in value.items())
+        return ",".join(f"{k}:{_amount(k, v)}" for k, v in value.items())
+    return str(value)
+
+
+def _amount(key: str, value: Any) -> str:
+    """A resource amount for a table: bytes as GiB (`memory:16.48GiB`, not `1.76932e+10`),
+    other numbers short (`CPU:2`, `GPU:0.5`); json/yaml keep the raw numbers."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if str(key).endswith("memory"):
+            return f"{value / 2**30:.2f}GiB"
+        return f"{value:g}"
     return str(value)
 
 

@@ -24,6 +24,8 @@ from typing import Any
 import click
 import yaml
 
+from raylite.cli.extras import ExtrasGroup
+
 _HELP = {"help_option_names": ["-h", "--help"]}
 
 
@@ -210,9 +212,14 @@ def _http_base_url() -> str:
 # --------------------------------------------------------------------------- the commands
 
 
-@click.group(context_settings=_HELP)
+@click.group(name="serve", cls=ExtrasGroup, context_settings=_HELP)
 def main() -> None:
     """Run and manage Ray Serve applications on a raylite cluster."""
+    import importlib.util
+
+    # every command reads Serve's config models: say so before connecting to a cluster
+    if importlib.util.find_spec("pydantic") is None:
+        raise ModuleNotFoundError("No module named 'pydantic'", name="pydantic")
 
 
 @main.command(context_settings=_HELP)

@@ -27,7 +27,7 @@ from raylite.train._internal.controller import RunSpec, TrainController
 from raylite.train._internal.env import checkpoint_upload_mode
 from raylite.train._internal.messages import WorkerMetadata
 from raylite.train._internal.policies import infeasible_message
-from raylite.train._internal.progress import ProgressReporter
+from raylite.train._internal.progress import ProgressReporter, epochs_total
 from raylite.train._internal.state import RunState
 from raylite.train._internal.storage import (
     STATE_FILE,
@@ -119,7 +119,8 @@ class DataParallelTrainer:
         driver_node = self._ensure_cluster(scaling)
         self._check_feasible(scaling)
         storage.write_bytes(TRAINER_FILE, self._pickle_for_restore(storage))
-        reporter = ProgressReporter(self._trainer_name, run_config.verbose)
+        reporter = ProgressReporter(self._trainer_name, run_config.verbose,
+                                    epochs=epochs_total(self.train_loop_config))
         spec = RunSpec(
             trainer_name=self._trainer_name,
             train_fn=self.train_loop_per_worker,

@@ -137,3 +137,16 @@ def test_flag_table_covers_rays_start_flags():
         assert name in flags, name
     assert parse_labels("a=1, b = two", "--labels") == {"a": "1", "b": "two"}
     assert parse_labels(json.dumps({"a": 1}), "--labels") == {"a": "1"}
+
+
+def test_every_flag_that_acts_says_what_it_does():
+    """A flag with an effect has its own help text (`--ray-client-server-port` once read
+    "Accepted for Ray compatibility." though it sets the Ray Client port), and no help text
+    denies a part raylite has."""
+    from raylite.cli.ray_start_flags import _HELP
+
+    for flag, _kind, effect in FLAGS:
+        if callable(effect):
+            assert _HELP.get(flag), f"{flag} changes the node but has no help text"
+        else:
+            assert "no Ray Client" not in effect and "no autoscaler" not in effect, (flag, effect)

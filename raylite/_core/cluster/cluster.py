@@ -12,6 +12,7 @@ import json
 import os
 import secrets
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -24,6 +25,7 @@ from raylite._core import resources as R
 from raylite._core.cluster import files as CF
 from raylite._core.cluster.launch import package_root_path
 from raylite._core.config import Config
+from raylite._core.node import process_tree
 
 
 class StartError(RuntimeError):
@@ -103,6 +105,38 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
                            f"{secrets.token_hex(2)}")
     os.makedirs(os.path.join(session, "logs"), exist_ok=True)
     CF.private_dir(os.path.join(session, "sockets"))
+    try:
+        return _start_in(session, config, head=head, port=port, address=address, ip=ip, head_bind=head_bind,
+                         num_cpus=num_cpus, num_gpus=num_gpus, resources=resources,
+                         object_store_memory=object_store_memory, persist=persist, token=token,
+                         tls_cert=tls_cert, tls_key=tls_key, timeout_s=timeout_s, labels=labels,
+                         node_port=node_port, extra_resources=extra_resources,
+                         include_dashboard=include_dashboard, dashboard_host=dashboard_host,
+                         dashboard_port=dashboard_port, agent_port=agent_port, metrics_port=metrics_port,
+                         creator_pid=creator_pid, env=env)
+    except BaseException:
+        _discard_if_empty(session)  # a failed start leaves no empty session behind (a log stays)
+        raise
+
+
+def _discard_if_empty(session: str) -> None:
+    """Remove `session` unless some file in it has content (a log that says why it failed)."""
+    for root, _dirs, names in os.walk(session):
+        for name in names:
+            with contextlib.suppress(OSError):
+                if os.path.getsize(os.path.join(root, name)) > 0 and name != "token":
+                    return
+    shutil.rmtree(session, ignore_errors=True)
+
+
+def _start_in(session: str, config: Config, *, head: bool, port: int, address: str, ip: str, head_bind: str,
+              num_cpus: float | None, num_gpus: float | None, resources: dict | None,
+              object_store_memory: int | None, persist: str, token: str, tls_cert: str, tls_key: str,
+              timeout_s: float, labels: dict | None, node_port: int, extra_resources: dict | None,
+              include_dashboard: bool, dashboard_host: str, dashboard_port: int, agent_port: int,
+              metrics_port: int, creator_pid: int, env: dict[str, str] | None) -> StartedNode:
+    """start_node's body, once the session directory exists."""
+    temp_dir = config.temp_dir
     if head:
         port = _check_port_free(head_bind, port)
         token = token or config.token or secrets.token_hex(16)
@@ -205,6 +239,7 @@ def _read_line(proc: subprocess.Popen, timeout_s: float) -> str:
 def stop_nodes(config: Config, force: bool = False, grace_s: float = 10.0) -> list[CF.NodeProcess]:
     """Stop the node daemons `raylite start` started on this host (their workers go with them)."""
     procs = CF.local_node_processes(config.temp_dir)
+    tags = [process_tree.node_tag(p.pid) for p in procs]  # before they go (process_tree.py)
     sig = signal.SIGKILL if force else signal.SIGTERM
     for p in procs:
         with contextlib.suppress(ProcessLookupError):
@@ -218,6 +253,9 @@ def stop_nodes(config: Config, force: bool = False, grace_s: float = 10.0) -> li
                 os.kill(p.pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(p.session_dir, CF.NODE_FILE))
+    for tag in tags:  # what the workers started, left when a node was killed (--force)
+        if tag:
+            process_tree.kill_node_processes(tag)
     info = CF.read_address_file(config.temp_dir)
     if info is not None and any(p.head and p.session_dir == info.get("session_dir") for p in procs):
         with contextlib.suppress(OSError):

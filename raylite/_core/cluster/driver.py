@@ -22,6 +22,7 @@ from raylite._core.client.core_client import CoreClient
 from raylite._core.cluster import launch
 from raylite._core.config import Config, get_config, job_submission_id
 from raylite._core.ids import JobID, WorkerID
+from raylite._core.node import process_tree
 from raylite._core.protocol import RegisterJob
 from raylite._core.transport.base import ConnectionBrokenError
 
@@ -62,10 +63,22 @@ def start_local(config: Config, *, num_cpus, num_gpus, resources, namespace: str
     if info.get("dashboard_warning"):
         import warnings
 
-        warnings.warn(info["dashboard_warning"], stacklevel=5)
+        warnings.warn(info["dashboard_warning"], stacklevel=user_stacklevel())
     return DriverInfo(node.session_dir, node.process, info["node_address"], info["head_address"],
                       info["node_id"], node.token, namespace, JobID.from_random(), True, log_to_driver,
                       info.get("dashboard_url", ""), node.sys_path)
+
+
+def user_stacklevel() -> int:
+    """warnings.warn's stacklevel that names the user's line: the first caller outside raylite
+    (init() is reached from init(), from a first .remote(), from ray.get(), ...)."""
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+    frame, level = sys._getframe(1), 2  # 2: the caller of user_stacklevel's caller
+    while frame is not None and frame.f_back is not None:
+        if not os.path.abspath(frame.f_code.co_filename).startswith(package):
+            break
+        frame, level = frame.f_back, level + 1
+    return max(level - 1, 1)
 
 
 def connect_client(config: Config, info: DriverInfo) -> CoreClient:
@@ -122,11 +135,15 @@ def shutdown() -> None:
         client.shutdown()
         proc = info.process
         if proc is not None:
+            tag = process_tree.node_tag(proc.pid)
             try:
                 proc.wait(2.0)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(2.0)
+            if tag:  # the node sweeps its workers' processes; this is for a node that could not
+                with contextlib.suppress(Exception):
+                    process_tree.kill_node_processes(tag)
         import shutil
 
         from raylite._core.cluster import sessions

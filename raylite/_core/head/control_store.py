@@ -491,8 +491,7 @@ class ControlStore:
                                     f"{why}"), True
             how = DEFAULT_STRATEGY
         if not self.ring.feasible(resources, nodes):
-            return S.Infeasible(f"no node can ever fit {R.describe(S._public(resources))}: "
-                                f"{S.capacity_summary(self.alive_views())}"), True
+            return S.Infeasible(S.never_fits(resources, self.alive_views())), True
         if how.is_spread:
             nid, covered = self.ring.pick_spread(resources, nodes, batch)
             return (nodes[nid] if nid is not None else None), covered
@@ -538,8 +537,7 @@ class ControlStore:
             return []
         if isinstance(choice, S.Infeasible):
             return self._actor_dead(actor_id, f"The actor {spec.function.qualname} cannot be scheduled: "
-                                    f"{choice.reason}. Lower its resource request or add nodes with "
-                                    "those resources.", unschedulable=True)
+                                    f"{choice.reason}. {S.FIX_HINT}", unschedulable=True)
         if choice is None:  # no room right now: queue it on a node that can ever fit it
             choice = self.nodes[self.ring.next_feasible(need, self.nodes)]  # type: ignore[index]
         # optimistic until the node's next heartbeat: actors placed in the same burst must see

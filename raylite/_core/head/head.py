@@ -254,8 +254,8 @@ class Head:
             return self._wait_for_node(msg.resources)  # a coroutine: only this case awaits
         if isinstance(choice, S.Infeasible):
             return P.PickNodeReply(error_type="TaskUnschedulableError",
-                                   error=f"{msg.description} cannot be scheduled: {choice.reason}. Lower "
-                                   "the request (num_cpus/num_gpus/resources) or start a node that has it.")
+                                   error=f"{msg.description} cannot be scheduled: {choice.reason}. "
+                                   f"{S.FIX_HINT}")
         return P.PickNodeReply(choice.node_id, choice.address, covered=covered)
 
     async def _wait_for_node(self, resources: dict) -> P.PickNodeReply:

@@ -75,7 +75,8 @@ class RedisPersistence(Persistence):
         try:
             import redis  # type: ignore
         except ImportError as e:
-            raise RuntimeError("--persist redis://... needs the `redis` package: pip install redis") from e
+            raise RuntimeError("--persist redis://... needs the `redis` package, which comes with raylite's redis extra: "
+                               "pip install 'raylite[redis]'") from e
         self._r = redis.Redis(host=host, port=port, username=username or None, password=password or None)
         self._r.ping()
         self._prefix = prefix

@@ -448,9 +448,7 @@ class NodeDaemon:
             views = [S.NodeView(self.node_id, self.total, self.available)]
             return P.RequestLeaseReply(
                 msg.lease_id, error_type="TaskUnschedulableError",
-                error=(f"{msg.description} requests {R.describe(S._public(request))}, which no node "
-                       f"of this cluster can ever provide ({S.capacity_summary(views)}). Lower the "
-                       "request (num_cpus/num_gpus/resources) or start a node that has it."))
+                error=f"{msg.description} cannot be scheduled: {S.never_fits(request, views)}. {S.FIX_HINT}")
         how = decode_strategy(msg.strategy)
         if how.is_node:
             target = how.node_id_hex

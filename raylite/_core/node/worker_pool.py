@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from raylite._core.ids import WorkerID
+from raylite._core.node import process_tree
 from raylite._core.node.zygote import start_zygote
 from raylite._core.runtime_env import pip_env
 from raylite._core.runtime_env.packaging import digest_of, is_package_uri
@@ -187,6 +188,9 @@ class WorkerPool:
             rec.conn.close()
 
     def shutdown(self) -> None:
+        """Kill the workers, the zygote and every process they started (process_tree.py)."""
+        with contextlib.suppress(Exception):
+            process_tree.kill_node_processes(process_tree.node_tag(os.getpid()), [self._zygote_pid])
         for rec in list(self.workers.values()):
             if rec.pid:
                 with contextlib.suppress(ProcessLookupError):

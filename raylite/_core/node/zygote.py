@@ -68,6 +68,9 @@ def start_zygote(worker_module: str) -> tuple[int, socket.socket]:
 
 def _zygote_main(sock: socket.socket, worker_module: str) -> None:
     set_parent_death_signal()
+    from raylite._core.node import process_tree
+
+    process_tree.mark_zygote(os.getppid())  # what the workers start ends with the node
     with contextlib.suppress(Exception):
         os.setpgid(0, 0)  # our own process group: Ctrl-C at the driver's terminal is the driver's
     # the imports wait for the first fork request: until then the node daemon and the

@@ -6,9 +6,11 @@ mapping shared memory it sends each call over one TCP connection to its proxy dr
 head (client_proxy.py, which lists the calls) and gets values back pickled. See
 client_server.py for the architecture and docs/clusters.md ("Ray Client") for its limits.
 
-Ordering: every call leaves through this process's I/O loop in the order the program made it,
-and the proxy carries out submissions and releases in arrival order, so a get() always finds
-the task it waits for submitted. Submissions need no answer (their return ids are derived
+Ordering: every call and every release goes into one outbox (`_outbox`), from any thread, and
+leaves through this process's I/O loop in the order it went in; the proxy carries them out in
+arrival order, so a get() always finds the task it waits for submitted, and a ref passed to a
+task and dropped at once (`f.remote(b); del b`) is released only after that submission. (A
+release once had its own queue, drained by a callback scheduled earlier, and overtook it.) Submissions need no answer (their return ids are derived
 from the task id), which keeps a loop of .remote() calls from paying a round trip each.
 
 References: the proxy keeps one ref alive per *grant* (an id it handed here); this side counts
@@ -23,6 +25,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import logging
 import pickle
 import socket
 import sys
@@ -41,6 +44,7 @@ from raylite._core.transport import rpc
 from raylite._core.transport.base import ConnectionBrokenError, HandshakeError, RemoteError
 from raylite._core.transport.loops import new_event_loop
 
+_log = logging.getLogger(__name__)
 _NO_ARGS = ser.serialize(((), {})).to_inline()
 
 
@@ -102,8 +106,10 @@ class RemoteClient(HeadCalls, CoreAPI):
         self._lock = threading.RLock()
         self._counts: dict[bytes, int] = {}  # live ObjectRefs here, per id
         self._grants: dict[bytes, int] = {}  # grants received, per id (module docstring)
-        self._deleted: collections.deque = collections.deque()
-        self._drain_armed = False
+        # calls (functions to run on the loop) and deletions (ids, as bytes), in program order
+        self._outbox: collections.deque = collections.deque()
+        self._pump_armed = False
+        self._pumping = False
         self._exported: set[bytes] = set()
         self._promises: dict[bytes, concurrent.futures.Future] = {}
         self._thread: threading.Thread | None = None
@@ -237,13 +243,49 @@ class RemoteClient(HeadCalls, CoreAPI):
         self._on_loop(go)
 
     def _on_loop(self, fn: Any) -> None:
+        """Run `fn` on the loop after everything put in the outbox before it."""
         if self._closed or self.loop is None:
             raise RayClientError(f"this Ray Client connection (ray://{self.hostport}) is closed; call "
                                  "raylite.init('ray://...') again.")
-        if threading.current_thread() is self._thread:
-            fn()
-        else:
-            self.loop.call_soon_threadsafe(fn)
+        self._outbox.append(fn)
+        if threading.current_thread() is self._thread:  # at once, after what waits before it
+            if not self._pumping:
+                self._pump()
+            return
+        self._arm()
+
+    def _arm(self) -> None:
+        """Make sure a pump is scheduled on the loop."""
+        if not self._pump_armed:
+            self._pump_armed = True
+            with contextlib.suppress(RuntimeError):  # the loop closed: nothing will leave
+                self.loop.call_soon_threadsafe(self._pump)
+
+    def _pump(self) -> None:
+        """On the loop: carry out the outbox in order. Consecutive deletions become one release
+        message, sent before the call that follows them. The armed flag drops before reading, so
+        an item added meanwhile schedules another pump rather than being missed."""
+        self._pump_armed = False
+        self._pumping = True
+        try:
+            deleted: list[bytes] = []
+            while self._outbox:
+                item = self._outbox.popleft()
+                if isinstance(item, bytes):
+                    deleted.append(item)
+                    continue
+                if deleted:
+                    self._release(deleted)
+                    deleted = []
+                try:
+                    item()
+                except Exception:  # one failed call must not hold back the ones after it
+                    if not self._closed:
+                        _log.exception("raylite: a Ray Client call failed before it was sent")
+            if deleted:
+                self._release(deleted)
+        finally:
+            self._pumping = False
 
     def _broken(self, exc: BaseException) -> BaseException:
         if isinstance(exc, (ConnectionBrokenError, rpc.ConnectionClosedError)):
@@ -278,21 +320,20 @@ class RemoteClient(HeadCalls, CoreAPI):
             self._counts[object_id] = self._counts.get(object_id, 0) + 1
 
     def ref_deleted(self, object_id: bytes) -> None:
-        """From ObjectRef.__del__ (any thread, maybe under _lock): queue it, count on the loop."""
-        if self._closed:
+        """From ObjectRef.__del__ (any thread, maybe under _lock): into the outbox, behind every
+        call made before it (a submission that passes this ref among them); counted on the loop.
+        Always scheduled, never run in place: a __del__ can fire on the loop in the middle of a
+        send, and a release is never urgent."""
+        if self._closed or self.loop is None:
             return
-        self._deleted.append(object_id)
-        if not self._drain_armed:
-            self._drain_armed = True
-            with contextlib.suppress(Exception):
-                self.loop.call_soon_threadsafe(self._drain)
+        self._outbox.append(object_id)
+        self._arm()
 
-    def _drain(self) -> None:
-        self._drain_armed = False
+    def _release(self, deleted: list[bytes]) -> None:
+        """Count the deletions; return the grants of ids with no ObjectRef left here."""
         release = []
         with self._lock:
-            while self._deleted:
-                oid = self._deleted.popleft()
+            for oid in deleted:
                 left = self._counts.get(oid, 0) - 1
                 if left > 0:
                     self._counts[oid] = left
@@ -352,7 +393,11 @@ class RemoteClient(HeadCalls, CoreAPI):
         return P.decode(self._result(self._call("actor", [wire, get_if_exists], _args_size(spec.args))))[0]
 
     def actor_out_of_scope(self, actor_id: bytes) -> None:
-        self._send("aos", [actor_id])
+        """A handle's last copy went; after shutdown() there is nothing to tell (the proxy ended
+        the job's actors), so a handle collected then stays silent."""
+        if not self._closed:
+            with contextlib.suppress(RayClientError):  # closed meanwhile
+                self._send("aos", [actor_id])
 
     def actor_info(self, actor_id: bytes, wait_alive: bool = False) -> P.ActorInfo:
         return self.head_request(P.GetActorInfo(actor_id, wait_alive, -1))

@@ -161,6 +161,23 @@ class PhysicalOperator:
     def progress(self) -> str:
         return f"{self.stats.blocks_out} blocks, {self.stats.rows_out} rows"
 
+    # -- totals for the progress bars (None: not known)
+    def expected_rows(self) -> int | None:
+        """Rows this operator will output: exact once it completed; before, its inputs' expected
+        rows (one out per row in, as Ray's bars assume: a filter's total drops when it ends)."""
+        if self.completed() and not self.finished:
+            return self.stats.rows_out
+        upstream = self._expected_input_rows()
+        return None if upstream is None else max(upstream, self.stats.rows_out)
+
+    def _expected_input_rows(self) -> int | None:
+        totals = [d.expected_rows() for d in self.deps]
+        return sum(totals) if totals and None not in totals else None  # type: ignore[arg-type]
+
+    def expected_tasks(self) -> int | None:
+        """Tasks this operator will run, where known before they run (a read's file listing)."""
+        return None
+
 
 class _TaskRunner(PhysicalOperator):
     """Shared by operators that run tasks: running table and (optionally ordered) outputs."""
@@ -255,6 +272,11 @@ class InputDataBuffer(PhysicalOperator):
     def add_input(self, bundle: RefBundle, input_index: int) -> None:
         raise AssertionError("InputDataBuffer has no inputs")
 
+    def expected_rows(self) -> int | None:
+        if self.ctx is not None:  # started: every block is out
+            return self.stats.rows_out
+        return None
+
 
 class MapOperator(_TaskRunner):
     """Runs a fused TransformChain as tasks; a source when it owns read tasks."""
@@ -282,6 +304,20 @@ class MapOperator(_TaskRunner):
         self._max_concurrency = max_concurrency
         self._chain_ref: Any = None
         self._read_tasks = read_tasks
+
+    def _expected_input_rows(self) -> int | None:
+        if self._read_tasks is None:
+            return super()._expected_input_rows()
+        rows = [rt.metadata.num_rows for rt in self._read_tasks]  # a range's, a listing's
+        return sum(rows) if rows and None not in rows else None  # type: ignore[arg-type]
+
+    def expected_rows(self) -> int | None:
+        if self._read_tasks is not None and not (self.completed() and not self.finished):
+            return self._expected_input_rows()  # a read's rows are its output
+        return super().expected_rows()
+
+    def expected_tasks(self) -> int | None:
+        return len(self._read_tasks) if self._read_tasks is not None else None
 
     def start(self, ctx: ExecCtx) -> None:
         super().start(ctx)
@@ -437,6 +473,10 @@ class LimitOperator(_TaskRunner):
 
     def reached(self) -> bool:
         return self._seen >= self.limit
+
+    def expected_rows(self) -> int | None:
+        upstream = self._expected_input_rows()
+        return self.limit if upstream is None else min(self.limit, upstream)
 
     def add_input(self, bundle: RefBundle, input_index: int) -> None:
         assert self.ctx is not None

@@ -123,3 +123,43 @@ def test_actor_pools_holding_every_cpu_is_an_error_not_a_hang(local):
     ds = rd.range(10).map(lambda r: r, num_cpus=1).map_batches(Ident, concurrency=2, num_cpus=1)
     with pytest.raises(RuntimeError, match="cannot make progress.*Map\\(<lambda>\\).*MapBatches\\(Ident\\)"):
         ds.take_all()
+
+
+def test_progress_shows_total_percent_and_eta_where_the_total_is_known(local):
+    ds = rd.range(1000, override_num_blocks=4).map(lambda r: r)
+    ex = ds._start_execution()
+    src = ex.ops[0]
+    assert src.expected_rows() == 1000  # the range's read tasks know their rows before running
+    list(ex)
+    stream = io.StringIO()
+    ProgressReporter(ex.ops, enabled=True, stream=stream, force=True).update(final=True)
+    text = stream.getvalue()
+    assert "1000/1000" in text and "100% [##########]" in text, text
+
+
+def test_progress_line_mid_run_has_eta_and_without_a_total_has_none():
+    from raylite.data._internal.operators import OpStats
+    from raylite.data._internal.progress import render_line
+
+    class FakeOp:
+        name = "ReadRange->Map(f)"
+
+        def __init__(self, total, tasks=None):
+            self.stats = OpStats(tasks=2, blocks_out=2, rows_out=250)
+            self._total, self._tasks = total, tasks
+
+        def expected_rows(self):
+            return self._total
+
+        def expected_tasks(self):
+            return self._tasks
+
+        def num_running(self):
+            return 1
+
+    line = render_line(FakeOp(1000), elapsed_s=5.0)  # 50 rows/s, 750 left: 15 s
+    assert "250/1000" in line and " 25% [##        ]" in line and "ETA 0:00:15" in line, line
+    files = render_line(FakeOp(None, tasks=4), elapsed_s=5.0)  # a listing of 4 files, rows unknown
+    assert "1/4 tasks" in files and " 25%" in files and "ETA 0:00:15" in files, files
+    bare = render_line(FakeOp(None), elapsed_s=5.0)
+    assert "%" not in bare and "ETA" not in bare and "250 rows" in bare, bare

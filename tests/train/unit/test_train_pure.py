@@ -168,3 +168,29 @@ def test_progress_lines_are_throttled_but_the_last_one_shows():
     quiet = io.StringIO()
     ProgressReporter("T", 0, quiet).reported({"x": 1}, None)
     assert quiet.getvalue() == ""
+
+
+def test_progress_per_epoch_where_the_config_gives_the_number_of_epochs():
+    import io
+
+    from raylite.train._internal.progress import ProgressReporter, epochs_total
+
+    assert epochs_total({"num_epochs": 4, "lr": 0.1}) == 4 and epochs_total({"epochs": 3}) == 3
+    assert epochs_total({"lr": 0.1}) is None and epochs_total(None) is None
+    assert epochs_total({"epochs": True}) is None
+    out = io.StringIO()
+    rep = ProgressReporter("TorchTrainer", 1, out, clock=lambda: 0.0, epochs=4)
+    for epoch in range(4):  # 10 s per epoch, counted from 0 as Lightning does
+        rep.reported({"training_iteration": epoch + 1, "time_total_s": 10.0 * (epoch + 1),
+                      "epoch": epoch, "loss": 0.5}, None)
+    lines = out.getvalue().splitlines()
+    assert "epoch 1/4 25% ETA 0:00:30" in lines[0], lines[0]
+    assert "epoch 3/4 75% ETA 0:00:10" in lines[2], lines[2]
+    assert "epoch 4/4 100%" in lines[3] and "ETA" not in lines[3], lines[3]
+    one_based = io.StringIO()
+    rep = ProgressReporter("T", 1, one_based, clock=lambda: 0.0, epochs=2)
+    rep.reported({"epoch": 1, "time_total_s": 5.0}, None)
+    assert "epoch 1/2 50% ETA 0:00:05" in one_based.getvalue()
+    plain = io.StringIO()
+    ProgressReporter("T", 1, plain, clock=lambda: 0.0).reported({"epoch": 1, "loss": 1.0}, None)
+    assert "ETA" not in plain.getvalue() and "epoch=1" in plain.getvalue()
