@@ -69,8 +69,20 @@ def _wire_returns(nr: Any) -> int:
     return int(nr)
 
 
+class ActorClassInheritanceException(TypeError):
+    """A class statement named an actor class (what `@remote` returned) as its base: Ray refuses
+    it, since the base is no longer a class. Inherit from the plain class, then decorate."""
+
+
 class ActorClass(ExportedCode):
     """A class that runs as an actor: `Cls.remote(*args)` starts one and returns its handle."""
+
+    def __mro_entries__(self, bases: tuple) -> tuple:
+        """`class Derived(SomeActor):` lands here (an ActorClass is not a type)."""
+        raise ActorClassInheritanceException(
+            f"Attempted to define a subclass of actor class '{self._cls.__qualname__}'. Inheriting from "
+            "actor classes is not currently supported. Inherit from the plain class instead and make "
+            "the derived class an actor class (with @ray.remote).")
 
     def __init__(self, cls: type, options: dict[str, Any]) -> None:
         self._cls = cls
