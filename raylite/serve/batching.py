@@ -26,7 +26,29 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from raylite.serve import context as serve_context
+
 __all__ = ["batch"]
+
+
+@dataclass
+class _RuntimeSummaryStatistics:
+    """Start times (event-loop clock) of the batches a queue is running now, for observing a
+    batch handler (Ray's name, returned by `_get_curr_iteration_start_times()`)."""
+
+    start_times: list[float]
+
+    @property
+    def min_start_time(self) -> float | None:
+        return min(self.start_times) if self.start_times else None
+
+    @property
+    def max_start_time(self) -> float | None:
+        return max(self.start_times) if self.start_times else None
+
+    @property
+    def num_iterations(self) -> int:
+        return len(self.start_times)
 
 class _End:
     """Ends one caller's stream. The class itself is the marker: a decorated method travels to a
@@ -67,6 +89,9 @@ class _Call:
     future: asyncio.Future | None = None  # plain functions: the caller's result
     stream: asyncio.Queue | None = None  # generator functions: items, then _END or an exception
     abandoned: bool = False  # a streaming caller stopped listening
+    # the caller's request context: the batch function reads all of them with
+    # serve.context._get_serve_batch_request_context()
+    context: serve_context.RequestContext = field(default_factory=serve_context._get_serve_request_context)
 
     def shape(self) -> tuple[int, tuple[str, ...]]:
         return len(self.args), tuple(sorted(self.kwargs))
@@ -195,6 +220,9 @@ class _BatchQueue:
 
     async def _run_batch(self, calls: list[_Call]) -> None:
         slots = self._slots
+        # this task's own context: the batch's requests, and no single current request
+        serve_context._serve_batch_request_context.set([c.context for c in calls])
+        serve_context._serve_request_context.set(serve_context.RequestContext())
         try:
             if self._streaming:
                 await self._run_streaming(calls)
