@@ -16,7 +16,7 @@ from typing import Any
 from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core import runtime
-from raylite._core.client.refs import ObjectRef, ObjectRefGenerator
+from raylite._core.client.refs import DynamicObjectRefGenerator, ObjectRef, ObjectRefGenerator
 from raylite._runtime_env import merge_runtime_env
 from raylite.experimental.compiled_dag_ref import CompiledDAGRef
 
@@ -258,8 +258,8 @@ def _check_refs(refs: Any, where: str) -> None:
 def get(object_refs: Any, *, timeout: float | None = None) -> Any:
     """Values of the objects; raises the task's error (as its original type) if it failed."""
     client = ensure_initialized()
-    if isinstance(object_refs, ObjectRefGenerator):
-        object_refs = list(object_refs)
+    if isinstance(object_refs, (ObjectRefGenerator, DynamicObjectRefGenerator)):
+        return object_refs  # Ray returns a generator as it is: its items' errors surface at their own get()
     if isinstance(object_refs, ObjectRef):
         return client.get([object_refs], timeout)[0]
     if isinstance(object_refs, CompiledDAGRef):
