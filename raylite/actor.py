@@ -56,6 +56,29 @@ def _method_meta(cls: type) -> dict[str, Any]:
     return meta
 
 
+def _method_signatures(cls: type, names: Any) -> dict[str, inspect.Signature]:
+    """Each method's call signature as a caller sees it (without `self`), so `.remote()` refuses
+    a wrong call at once with TypeError, as Ray's does; methods whose signature Python cannot
+    tell (builtins) are left out and checked by the actor only."""
+    signatures = {}
+    for name in names:
+        raw = inspect.getattr_static(cls, name, None)
+        try:
+            if isinstance(raw, staticmethod):
+                signatures[name] = inspect.signature(raw.__func__)
+                continue
+            func = raw.__func__ if isinstance(raw, classmethod) else raw
+            sig = inspect.signature(func)
+        except (TypeError, ValueError):
+            continue
+        params = list(sig.parameters.values())
+        if params and params[0].kind in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+            signatures[name] = sig.replace(parameters=params[1:])
+        elif params and params[0].kind is params[0].VAR_POSITIONAL:
+            signatures[name] = sig  # (*args): self is one of them
+    return signatures
+
+
 def _is_async(cls: type) -> bool:
     return any(inspect.iscoroutinefunction(m) or inspect.isasyncgenfunction(m)
                for _, m in inspect.getmembers(cls, predicate=inspect.isfunction))
@@ -89,6 +112,7 @@ class ActorClass(ExportedCode):
         self._options = O.validate(dict(options), O.ACTOR_OPTIONS, f"actor class {cls.__qualname__}")
         ExportedCode.__init__(self, cls)
         self._meta = _method_meta(cls)
+        self._signatures = _method_signatures(cls, self._meta)
         self._async = _is_async(cls)
         self.__name__ = cls.__name__
         self.__qualname__ = cls.__qualname__
@@ -150,10 +174,14 @@ class ActorClass(ExportedCode):
         reply = client.register_actor(spec, bool(opts.get("get_if_exists")))
         if reply.existed:
             existing = TaskSpec.from_wire(reply.spec)
-            return ActorHandle(reply.actor_id, existing.function.qualname, existing.method_meta,
-                               existing.max_task_retries, owned=False)
-        return ActorHandle(actor_id, self._cls.__qualname__, self._meta, spec.max_task_retries,
-                           owned=not detached and not name)
+            handle = ActorHandle(reply.actor_id, existing.function.qualname, existing.method_meta,
+                                 existing.max_task_retries, owned=False)
+        else:
+            handle = ActorHandle(actor_id, self._cls.__qualname__, self._meta, spec.max_task_retries,
+                                 owned=not detached and not name)
+        if handle._meta == self._meta:  # the same class: its signatures check calls made here
+            handle._signatures = self._signatures
+        return handle
 
 
 class _ActorClassWithOptions:
@@ -190,6 +218,8 @@ class ActorHandle:
         self._meta = dict(method_meta)
         self._max_task_retries = max_task_retries
         self._owned = owned
+        # method -> signature, known where the class is (the creating process); empty elsewhere
+        self._signatures: dict[str, inspect.Signature] = {}
         if owned:
             with _counts_lock:
                 _handle_counts[self._actor_id] = _handle_counts.get(self._actor_id, 0) + 1
@@ -268,6 +298,12 @@ class ActorMethod:
                         f"'object.{self._name}()', try 'object.{self._name}.remote()'.")
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
+        sig = getattr(self._handle, "_signatures", {}).get(self._name)
+        if sig is not None:
+            try:
+                sig.bind(*args, **kwargs)
+            except TypeError as e:
+                raise TypeError(f"{self._handle._class_name}.{self._name}.remote() got bad arguments: {e}") from None
         return self._handle._call(self._name, args, kwargs, {"num_returns": self._num_returns, **self._options})
 
     def options(self, **options: Any) -> ActorMethod:
