@@ -157,7 +157,8 @@ class ActorClass(ExportedCode):
         if opts.get("num_cpus") is None:
             resources.pop("CPU", None)
         strategy, resources, capture_pg = capture_and_strategy(
-            opts.get("scheduling_strategy"), resources, api.captured_placement_group())
+            opts.get("scheduling_strategy"), resources, api.captured_placement_group(),
+            opts.get("label_selector"), opts.get("fallback_strategy"))
         runtime_env = merge_runtime_env(api.inherited_runtime_env(), opts.get("runtime_env"))
         payload, arg_refs, _pinned = client.pack_args(args, kwargs, f"{self._cls.__qualname__}.__init__")
         max_concurrency = opts.get("max_concurrency") or (1000 if self._async else 1)

@@ -27,6 +27,11 @@ def strategy_to_wire(strategy: Any, resources: dict) -> tuple[list, dict]:
     if isinstance(strategy, str):
         raise ValueError(f"Unknown scheduling_strategy {strategy!r}: use 'DEFAULT', 'SPREAD', "
                          "NodeAffinitySchedulingStrategy or PlacementGroupSchedulingStrategy.")
+    if hasattr(strategy, "hard") and hasattr(strategy, "soft"):  # NodeLabelSchedulingStrategy
+        from raylite._core import labels
+
+        return labels.wire_strategy([[e.to_wire() for e in strategy.hard]],
+                                    [e.to_wire() for e in strategy.soft]), resources
     if hasattr(strategy, "node_id") and hasattr(strategy, "soft"):
         return ["NODE", strategy.node_id, bool(strategy.soft)], resources
     if hasattr(strategy, "placement_group"):
@@ -48,7 +53,20 @@ def strategy_to_wire(strategy: Any, resources: dict) -> tuple[list, dict]:
     raise TypeError(f"Unsupported scheduling_strategy {strategy!r}")
 
 
-def capture_and_strategy(strategy: Any, resources: dict, inherited: str) -> tuple[list, dict, str]:
+def label_wire(label_selector: dict | None, fallback_strategy: list | None) -> list:
+    """The `label_selector=` and `fallback_strategy=` options as one LABELS wire strategy: the
+    selector first, then each fallback's, tried in order ([] when neither is given)."""
+    from raylite._core import labels
+
+    if not label_selector and not fallback_strategy:
+        return []
+    selectors = [labels.parse_selector(label_selector)]
+    selectors += [labels.parse_selector(f.get("label_selector")) for f in fallback_strategy or []]
+    return labels.wire_strategy(selectors)
+
+
+def capture_and_strategy(strategy: Any, resources: dict, inherited: str, label_selector: dict | None = None,
+                         fallback_strategy: list | None = None) -> tuple[list, dict, str]:
     """`strategy_to_wire` plus Ray's child capture: (wire strategy, resources, capture_pg).
 
     A task or actor placed with `PlacementGroupSchedulingStrategy(pg,
@@ -58,6 +76,12 @@ def capture_and_strategy(strategy: Any, resources: dict, inherited: str) -> tupl
     explicit strategy). `inherited` is the caller's own captured group ("" if none)."""
     from raylite._core.scheduling import bundle_request
 
+    by_labels = label_wire(label_selector, fallback_strategy)
+    if by_labels:
+        if strategy not in (None, "DEFAULT"):
+            raise ValueError(f"raylite does not yet combine label_selector/fallback_strategy with "
+                             f"scheduling_strategy={strategy!r}; use one of them.")
+        return by_labels, resources, ""
     if uses_current_group(strategy):
         strategy = _resolve_default_group(strategy, inherited)
     if strategy is None or strategy == "DEFAULT":
@@ -203,7 +227,8 @@ class RemoteFunction(ExportedCode):
         else:
             resources = O.resource_request(opts, default_cpus=1)
             strategy, resources, capture_pg = capture_and_strategy(
-                opts.get("scheduling_strategy"), resources, inherited)
+                opts.get("scheduling_strategy"), resources, inherited, opts.get("label_selector"),
+                opts.get("fallback_strategy"))
             if not uses_current_group(opts.get("scheduling_strategy")):
                 self._placement = (opts, inherited, resources, strategy, capture_pg)
         runtime_env = merge_runtime_env(api.inherited_runtime_env(), opts.get("runtime_env"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from raylite._core import accelerators
+from raylite._core import accelerators, labels
 from raylite._core import resources as R
 
 TASK_OPTIONS = {
@@ -30,11 +30,10 @@ ACTOR_OPTIONS = {
 METHOD_OPTIONS = {"num_returns", "concurrency_group", "max_task_retries", "retry_exceptions",
                   "name", "enable_task_events", "_generator_backpressure_num_objects",
                   "tensor_transport"}
-_IGNORED_WITH_WARNING = {"max_calls", "_metadata", "label_selector",
+_IGNORED_WITH_WARNING = {"max_calls", "_metadata",
                          "enable_task_events", "_labels", "object_store_memory",
                          "max_pending_calls", "allow_out_of_order_execution",
-                         "_generator_backpressure_num_objects", "tensor_transport",
-                         "fallback_strategy"}
+                         "_generator_backpressure_num_objects", "tensor_transport"}
 
 
 def validate(options: dict[str, Any], allowed: set[str], where: str) -> dict[str, Any]:
@@ -74,6 +73,20 @@ def _check_value(key: str, value: Any, where: str) -> None:
         _check_concurrency_groups(value, where)
     elif key == "lifetime" and value not in (None, "detached", "non_detached"):
         raise ValueError(f"lifetime of {where} must be 'detached' or 'non_detached', got {value!r}.")
+    elif key == "label_selector" and value is not None:
+        if not isinstance(value, dict):
+            raise TypeError(f"The type of keyword 'label_selector' must be (dict, NoneType), but received "
+                            f"type {type(value)} for {where}.")
+        error = labels.label_selector_error(value)
+        if error:
+            raise ValueError(error)
+    elif key == "fallback_strategy" and value is not None:
+        if not isinstance(value, list):
+            raise TypeError(f"The type of keyword 'fallback_strategy' must be (list, NoneType), but received "
+                            f"type {type(value)} for {where}.")
+        error = labels.fallback_strategy_error(value)
+        if error:
+            raise ValueError(error)
     elif key == "retry_exceptions" and value is not None:
         if not isinstance(value, bool) and not (
                 isinstance(value, (list, tuple)) and all(isinstance(v, type) and issubclass(v, BaseException) for v in value)):

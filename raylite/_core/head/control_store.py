@@ -476,6 +476,8 @@ class ControlStore:
         """One scheduling decision in O(NodeRing.WINDOW): a node, Infeasible, or None (no room
         anywhere now); and whether a SPREAD batch has been round every node."""
         nodes = self.nodes
+        if strategy and strategy[0] == "LABELS":
+            return S.pick_labeled(resources, list(nodes.values()), strategy, local), True
         if strategy and strategy[0] == "NODE":
             target = bytes.fromhex(strategy[1])
             rec = nodes.get(target)

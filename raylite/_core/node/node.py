@@ -16,6 +16,7 @@ import shutil
 import socket
 from dataclasses import dataclass
 
+from raylite._core import labels
 from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core import scheduling as S
@@ -450,6 +451,11 @@ class NodeDaemon:
                 error=(f"{msg.description} requests {R.describe(S._public(request))}, which no node "
                        f"of this cluster can ever provide ({S.capacity_summary(views)}). Lower the "
                        "request (num_cpus/num_gpus/resources) or start a node that has it."))
+        if msg.strategy and msg.strategy[0] == "LABELS" and not labels.first_matching(msg.strategy, self.labels):
+            wanted = " or ".join(labels.describe(sel) for sel in msg.strategy[1])
+            return P.RequestLeaseReply(msg.lease_id, error_type="TaskUnschedulableError",
+                                       error=f"{msg.description} asks for a node with labels {wanted}; no node "
+                                             f"of this cluster has them (this node's: {self.labels}).")
         if msg.strategy and msg.strategy[0] == "NODE":
             target = msg.strategy[1]
             soft = len(msg.strategy) > 2 and msg.strategy[2]
@@ -471,6 +477,8 @@ class NodeDaemon:
             return True
         if strategy and strategy[0] == "NODE":
             return strategy[1] != self.node_id.hex()
+        if strategy and strategy[0] == "LABELS":
+            return True  # the head knows every node's labels (and the fallbacks' order)
         if not R.fits(msg.resources, self.total):
             return True
         return not R.fits(msg.resources, self._free_after_queued())
