@@ -8,7 +8,13 @@ import pytest
 
 import raylite
 from raylite.cluster_utils import Cluster
-from raylite.util.scheduling_strategies import DoesNotExist, Exists, In, NodeLabelSchedulingStrategy, NotIn
+from raylite.util.scheduling_strategies import (
+    DoesNotExist,
+    Exists,
+    In,
+    NodeLabelSchedulingStrategy,
+    NotIn,
+)
 
 from .test_cluster_utils import fresh_temp_dir  # noqa: F401 - the fixture
 
