@@ -36,12 +36,43 @@ _IGNORED_WITH_WARNING = {"max_calls", "_metadata",
                          "_generator_backpressure_num_objects", "tensor_transport"}
 
 
+_NONE = type(None)
+# Ray's type constraint of each option, as Ray spells it in its TypeError (the tuple's repr)
+_TYPES: dict[str, tuple] = {
+    "label_selector": (dict, _NONE), "fallback_strategy": (list, _NONE), "accelerator_type": (str, _NONE),
+    "memory": (float, int, _NONE), "name": (str, _NONE), "num_cpus": (float, int, _NONE),
+    "num_gpus": (float, int, _NONE), "object_store_memory": (int, _NONE),
+    "placement_group_bundle_index": (int,), "placement_group_capture_child_tasks": (bool, _NONE),
+    "resources": (dict, _NONE), "runtime_env": (dict, _NONE), "enable_task_events": (bool,),
+    "_labels": (dict, _NONE), "max_calls": (int, _NONE), "max_retries": (int, _NONE),
+    "num_returns": (int, str, _NONE), "retry_exceptions": (bool, list, tuple),
+    "_generator_backpressure_num_objects": (int, _NONE), "concurrency_groups": (list, dict, _NONE),
+    "lifetime": (str, _NONE), "max_concurrency": (int, _NONE), "max_restarts": (int, _NONE),
+    "max_task_retries": (int, _NONE), "max_pending_calls": (int, _NONE), "namespace": (str, _NONE),
+    "get_if_exists": (bool,), "allow_out_of_order_execution": (bool, _NONE),
+}
+_RESOURCE_UNIT = 10000  # a fractional resource amount finer than 1/10000 is refused, as in Ray
+
+
+def _check_type(key: str, value: Any) -> None:
+    types = _TYPES.get(key)
+    if types is not None and not isinstance(value, types):
+        raise TypeError(f"The type of keyword '{key}' must be {types if len(types) > 1 else types[0]}, "
+                        f"but received type {type(value)}")
+
+
+def _check_precision(name: str, quantity: Any) -> None:
+    if isinstance(quantity, float) and quantity != 0.0 and int(quantity * _RESOURCE_UNIT) == 0:
+        raise ValueError(f"The precision of the fractional quantity of resource {name} cannot go beyond 0.0001")
+
+
 def validate(options: dict[str, Any], allowed: set[str], where: str) -> dict[str, Any]:
     for key, value in options.items():
         if key not in allowed:
             raise ValueError(
                 f"Invalid option keyword {key!r} for {where}. Valid ones are: "
                 f"{', '.join(sorted(k for k in allowed if not k.startswith('_')))}.")
+        _check_type(key, value)
         _check_value(key, value, where)
     return options
 
@@ -50,6 +81,7 @@ def _check_value(key: str, value: Any, where: str) -> None:
     if key in ("num_cpus", "num_gpus", "memory") and value is not None:
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
             raise ValueError(f"{key} of {where} must be a non-negative number, got {value!r}.")
+        _check_precision(key, value)
     elif key == "resources" and value is not None:
         if not isinstance(value, dict):
             raise TypeError(f"resources of {where} must be a dict like {{'TPU': 1}}, got {value!r}.")
@@ -58,12 +90,17 @@ def _check_value(key: str, value: Any, where: str) -> None:
                 raise ValueError(f"Use the num_cpus/num_gpus/memory options instead of resources[{name!r}] for {where}.")
             if not isinstance(amount, (int, float)) or amount < 0:
                 raise ValueError(f"resources[{name!r}] of {where} must be a non-negative number, got {amount!r}.")
+            _check_precision(name, amount)
     elif key == "num_returns" and value is not None:
         if not (value in ("streaming", "dynamic") or (isinstance(value, int) and value >= 0)):
-            raise ValueError(f"num_returns of {where} must be a non-negative int, 'streaming' or 'dynamic', got {value!r}.")
+            raise ValueError(f"The keyword 'num_returns' only accepts None, a non-negative integer, 'streaming' "
+                             f"(for generators), or 'dynamic' ({where} got {value!r}).")
     elif key in ("max_retries", "max_restarts", "max_task_retries") and value is not None:
         if not isinstance(value, int) or value < -1:
-            raise ValueError(f"{key} of {where} must be an int >= -1 (-1 = infinite), got {value!r}.")
+            raise ValueError(f"The keyword '{key}' only accepts None, 0, -1 or a positive integer, where -1 "
+                             f"represents infinity ({where} got {value!r}).")
+    elif key == "max_calls" and value is not None and value < 0:
+        raise ValueError(f"The keyword 'max_calls' only accepts None, 0 or a positive integer ({where} got {value!r}).")
     elif key == "max_concurrency" and value is not None:
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"max_concurrency of {where} must be a positive int, got {value!r}.")
