@@ -254,7 +254,8 @@ class ActorHandle:
     def __reduce__(self):
         with _counts_lock:
             _escaped.add(self._actor_id)
-        return (_rebuild_handle, (self._actor_id, self._class_name, self._meta, self._max_task_retries))
+        return (_rebuild_handle, (self._actor_id, self._class_name, self._meta, self._max_task_retries,
+                                  _portable_signatures(getattr(self, "_signatures", {}))))
 
     def __repr__(self) -> str:
         return f"Actor({self._class_name}, {self._actor_id.hex()})"
@@ -283,8 +284,28 @@ class ActorHandle:
         return client.submit_actor_task(spec, pinned)
 
 
-def _rebuild_handle(actor_id: bytes, class_name: str, meta: dict, max_task_retries: int) -> ActorHandle:
-    return ActorHandle(actor_id, class_name, meta, max_task_retries, owned=False)
+def _portable_signatures(signatures: dict[str, inspect.Signature]) -> dict[str, list]:
+    """Signatures as plain data for a handle sent elsewhere: each parameter's name, kind and
+    whether it has a default (binding needs no more; defaults may not pickle)."""
+    return {name: [[p.name, int(p.kind), p.default is not p.empty] for p in sig.parameters.values()]
+            for name, sig in signatures.items()}
+
+
+def _signatures_from(portable: dict[str, list]) -> dict[str, inspect.Signature]:
+    out = {}
+    for name, params in portable.items():
+        out[name] = inspect.Signature([
+            inspect.Parameter(pname, inspect._ParameterKind(kind), default=None if has_default else inspect.Parameter.empty)
+            for pname, kind, has_default in params])
+    return out
+
+
+def _rebuild_handle(actor_id: bytes, class_name: str, meta: dict, max_task_retries: int,
+                    signatures: dict[str, list] | None = None) -> ActorHandle:
+    handle = ActorHandle(actor_id, class_name, meta, max_task_retries, owned=False)
+    if signatures:
+        handle._signatures = _signatures_from(signatures)
+    return handle
 
 
 class ActorMethod:

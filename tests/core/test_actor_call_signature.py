@@ -47,3 +47,16 @@ def test_calls_that_fit_still_run(cluster):
     assert raylite.get(calc.name.remote("!")) == "Calc!"
     assert raylite.get(calc.anything.remote(1, 2, k=3)) == 3
     assert raylite.get(calc.add.options(num_returns=1).remote(2, 2)) == 4
+
+
+def test_a_handle_passed_to_a_task_still_checks_calls_there(cluster):
+    @raylite.remote
+    def call_wrongly(handle):
+        try:
+            handle.add.remote(1, 2, 3)
+        except TypeError as e:
+            return "TypeError: " + str(e)
+        return "accepted"
+
+    calc = Calc.remote()
+    assert raylite.get(call_wrongly.remote(calc)).startswith("TypeError: Calc.add.remote() got bad arguments")
