@@ -79,6 +79,19 @@ def _method_signatures(cls: type, names: Any) -> dict[str, inspect.Signature]:
     return signatures
 
 
+def _check_actor_options(opts: dict[str, Any], cls: type) -> None:
+    """Ray's checks across options of an actor (each option alone is checked by O.validate)."""
+    if opts.get("get_if_exists") and not opts.get("name"):
+        raise ValueError("The actor name must be specified to use `get_if_exists`.")
+    if opts.get("allow_out_of_order_execution") is False:
+        if _is_async(cls):
+            raise ValueError("If you're using async actors, Ray can't execute actor tasks in order. "
+                             "Set `allow_out_of_order_execution=True` to allow out-of-order execution.")
+        if (opts.get("max_concurrency") or 1) > 1:
+            raise ValueError("If you're using multi-threaded actors, Ray can't execute actor tasks in order. "
+                             "Set `allow_out_of_order_execution=True` to allow out-of-order execution.")
+
+
 def _is_async(cls: type) -> bool:
     return any(inspect.iscoroutinefunction(m) or inspect.isasyncgenfunction(m)
                for _, m in inspect.getmembers(cls, predicate=inspect.isfunction))
@@ -110,6 +123,7 @@ class ActorClass(ExportedCode):
     def __init__(self, cls: type, options: dict[str, Any]) -> None:
         self._cls = cls
         self._options = O.validate(dict(options), O.ACTOR_OPTIONS, f"actor class {cls.__qualname__}")
+        _check_actor_options(self._options, cls)
         ExportedCode.__init__(self, cls)
         self._meta = _method_meta(cls)
         self._signatures = _method_signatures(cls, self._meta)
@@ -129,6 +143,7 @@ class ActorClass(ExportedCode):
 
     def options(self, **options: Any) -> _ActorClassWithOptions:
         O.validate(options, O.ACTOR_OPTIONS, f"actor class {self._cls.__qualname__}")
+        _check_actor_options({**self._options, **options}, self._cls)
         return _ActorClassWithOptions(self, {**self._options, **options})
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
@@ -195,6 +210,7 @@ class _ActorClassWithOptions:
 
     def options(self, **options: Any) -> _ActorClassWithOptions:
         O.validate(options, O.ACTOR_OPTIONS, f"actor class {self._actor_class._cls.__qualname__}")
+        _check_actor_options({**self._options, **options}, self._actor_class._cls)
         return _ActorClassWithOptions(self._actor_class, {**self._options, **options})
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:

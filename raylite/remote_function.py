@@ -135,6 +135,24 @@ _NOTHING: dict = {}
 _NO_GPUS: tuple = ()
 
 
+# Ray's FUNCTION_SIZE_ERROR_THRESHOLD: a function or class that pickles to more than this almost
+# always captured a large object by accident (Ray refuses it with the same advice)
+FUNCTION_SIZE_ERROR_BYTES = 10**8
+
+
+def _check_code_size(pickled: bytes, code: Any) -> None:
+    if len(pickled) <= FUNCTION_SIZE_ERROR_BYTES:
+        return
+    if inspect.isclass(code):
+        what = f"actor {code.__name__}"
+    else:
+        what = f"remote function {getattr(code, '__module__', '')}.{code.__qualname__}"
+    raise ValueError(f"The {what} is too large ({len(pickled) // (1024 * 1024)} MiB > "
+                     f"FUNCTION_SIZE_ERROR_THRESHOLD={FUNCTION_SIZE_ERROR_BYTES // (1024 * 1024)} MiB). Check that "
+                     "its definition is not implicitly capturing a large array or other object in scope. "
+                     "Tip: use ray.put() to put large objects in the Ray object store.")
+
+
 class ExportedCode:
     """Code (a function or an actor class) pickled once and exported to each cluster that
     runs it; shared by RemoteFunction and ActorClass."""
@@ -157,7 +175,9 @@ class ExportedCode:
     def _export(self, client: Any) -> FunctionDescriptor:
         if self._descriptor is None:
             code = self._code
-            self._pickled = cloudpickle.dumps(code)
+            pickled = cloudpickle.dumps(code)
+            _check_code_size(pickled, code)
+            self._pickled = pickled
             digest = hashlib.sha1(self._pickled).digest()[:16]
             self._descriptor = FunctionDescriptor(getattr(code, "__module__", "") or "", code.__qualname__, digest)
         if self._exported_by is not client:

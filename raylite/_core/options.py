@@ -143,8 +143,8 @@ def _check_concurrency_groups(groups: Any, where: str) -> None:
             raise ValueError(f"concurrency_groups of {where}: group names must be non-empty strings, "
                              f"got {name!r}.")
         if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
-            raise ValueError(f"concurrency_groups of {where}: max_concurrency of group {name!r} must be "
-                             f"a positive int (at least 1), got {size!r}.")
+            raise ValueError(f"concurrency_groups of {where}: max_concurrency must be greater than 0 (group "
+                             f"{name!r} has {size!r}); give each group a positive int.")
 
 
 def check_generator_returns(num_returns: Any, is_generator: bool, where: str) -> None:
