@@ -47,6 +47,16 @@ _LAZY_ATTRIBUTES = {
     "get_runtime_context": ("raylite.runtime_context", "get_runtime_context"),
     # names libraries read from Ray's package (raylite/_private/compat_names.py says who)
     "ObjectID": ("raylite.object_ref", "ObjectRef"),  # Ray's older name: the same class, as in Ray
+    # Ray's id types (hex(), binary(), from_hex(), nil(), is_nil()), as `ray.NodeID` etc.
+    "ActorID": ("raylite._core.ids", "ActorID"),
+    "JobID": ("raylite._core.ids", "JobID"),
+    "NodeID": ("raylite._core.ids", "NodeID"),
+    "PlacementGroupID": ("raylite._core.ids", "PlacementGroupID"),
+    "TaskID": ("raylite._core.ids", "TaskID"),
+    "WorkerID": ("raylite._core.ids", "WorkerID"),
+    # Ray's worker modes (ray.SCRIPT_MODE is what global_worker.mode is in a driver)
+    "SCRIPT_MODE": ("raylite._private.worker", "SCRIPT_MODE"),
+    "WORKER_MODE": ("raylite._private.worker", "WORKER_MODE"),
     "logger": ("raylite._private.compat_names", "logger"),
     "ray_constants": ("raylite._private.ray_constants", None),
 }

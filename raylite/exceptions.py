@@ -280,4 +280,94 @@ class RayCgraphCapacityExceeded(RayError):
     """A compiled graph holds as many unread results as it is allowed to: ray.get() some."""
 
 
+# ---- the rest of Ray 2.60's public exceptions, so `except ray.exceptions.X` and imports of them
+# work; raylite raises the ones whose situation it has (the others exist for catching code)
+
+
+class ActorAlreadyExistsError(ValueError, RayError):
+    """A named actor of that name already exists (get_if_exists=False)."""
+
+    def __init__(self, error_message: str = "") -> None:
+        self.error_message = error_message
+        super().__init__(error_message)
+
+
+class ActorHandleNotFoundError(ValueError, RayError):
+    """The actor handle is not known to this process."""
+
+    def __init__(self, error_message: str = "") -> None:
+        self.error_message = error_message
+        super().__init__(error_message)
+
+
+class ActorPlacementGroupRemoved(RayError):
+    """The placement group the actor was placed in was removed."""
+
+
+class TaskPlacementGroupRemoved(RayError):
+    """The placement group the task was placed in was removed."""
+
+
+class AuthenticationError(RayError):
+    """The cluster refused this process's token."""
+
+    def __init__(self, message: str = "") -> None:
+        self.message = message
+        super().__init__(message)
+
+
+class ObjectFreedError(ObjectLostError):
+    """The object was freed explicitly (`ray._private.internal_api.free`) and cannot be read."""
+
+    def __init__(self, object_ref_hex: str = "", owner_address: Any = None, call_site: str = "") -> None:
+        super().__init__(object_ref_hex, "it was freed explicitly")
+        self.owner_address = owner_address
+        self.call_site = call_site
+
+
+class ObjectRefStreamEndOfStreamError(RayError):
+    """A streaming generator has no more items."""
+
+
+class OufOfBandObjectRefSerializationException(RayError):
+    """An ObjectRef was pickled out of band (Ray's spelling, kept)."""
+
+
+class PlasmaObjectNotAvailable(RayError):
+    """The object is not in the shared-memory store yet."""
+
+
+class RpcError(RayError):
+    """A remote call between cluster processes failed."""
+
+    def __init__(self, message: str = "", rpc_code: Any = None) -> None:
+        self.rpc_code = rpc_code
+        super().__init__(message)
+
+
+class RayDirectTransportError(RaySystemError):
+    """A tensor transport between actors failed."""
+
+
+class StreamingGeneratorReplayInconsistentError(RaySystemError):
+    """A retried streaming generator yielded different items than before."""
+
+
+class UnserializableException(RayError):
+    """A task raised an exception that cannot be pickled; its stack trace travels as text."""
+
+    def __init__(self, original_stack_trace: str = "") -> None:
+        self.original_stack_trace = original_stack_trace
+        super().__init__(original_stack_trace)
+
+    def __str__(self) -> str:
+        return ("Failed to deserialize exception. Refer to https://docs.ray.io/en/latest/ray-core/objects/"
+                f"serialization.html#custom-serializers-for-exceptions for more information.\n"
+                f"Original exception:\n{self.original_stack_trace}")
+
+
+class UserCodeException(RayError):
+    """An exception raised by user code (a marker base in Ray)."""
+
+
 __all__ = [name for name, obj in list(globals().items()) if isinstance(obj, type) and issubclass(obj, BaseException)]
