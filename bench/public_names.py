@@ -14,8 +14,6 @@ lacks (`missing`, the gaps left, for the record).
 from __future__ import annotations
 
 import argparse
-import importlib
-import inspect
 import json
 import subprocess
 import sys
