@@ -131,8 +131,9 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                                      dashboard_port=kwargs.get("dashboard_port"),
                                      system_config=kwargs.get("_system_config"))
         _announce_dashboard(info, logging_level)
-        if runtime_env and (runtime_env.get("working_dir") or runtime_env.get("py_modules")):
-            # now there is a cluster to ship them to
+        if runtime_env and (runtime_env.get("working_dir") or runtime_env.get("py_modules")
+                            or callable(runtime_env.get("worker_process_setup_hook"))):
+            # now there is a cluster to ship them to (folders, and a setup hook given as a function)
             try:
                 _job_runtime_env = merge_runtime_env(None, runtime_env)
             except BaseException:
