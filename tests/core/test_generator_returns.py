@@ -265,8 +265,11 @@ def test_get_of_a_generator_returns_the_generator_itself(cluster):
     assert ray.get(gen) is gen
     first = next(gen)
     assert ray.get(first) == 1
+    failed = next(gen)  # the error is an item: next() hands its ref, get() raises
     with pytest.raises(ValueError, match="second item failed"):
-        ray.get(next(gen))
+        ray.get(failed)
+    with pytest.raises(StopIteration):
+        next(gen)
 
     @ray.remote(num_returns="dynamic")
     def dynamic():

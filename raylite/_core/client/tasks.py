@@ -628,13 +628,17 @@ class TaskSubmitter:
                 if index < len(gen.items):
                     return gen.items[index]
                 if gen.done:
-                    if gen.error:
-                        kind, payload = gen.error
-                        gen.error = None  # raise once, then end
-                        raise ser.from_inline(payload)
-                    return None
-                latch = _Latch(1)
-                gen.waiters.append(latch)
+                    if gen.error:  # as in Ray, the error is the next item: get() of it raises
+                        error_item = True
+                    else:
+                        return None
+                else:
+                    error_item = False
+                    latch = _Latch(1)
+                    gen.waiters.append(latch)
+            if error_item:
+                self._append_error_item(task_id, gen)  # then the stream ends
+                continue
             hook = self.blocked_hook
             if hook is not None:
                 hook(True)
