@@ -27,6 +27,7 @@ import cloudpickle
 
 from raylite import exceptions as E
 from raylite._core import protocol as P
+from raylite._core import resources as R
 from raylite._core import serialization as ser
 from raylite._core.client.core_client import CoreClient
 from raylite._core.client.records import ObjectEntry
@@ -97,6 +98,8 @@ class Worker:
         self._hooks_run: set[str] = set()  # worker_process_setup_hooks already run here
         self.cgraph: GraphHost | None = None  # this actor's part in a compiled graph
         self._initial_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        # set by the user's environment or the runtime_env's env_vars: then tasks leave it alone
+        self._initial_omp = os.environ.get("OMP_NUM_THREADS")
         self._output: OutputForwarder | None = None  # fds 1 and 2 -> log files and drivers
         self._exec_facts: dict | None = None  # node, worker, pid: the same for every task event here
         self._last_error = threading.local()  # text of the last task error, per thread
@@ -330,8 +333,16 @@ class Worker:
         if spec.kind != KIND_ACTOR_CALL:
             self.ctx.assigned_resources = spec.resources
             self._set_visible_gpus(spec.gpu_ids)
+            self._set_omp_threads(spec.resources.get("CPU", 0))
         if not self.actor_spec:
             self.log_prefix = f"({spec.display_name()} pid={os.getpid()}, ip={self.client.node_ip}) "
+
+    def _set_omp_threads(self, cpus_fixed: int) -> None:
+        """Ray's OMP_NUM_THREADS: the task's or actor's whole CPUs (at least 1), so numerical
+        libraries do not start a thread per core of the machine in every worker; set per task,
+        unless the user's environment or env_vars set it."""
+        if self._initial_omp is None:
+            os.environ["OMP_NUM_THREADS"] = str(max(1, cpus_fixed // R.SCALE))
 
     def _set_visible_gpus(self, gpu_ids: list) -> None:
         """A task or actor sees only the GPU devices its lease holds (as in Ray); a task
