@@ -35,6 +35,14 @@ from raylite._core.transport import rpc
 log = logging.getLogger("raylite.node")
 
 
+def worker_key(runtime_env: dict, resources: dict) -> str:
+    """Which idle workers a lease may reuse: the same runtime environment, and, as in Ray, a
+    task that asks for GPUs never gets a worker started for CPU-only work (nor the reverse:
+    CUDA state set up in a process stays with it)."""
+    key = env_key(runtime_env)
+    return key + "|gpu" if resources.get("GPU") else key
+
+
 @dataclass
 class PendingLease:
     msg: P.RequestLease
@@ -464,7 +472,7 @@ class NodeDaemon:
                                            error=f"{msg.description} is pinned to node {target[:8]} "
                                                  "(soft=False), which is not in this cluster.")
         conn.context["requested"] = True
-        self.pending.append(PendingLease(msg, conn, rid, env_key(msg.runtime_env)))
+        self.pending.append(PendingLease(msg, conn, rid, worker_key(msg.runtime_env, request)))
         self._try_grant()
         return None
 
@@ -653,7 +661,8 @@ class NodeDaemon:
         fut = asyncio.get_running_loop().create_future()
         runtime_env = msg.spec[_SPEC_RUNTIME_ENV] or {}
         lease = P.RequestLease(msg.actor_id, msg.resources, [], runtime_env, "actor")
-        self.pending.append(PendingLease(lease, conn, 0, env_key(runtime_env), (msg.actor_id, msg.spec, fut)))
+        self.pending.append(PendingLease(lease, conn, 0, worker_key(runtime_env, msg.resources),
+                                        (msg.actor_id, msg.spec, fut)))
         self._try_grant()
         return await fut
 
