@@ -152,6 +152,9 @@ class Worker:
         return P.GetRunningTaskReply(spec.display_name(), retries != 0)
 
     def _on_cancel_task(self, conn, msg: P.CancelTask, rid: int):
+        if msg.task_id in self.client._tasks:  # one this process owns (submitted by a task here)
+            self.client._cancel(msg.task_id, msg.force, msg.recursive)
+            return None
         self.cancelled.add(msg.task_id)
         if msg.recursive:  # the tasks it submitted are cancelled too (and theirs, in turn)
             children = [tid for tid, rec in list(self.client._tasks.items())
