@@ -35,6 +35,36 @@ from typing import Any
 class RayError(Exception):
     """Base class of every raylite error."""
 
+    def to_bytes(self) -> bytes:
+        """The error as bytes (pickled, with its formatted traceback for when it cannot be
+        unpickled again): Ray's to_bytes/from_bytes pair, for code that stores errors."""
+        import pickle
+        import traceback as tb
+
+        text = "\n".join(tb.format_exception(type(self), self, self.__traceback__))
+        try:
+            body = pickle.dumps(self)
+        except Exception:  # noqa: BLE001 - kept as text only
+            body = b""
+        return pickle.dumps({"language": "PYTHON", "serialized_exception": body,
+                             "formatted_exception_string": text})
+
+    @staticmethod
+    def from_bytes(b: bytes) -> BaseException:
+        import pickle
+
+        return RayError.from_ray_exception(pickle.loads(b))
+
+    @staticmethod
+    def from_ray_exception(ray_exception: Any) -> BaseException:
+        import pickle
+
+        get = ray_exception.get if isinstance(ray_exception, dict) else lambda k, d=None: getattr(ray_exception, k, d)
+        try:
+            return pickle.loads(get("serialized_exception"))
+        except Exception:  # noqa: BLE001 - the original text survives
+            return UnserializableException(get("formatted_exception_string", "No formatted exception string available."))
+
 
 class RaySystemError(RayError):
     """raylite itself failed (a bug or a broken installation)."""
@@ -76,6 +106,13 @@ class RayTaskError(RayError):
 
     def __str__(self) -> str:
         return self._message()
+
+    def make_dual_exception_instance(self) -> RayTaskError:
+        """An instance of both RayTaskError and the cause's type; TypeError when the cause's
+        class cannot be subclassed (Ray's method; as_instanceof_cause() falls back instead)."""
+        if self.cause is not None and _dual_class(type(self.cause)) is None:
+            raise TypeError(f"cannot subclass {type(self.cause).__name__} with RayTaskError")
+        return self.as_instanceof_cause()
 
     def as_instanceof_cause(self) -> RayTaskError:
         """An error that is both a RayTaskError and an instance of the cause's type."""

@@ -437,8 +437,10 @@ class Worker:
         try:
             ser.serialize(e)
             cause: BaseException = e
-        except Exception:  # noqa: BLE001  unpicklable exception: keep its text
-            cause = E.RaySystemError(f"{type(e).__name__}: {e}")
+        except Exception as why:  # noqa: BLE001  unpicklable exception: keep its text, in Ray's words
+            err_type = f"{type(e).__module__}.{type(e).__name__}"
+            cause = E.RayError(f"Exception {err_type} isn't serializable: {why}.\n"
+                               f"Original exception details:\n{tb}")
         return E.RayTaskError(spec.display_name(), tb, cause, "", os.getpid(), self.client.node_ip).as_instanceof_cause()
 
     def _error_reply(self, spec: TaskSpec, err: BaseException, kind: str) -> P.PushTaskReply:
