@@ -35,6 +35,12 @@ from raylite._core.transport import rpc
 log = logging.getLogger("raylite.node")
 
 
+def _only_group_resources_missing(request: dict, total: dict) -> bool:
+    """The request lacks only placement-group bundle resources here: the group's bundle is not
+    reserved on this node yet (a task can arrive first), so the lease waits for it."""
+    return all("_group_" in k for k, v in request.items() if v > total.get(k, 0))
+
+
 def worker_key(runtime_env: dict, resources: dict) -> str:
     """Which idle workers a lease may reuse: the same runtime environment, and, as in Ray, a
     task that asks for GPUs never gets a worker started for CPU-only work (nor the reverse:
@@ -452,7 +458,7 @@ class NodeDaemon:
             conn.on_close.append(self._on_remote_lessee_closed)
         if msg.allow_spillback and self._should_spill(msg):
             return self._spill(conn, msg, rid)
-        if not R.fits(request, self.total):
+        if not R.fits(request, self.total) and not _only_group_resources_missing(request, self.total):
             views = [S.NodeView(self.node_id, self.total, self.available)]
             return P.RequestLeaseReply(
                 msg.lease_id, error_type="TaskUnschedulableError",
