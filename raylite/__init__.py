@@ -91,7 +91,7 @@ def remote(*args: Any, **options: Any) -> Any:
     if len(args) == 1 and not options and (inspect.isfunction(args[0]) or inspect.isclass(args[0])
                                            or callable(args[0])):
         return _make_remote(args[0], {})
-    if args:
+    if args or not options:  # `@remote()` too: Ray refuses the empty call
         raise TypeError("The @raylite.remote decorator must be applied either with no arguments and "
                         "no parentheses, e.g. '@raylite.remote', or with keyword arguments only, "
                         "e.g. '@raylite.remote(num_gpus=1)'.")

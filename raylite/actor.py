@@ -41,7 +41,7 @@ def method(*args: Any, **kwargs: Any) -> Any:
 # methods every actor has, as in Ray: `__ray_ready__` returns True once the actor is created,
 # `__ray_terminate__` ends it like exit_actor() (queued calls before it still run); and the
 # calls that set up the actor's part of a compiled graph (raylite.dag.compiled_dag_node)
-_BUILTIN_METHODS = ("__ray_ready__", "__ray_terminate__", "__raylite_cgraph_open__",
+_BUILTIN_METHODS = ("__ray_ready__", "__ray_terminate__", "__ray_call__", "__raylite_cgraph_open__",
                     "__raylite_cgraph_start__", "__raylite_cgraph_abort__")
 
 
@@ -132,6 +132,20 @@ class ActorClass(ExportedCode):
         self.__qualname__ = cls.__qualname__
         self.__doc__ = cls.__doc__
         self.__module__ = cls.__module__
+
+    def __getattr__(self, name: str) -> Any:
+        """Attributes of the class itself (constants, classmethods, staticmethods), as Ray's
+        actor class, a subclass of the user's, has them: `Counter.LIMIT`, `Counter.build(...)`."""
+        cls = self.__dict__.get("_cls")
+        if cls is None or name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return getattr(cls, name)
+        except AttributeError:
+            raise AttributeError(f"actor class {cls.__qualname__} has no attribute {name!r}") from None
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(dir(self._cls)) | {"remote", "options", "bind"})
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         name = self._cls.__name__
@@ -266,6 +280,10 @@ class ActorHandle:
             raise AttributeError(f"'ActorHandle' object for actor {self._class_name} has no method "
                                  f"'{name}'. Its methods are: {', '.join(sorted(self._meta)) or 'none'}.")
         return ActorMethod(self, name, self._meta[name])
+
+    def __dir__(self) -> list[str]:
+        """The actor's methods and Ray's built-in ones (what an IDE completes on a handle)."""
+        return sorted(set(self._meta) | {"__init__", "__ray_ready__", "__ray_call__", "__ray_terminate__"})
 
     def __reduce__(self):
         with _counts_lock:

@@ -455,6 +455,9 @@ class Worker:
                 raise E.RaySystemError("this worker hosts no actor")
             if spec.method_name == "__ray_ready__":
                 return _ready
+            if spec.method_name == "__ray_call__":  # Ray's: run fn(actor_instance, *args) in the actor
+                instance = self.actor
+                return lambda fn, *args, **kwargs: fn(instance, *args, **kwargs)
             if spec.method_name == "__ray_terminate__":
                 return self._terminate_actor
             if spec.method_name in _CGRAPH_CALLS:
