@@ -165,7 +165,16 @@ class ActorClass(ExportedCode):
 
         return ClassNode(self, args, kwargs, self._options)
 
-    def _remote(self, args: tuple, kwargs: dict, opts: dict) -> ActorHandle:
+    def _remote(self, args: Any = None, kwargs: dict | None = None, opts: dict | None = None,
+                **actor_options: Any) -> ActorHandle:
+        """Create the actor. Ray's spelling `Cls._remote(args=[...], kwargs={...}, num_cpus=1)`
+        (used by libraries) is accepted: options by keyword."""
+        if opts is None:
+            O.validate(actor_options, O.ACTOR_OPTIONS, f"actor class {self._cls.__qualname__}")
+            opts = {**self._options, **actor_options}
+            _check_actor_options(opts, self._cls)
+        args = tuple(args or ())
+        kwargs = dict(kwargs or {})
         client = api.ensure_initialized()
         init = getattr(self._cls, "__init__", None)
         if init is not None and init is not object.__init__:

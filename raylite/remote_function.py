@@ -224,7 +224,16 @@ class RemoteFunction(ExportedCode):
 
         return FunctionNode(self, args, kwargs, self._options)
 
-    def _remote(self, args: tuple, kwargs: dict, opts: dict) -> Any:
+    def _remote(self, args: Any = None, kwargs: dict | None = None, opts: dict | None = None,
+                **task_options: Any) -> Any:
+        """Submit with these options. Ray's spelling `f._remote(args=[...], kwargs={...},
+        num_returns=2, ...)` (used by libraries) is accepted: options by keyword."""
+        if opts is None:
+            O.validate(task_options, O.TASK_OPTIONS, f"remote function {self._function.__qualname__}")
+            self._check_returns(task_options)
+            opts = {**self._options, **task_options}
+        args = tuple(args or ())
+        kwargs = dict(kwargs or {})
         client = api.ensure_initialized()
         if self._signature is not None:
             try:
