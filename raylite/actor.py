@@ -419,4 +419,5 @@ def exit_actor() -> None:
         client.run_sync(client.head.request(P.KillActor(worker.actor_spec.actor_id, True, False)), timeout=5)
     except Exception:  # noqa: BLE001
         pass
+    worker.exit_gracefully()  # atexit handlers run, as in Ray
     os._exit(0)

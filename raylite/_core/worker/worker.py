@@ -418,6 +418,15 @@ class Worker:
         with contextlib.suppress(Exception):
             self.client.run_sync(self.client.head.request(P.KillActor(self.actor_spec.actor_id, True, False)),
                                  timeout=5)
+        self.exit_gracefully()
+
+    def exit_gracefully(self) -> None:
+        """End this actor's process on purpose: its atexit handlers run first, as in Ray (a
+        kill does not run them), then the output is flushed."""
+        import atexit
+
+        with contextlib.suppress(BaseException):
+            atexit._run_exitfuncs()
         self._drain_output()
         os._exit(0)
 
