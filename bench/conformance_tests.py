@@ -134,6 +134,26 @@ def summarize(results: dict) -> str:
     return "\n".join(lines)
 
 
+def markdown_table(results: dict) -> str:
+    """module | tests | passed on Ray | of those, passed on raylite (for docs/conformance.md)."""
+    rows = ["| module | tests | pass on Ray 2.60 | of those, pass on raylite |", "| --- | ---: | ---: | ---: |"]
+    for module, tests in results.items():
+        ray_pass = {t for t, v in tests.items() if v.get("ray", {}).get("outcome") == "passed"}
+        both = {t for t in ray_pass if tests[t].get("raylite", {}).get("outcome") == "passed"}
+        rows.append(f"| {module} | {len(tests)} | {len(ray_pass)} | {len(both)} |")
+    return "\n".join(rows)
+
+
+def merge(paths: list[str]) -> dict:
+    """Verdicts of several results files (Ray's side from one, raylite's from another) as one."""
+    merged: dict = {}
+    for path in paths:
+        for module, tests in json.loads(Path(path).read_text()).items():
+            for test, sides in tests.items():
+                merged.setdefault(module, {}).setdefault(test, {}).update(sides)
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ray-git", default="/work/.mirror/dayshah+ray/repo")
@@ -151,7 +171,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-timeout", type=int, default=120)
     parser.add_argument("--module-timeout", type=int, default=1800)
     parser.add_argument("-k", default=None, help="pytest -k expression")
+    parser.add_argument("--report", nargs="+", metavar="RESULTS",
+                        help="run nothing: merge these results files and print the summary and a Markdown table")
     args = parser.parse_args(argv)
+    if args.report:
+        merged = merge(args.report)
+        print(summarize(merged))
+        print()
+        print(markdown_table(merged))
+        return 0
 
     results_path = Path(args.results)
     results: dict = json.loads(results_path.read_text()) if results_path.exists() else {}
