@@ -216,7 +216,8 @@ def get_application_url(protocol: Any = "HTTP", app_name: str = "default", use_l
     base = f"http://{'localhost' if use_localhost else '127.0.0.1'}:{port}"
     if exclude_route_prefix:
         return base
-    prefix = serve.status().applications[app_name].route_prefix or "/"
+    app = serve.status().applications.get(app_name)
+    prefix = getattr(app, "route_prefix", None) or "/"
     return base + ("" if prefix == "/" else prefix)
 
 

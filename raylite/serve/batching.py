@@ -135,6 +135,7 @@ class _BatchQueue:
         self._slots = asyncio.Semaphore(settings.max_concurrent_batches)
         self._slot_count = settings.max_concurrent_batches
         self._running: set[asyncio.Task] = set()
+        self.batch_starts: dict[asyncio.Task, float] = {}  # running batch -> its start (loop clock)
         self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
         _warn_if_batches_cannot_fill(func, settings)
 
@@ -149,9 +150,12 @@ class _BatchQueue:
             if not calls:
                 continue
             await self._acquire_slot()
-            task = asyncio.get_running_loop().create_task(self._run_batch(calls))
+            loop = asyncio.get_running_loop()
+            task = loop.create_task(self._run_batch(calls))
             self._running.add(task)
+            self.batch_starts[task] = loop.time()
             task.add_done_callback(self._running.discard)
+            task.add_done_callback(lambda t: self.batch_starts.pop(t, None))
 
     async def _wait_for_batch(self) -> None:
         """Return once a batch should flush: full, or the first waiting call is old enough."""
@@ -452,6 +456,35 @@ def _decorate(func: Callable[..., Any], settings: _Settings) -> Callable[..., An
     def set_max_concurrent_batches(new_max_concurrent_batches: int) -> None:
         settings.max_concurrent_batches = _check_concurrency(new_max_concurrent_batches)
 
+    def queues_here() -> list[_BatchQueue]:
+        """This function's queues in the running event loop (one per instance, usually one)."""
+        loop = asyncio.get_running_loop()
+        registry = _registry(settings)
+        maps = [registry.for_function, *registry.by_owner.values(), *registry.strong_owner.values()]
+        return [q for m in maps for lp, q in list(m.items()) if lp is loop]
+
+    def _get_curr_iteration_start_times() -> _RuntimeSummaryStatistics:
+        """When the batches running now started (Ray's observability helper)."""
+        return _RuntimeSummaryStatistics([t for q in queues_here() for t in q.batch_starts.values()])
+
+    async def _is_batching_task_alive() -> bool:
+        """Whether the task that forms batches runs (a queue not made yet counts as alive: it
+        starts with the first call)."""
+        return all(not q._flusher.done() for q in queues_here())
+
+    async def _get_handling_task_stack() -> str | None:
+        import io
+
+        queues = queues_here()
+        if not queues:
+            return None
+        out = io.StringIO()
+        queues[0]._flusher.print_stack(file=out)
+        return out.getvalue()
+
+    wrapper._get_curr_iteration_start_times = _get_curr_iteration_start_times
+    wrapper._is_batching_task_alive = _is_batching_task_alive
+    wrapper._get_handling_task_stack = _get_handling_task_stack
     wrapper._serve_is_method = defined_as_method(func)
     wrapper.set_max_batch_size = set_max_batch_size
     wrapper.set_batch_wait_timeout_s = set_batch_wait_timeout_s

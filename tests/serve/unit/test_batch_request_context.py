@@ -42,3 +42,29 @@ def test_runtime_summary_statistics_names_the_earliest_and_latest_start():
     stats = batching._RuntimeSummaryStatistics(start_times=[3.0, 1.0, 2.0])
     assert (stats.min_start_time, stats.max_start_time, stats.num_iterations) == (1.0, 3.0, 3)
     assert batching._RuntimeSummaryStatistics(start_times=[]).min_start_time is None
+
+
+def test_observability_helpers_report_running_batches_and_the_batching_task():
+    release = None
+
+    @batching.batch(max_batch_size=2, batch_wait_timeout_s=0.05)
+    async def slow(items):
+        await release.wait()
+        return items
+
+    async def main():
+        nonlocal release
+        release = asyncio.Event()
+        assert await slow._is_batching_task_alive()  # no queue yet: it starts with the first call
+        calls = [asyncio.ensure_future(slow(i)) for i in range(2)]
+        while not slow._get_curr_iteration_start_times().start_times:
+            await asyncio.sleep(0.01)
+        stats = slow._get_curr_iteration_start_times()
+        alive = await slow._is_batching_task_alive()
+        stack = await slow._get_handling_task_stack()
+        release.set()
+        results = await asyncio.gather(*calls)
+        return stats.num_iterations, alive, stack, results
+
+    num, alive, stack, results = asyncio.run(main())
+    assert num == 1 and alive and isinstance(stack, str) and results == [0, 1]
