@@ -518,8 +518,8 @@ def batch(_func: Callable[..., Any] | None = None, /, max_batch_size: int = 10,
             return [len(t) for t in texts]
     """
     if batch_size_fn is not None and not callable(batch_size_fn):
-        raise TypeError(f"batch_size_fn must be a function of a list of items returning an int, not "
-                        f"{type(batch_size_fn).__name__}")
+        raise TypeError(f"batch_size_fn must be a callable or None (a function of a list of items "
+                        f"returning an int), got {type(batch_size_fn).__name__}")
     settings = _Settings(_check_max_batch_size(max_batch_size), _check_timeout(batch_wait_timeout_s),
                          _check_concurrency(max_concurrent_batches), batch_size_fn)
     if _func is not None:

@@ -68,3 +68,10 @@ def test_observability_helpers_report_running_batches_and_the_batching_task():
 
     num, alive, stack, results = asyncio.run(main())
     assert num == 1 and alive and isinstance(stack, str) and results == [0, 1]
+
+
+def test_a_batch_size_fn_that_is_not_callable_is_refused_in_rays_words():
+    import pytest
+
+    with pytest.raises(TypeError, match="batch_size_fn must be a callable or None"):
+        batching.batch(batch_size_fn="not a function")
