@@ -19,7 +19,7 @@ from raylite._core.task_spec import (
     TaskSpec,
 )
 from raylite._runtime_env import merge_runtime_env
-from raylite.remote_function import ExportedCode, capture_and_strategy, legacy_pg_options
+from raylite.remote_function import ExportedCode, capture_and_strategy, check_fits_group, legacy_pg_options
 
 
 def method(*args: Any, **kwargs: Any) -> Any:
@@ -194,6 +194,7 @@ class ActorClass(ExportedCode):
         resources = O.resource_request(opts, default_cpus=0)
         if opts.get("num_cpus") is None:
             resources.pop("CPU", None)
+        check_fits_group(opts.get("scheduling_strategy"), resources, self._cls.__qualname__)
         strategy, resources, capture_pg = capture_and_strategy(
             opts.get("scheduling_strategy"), resources, api.captured_placement_group(),
             opts.get("label_selector"), opts.get("fallback_strategy"))

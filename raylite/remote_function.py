@@ -53,6 +53,26 @@ def strategy_to_wire(strategy: Any, resources: dict) -> tuple[list, dict]:
     raise TypeError(f"Unsupported scheduling_strategy {strategy!r}")
 
 
+def check_fits_group(strategy: Any, resources: dict, what: str) -> None:
+    """Ray's check before submitting into a placement group: the request must fit the named
+    bundle, or some bundle, else ValueError (it would wait forever)."""
+    from raylite._core import resources as R
+
+    pg = getattr(strategy, "placement_group", None)
+    specs = getattr(pg, "bundle_specs", None)
+    if not specs or isinstance(pg, str):
+        return
+    index = getattr(strategy, "placement_group_bundle_index", -1)
+    index = -1 if index is None else index
+    wanted = {k: v for k, v in resources.items() if v}
+    candidates = [specs[index]] if 0 <= index < len(specs) else specs
+    if any(R.fits(wanted, R.to_fixed(b)) for b in candidates):
+        return
+    bundles = [{k: float(v) for k, v in b.items()} for b in specs]
+    raise ValueError(f"Cannot schedule {what} with the placement group because the resource request "
+                     f"{R.from_fixed(wanted)} cannot fit into any bundles for the placement group, {bundles}.")
+
+
 def label_wire(label_selector: dict | None, fallback_strategy: list | None) -> list:
     """The `label_selector=` and `fallback_strategy=` options as one LABELS wire strategy: the
     selector first, then each fallback's, tried in order ([] when neither is given)."""
@@ -255,6 +275,7 @@ class RemoteFunction(ExportedCode):
             resources, strategy, capture_pg = placement[2], placement[3], placement[4]
         else:
             resources = O.resource_request(opts, default_cpus=1)
+            check_fits_group(opts.get("scheduling_strategy"), resources, self._function.__qualname__)
             strategy, resources, capture_pg = capture_and_strategy(
                 opts.get("scheduling_strategy"), resources, inherited, opts.get("label_selector"),
                 opts.get("fallback_strategy"))
