@@ -19,7 +19,12 @@ from raylite._core.task_spec import (
     TaskSpec,
 )
 from raylite._runtime_env import merge_runtime_env
-from raylite.remote_function import ExportedCode, capture_and_strategy, check_fits_group, legacy_pg_options
+from raylite.remote_function import (
+    ExportedCode,
+    capture_and_strategy,
+    check_fits_group,
+    legacy_pg_options,
+)
 
 
 def method(*args: Any, **kwargs: Any) -> Any:
