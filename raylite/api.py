@@ -97,6 +97,11 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
         if address == "auto" and os.environ.get("RAYLITE_JOB_SUBMISSION_ID"):
             address = None  # a submitted job's driver: its cluster is in RAYLITE_ADDRESS
         address = address or os.environ.get("RAYLITE_ADDRESS") or os.environ.get("RAY_ADDRESS") or None
+        if address and address not in ("local", "auto") and not address.startswith("ray://") \
+                and kwargs.get("_system_config"):
+            # as Ray: a named cluster's settings were fixed when it started
+            raise ValueError("When connecting to an existing cluster, _system_config must not be provided. "
+                             "Pass it to the ray.init() (or `raylite start`) that starts the cluster.")
         if runtime_env is None and os.environ.get("RAYLITE_JOB_RUNTIME_ENV"):
             import json
 
