@@ -353,6 +353,8 @@ class Worker:
         self.ctx.gpu_ids = list(gpu_ids)
         if gpu_ids:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
+        elif self.config.accel_env_var_override_on_zero:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ""  # Ray's opt-in: no GPU asked for, none visible
         elif self._initial_visible is None:
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
         else:
