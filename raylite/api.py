@@ -64,11 +64,15 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
          logging_level: int | str = logging.INFO, include_dashboard: bool | None = None,
          **kwargs: Any) -> RayContext:
     """Start a local cluster (or connect to one) and make this process its driver."""
+    job_config = kwargs.get("job_config")
+    if job_config is not None:  # Ray's JobConfig: its runtime_env and namespace, unless init() gives them
+        runtime_env = {**(job_config.runtime_env or {}), **(runtime_env or {})} or None
+        namespace = namespace or job_config.ray_namespace
     for key in kwargs:
         if key not in _RAY_INIT_KWARGS:
             raise TypeError(f"init() got an unexpected keyword argument {key!r}")
-        if key in ("dashboard_host", "dashboard_port"):
-            continue  # used below
+        if key in ("dashboard_host", "dashboard_port", "job_config"):
+            continue  # used below (job_config: above)
         if key == "_system_config":  # the keys raylite honours go to a local cluster's node
             from raylite._core.config import system_config_env
 
@@ -146,6 +150,13 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                 raise
         if not (address and address.startswith("ray://")):  # a Ray Client program's folders are elsewhere
             _job_runtime_env = _with_driver_sys_path(_job_runtime_env, getattr(info, "node_sys_path", ()))
+        if job_config is not None and job_config.code_search_path:
+            # the job's workers import from these directories too, as Ray puts them on their sys.path
+            from raylite._core.runtime_env.check import DRIVER_SYS_PATH
+
+            paths = [os.path.abspath(p) for p in job_config.code_search_path]
+            _job_runtime_env = {**_job_runtime_env,
+                                DRIVER_SYS_PATH: [*_job_runtime_env.get(DRIVER_SYS_PATH, []), *paths]}
         return RayContext(info)
 
 
