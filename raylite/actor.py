@@ -333,6 +333,19 @@ class ActorHandle:
         return client.submit_actor_task(spec, pinned)
 
 
+def _positional_fits(handle: ActorHandle, name: str, sig: inspect.Signature, n: int) -> bool:
+    """Fast path of the call check (it runs on every .remote()): a call with `n` positional
+    arguments only, for a signature of plain parameters, fits when required <= n <= all
+    (cached per handle and method)."""
+    cache = handle.__dict__.setdefault("_arity", {})
+    arity = cache.get(name, False)
+    if arity is False:
+        params = list(sig.parameters.values())
+        plain = all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params)
+        arity = cache[name] = (sum(p.default is p.empty for p in params), len(params)) if plain else None
+    return arity is not None and arity[0] <= n <= arity[1]
+
+
 def _portable_signatures(signatures: dict[str, inspect.Signature]) -> dict[str, list]:
     """Signatures as plain data for a handle sent elsewhere: each parameter's name, kind and
     whether it has a default (binding needs no more; defaults may not pickle)."""
@@ -370,7 +383,7 @@ class ActorMethod:
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         sig = getattr(self._handle, "_signatures", {}).get(self._name)
-        if sig is not None:
+        if sig is not None and not (not kwargs and _positional_fits(self._handle, self._name, sig, len(args))):
             try:
                 sig.bind(*args, **kwargs)
             except TypeError as e:
