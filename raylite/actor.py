@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+import types
 from typing import Any
 
 from raylite import api
@@ -145,9 +146,20 @@ class ActorClass(ExportedCode):
         if cls is None or name.startswith("__"):
             raise AttributeError(name)
         try:
-            return getattr(cls, name)
+            value = getattr(cls, name)
         except AttributeError:
             raise AttributeError(f"actor class {cls.__qualname__} has no attribute {name!r}") from None
+        if isinstance(value, types.FunctionType):
+            # a fresh wrapper, never the function itself: cloudpickle pickles a function found at
+            # `module.Cls.name` by reference, so handing out the very object would make every
+            # worker import the class's module (which need not be importable there)
+            def call(*args: Any, **kwargs: Any) -> Any:
+                return value(*args, **kwargs)
+
+            call.__name__ = value.__name__
+            call.__doc__ = value.__doc__
+            return call
+        return value
 
     def __dir__(self) -> list[str]:
         return sorted(set(dir(self._cls)) | {"remote", "options", "bind"})

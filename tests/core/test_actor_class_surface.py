@@ -54,3 +54,24 @@ def test_remote_with_empty_parentheses_is_refused():
         @raylite.remote()
         class Nope:
             pass
+
+
+def test_a_module_level_actor_class_works_when_workers_cannot_import_its_module(cluster, tmp_path, monkeypatch):
+    """The class attribute lookup must not hand out the class's own function objects: cloudpickle
+    would then pickle the methods by reference and every worker would import the module."""
+    import importlib
+    import sys
+
+    (tmp_path / "only_here_actors.py").write_text(
+        "import raylite\n\n"
+        "@raylite.remote\n"
+        "class Here:\n"
+        "    def value(self):\n"
+        "        return 'by value'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the driver only: workers never see this path
+    module = importlib.import_module("only_here_actors")
+    try:
+        assert callable(module.Here.value)  # the lookup that used to leak the function itself
+        assert raylite.get(module.Here.remote().value.remote()) == "by value"
+    finally:
+        sys.modules.pop("only_here_actors", None)
