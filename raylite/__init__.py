@@ -47,6 +47,16 @@ _LAZY_ATTRIBUTES = {
     "get_runtime_context": ("raylite.runtime_context", "get_runtime_context"),
     # names libraries read from Ray's package (raylite/_private/compat_names.py says who)
     "ObjectID": ("raylite.object_ref", "ObjectRef"),  # Ray's older name: the same class, as in Ray
+    # Ray's id types (hex(), binary(), from_hex(), nil(), is_nil()), as `ray.NodeID` etc.
+    "ActorID": ("raylite._core.ids", "ActorID"),
+    "JobID": ("raylite._core.ids", "JobID"),
+    "NodeID": ("raylite._core.ids", "NodeID"),
+    "PlacementGroupID": ("raylite._core.ids", "PlacementGroupID"),
+    "TaskID": ("raylite._core.ids", "TaskID"),
+    "WorkerID": ("raylite._core.ids", "WorkerID"),
+    # Ray's worker modes (ray.SCRIPT_MODE is what global_worker.mode is in a driver)
+    "SCRIPT_MODE": ("raylite._private.worker", "SCRIPT_MODE"),
+    "WORKER_MODE": ("raylite._private.worker", "WORKER_MODE"),
     "logger": ("raylite._private.compat_names", "logger"),
     "ray_constants": ("raylite._private.ray_constants", None),
 }
@@ -54,7 +64,7 @@ _LAZY_ATTRIBUTES = {
 __version__ = "0.1.0"
 
 _LAZY_SUBMODULES = {"data", "train", "serve", "util", "dag", "tune", "job_submission", "dashboard",
-                    "experimental", "cloudpickle", "types"}
+                    "experimental", "cloudpickle", "types", "job_config"}
 
 
 def init(address: str | None = None, **kwargs: Any) -> Any:
@@ -81,7 +91,7 @@ def remote(*args: Any, **options: Any) -> Any:
     if len(args) == 1 and not options and (inspect.isfunction(args[0]) or inspect.isclass(args[0])
                                            or callable(args[0])):
         return _make_remote(args[0], {})
-    if args:
+    if args or not options:  # `@remote()` too: Ray refuses the empty call
         raise TypeError("The @raylite.remote decorator must be applied either with no arguments and "
                         "no parentheses, e.g. '@raylite.remote', or with keyword arguments only, "
                         "e.g. '@raylite.remote(num_gpus=1)'.")

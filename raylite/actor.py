@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+import types
 from typing import Any
 
 from raylite import api
@@ -18,7 +19,12 @@ from raylite._core.task_spec import (
     TaskSpec,
 )
 from raylite._runtime_env import merge_runtime_env
-from raylite.remote_function import ExportedCode, capture_and_strategy, legacy_pg_options
+from raylite.remote_function import (
+    ExportedCode,
+    capture_and_strategy,
+    check_fits_group,
+    legacy_pg_options,
+)
 
 
 def method(*args: Any, **kwargs: Any) -> Any:
@@ -40,7 +46,7 @@ def method(*args: Any, **kwargs: Any) -> Any:
 # methods every actor has, as in Ray: `__ray_ready__` returns True once the actor is created,
 # `__ray_terminate__` ends it like exit_actor() (queued calls before it still run); and the
 # calls that set up the actor's part of a compiled graph (raylite.dag.compiled_dag_node)
-_BUILTIN_METHODS = ("__ray_ready__", "__ray_terminate__", "__raylite_cgraph_open__",
+_BUILTIN_METHODS = ("__ray_ready__", "__ray_terminate__", "__ray_call__", "__raylite_cgraph_open__",
                     "__raylite_cgraph_start__", "__raylite_cgraph_abort__")
 
 
@@ -53,6 +59,42 @@ def _method_meta(cls: type) -> dict[str, Any]:
         is_gen = inspect.isgeneratorfunction(member) or inspect.isasyncgenfunction(member)
         meta[name] = O.resolve_num_returns(opts.get("num_returns"), is_gen)
     return meta
+
+
+def _method_signatures(cls: type, names: Any) -> dict[str, inspect.Signature]:
+    """Each method's call signature as a caller sees it (without `self`), so `.remote()` refuses
+    a wrong call at once with TypeError, as Ray's does; methods whose signature Python cannot
+    tell (builtins) are left out and checked by the actor only."""
+    signatures = {}
+    for name in names:
+        raw = inspect.getattr_static(cls, name, None)
+        try:
+            if isinstance(raw, staticmethod):
+                signatures[name] = inspect.signature(raw.__func__)
+                continue
+            func = raw.__func__ if isinstance(raw, classmethod) else raw
+            sig = inspect.signature(func)
+        except (TypeError, ValueError):
+            continue
+        params = list(sig.parameters.values())
+        if params and params[0].kind in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+            signatures[name] = sig.replace(parameters=params[1:])
+        elif params and params[0].kind is params[0].VAR_POSITIONAL:
+            signatures[name] = sig  # (*args): self is one of them
+    return signatures
+
+
+def _check_actor_options(opts: dict[str, Any], cls: type) -> None:
+    """Ray's checks across options of an actor (each option alone is checked by O.validate)."""
+    if opts.get("get_if_exists") and not opts.get("name"):
+        raise ValueError("The actor name must be specified to use `get_if_exists`.")
+    if opts.get("allow_out_of_order_execution") is False:
+        if _is_async(cls):
+            raise ValueError("If you're using async actors, Ray can't execute actor tasks in order. "
+                             "Set `allow_out_of_order_execution=True` to allow out-of-order execution.")
+        if (opts.get("max_concurrency") or 1) > 1:
+            raise ValueError("If you're using multi-threaded actors, Ray can't execute actor tasks in order. "
+                             "Set `allow_out_of_order_execution=True` to allow out-of-order execution.")
 
 
 def _is_async(cls: type) -> bool:
@@ -68,19 +110,58 @@ def _wire_returns(nr: Any) -> int:
     return int(nr)
 
 
+class ActorClassInheritanceException(TypeError):
+    """A class statement named an actor class (what `@remote` returned) as its base: Ray refuses
+    it, since the base is no longer a class. Inherit from the plain class, then decorate."""
+
+
 class ActorClass(ExportedCode):
     """A class that runs as an actor: `Cls.remote(*args)` starts one and returns its handle."""
+
+    def __mro_entries__(self, bases: tuple) -> tuple:
+        """`class Derived(SomeActor):` lands here (an ActorClass is not a type)."""
+        raise ActorClassInheritanceException(
+            f"Attempted to define a subclass of actor class '{self._cls.__qualname__}'. Inheriting from "
+            "actor classes is not currently supported. Inherit from the plain class instead and make "
+            "the derived class an actor class (with @ray.remote).")
 
     def __init__(self, cls: type, options: dict[str, Any]) -> None:
         self._cls = cls
         self._options = O.validate(dict(options), O.ACTOR_OPTIONS, f"actor class {cls.__qualname__}")
+        _check_actor_options(self._options, cls)
         ExportedCode.__init__(self, cls)
         self._meta = _method_meta(cls)
+        self._signatures = _method_signatures(cls, self._meta)
         self._async = _is_async(cls)
         self.__name__ = cls.__name__
         self.__qualname__ = cls.__qualname__
         self.__doc__ = cls.__doc__
         self.__module__ = cls.__module__
+
+    def __getattr__(self, name: str) -> Any:
+        """Attributes of the class itself (constants, classmethods, staticmethods), as Ray's
+        actor class, a subclass of the user's, has them: `Counter.LIMIT`, `Counter.build(...)`."""
+        cls = self.__dict__.get("_cls")
+        if cls is None or name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            value = getattr(cls, name)
+        except AttributeError:
+            raise AttributeError(f"actor class {cls.__qualname__} has no attribute {name!r}") from None
+        if isinstance(value, types.FunctionType):
+            # a fresh wrapper, never the function itself: cloudpickle pickles a function found at
+            # `module.Cls.name` by reference, so handing out the very object would make every
+            # worker import the class's module (which need not be importable there)
+            def call(*args: Any, **kwargs: Any) -> Any:
+                return value(*args, **kwargs)
+
+            call.__name__ = value.__name__
+            call.__doc__ = value.__doc__
+            return call
+        return value
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(dir(self._cls)) | {"remote", "options", "bind"})
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         name = self._cls.__name__
@@ -92,6 +173,7 @@ class ActorClass(ExportedCode):
 
     def options(self, **options: Any) -> _ActorClassWithOptions:
         O.validate(options, O.ACTOR_OPTIONS, f"actor class {self._cls.__qualname__}")
+        _check_actor_options({**self._options, **options}, self._cls)
         return _ActorClassWithOptions(self, {**self._options, **options})
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
@@ -99,7 +181,16 @@ class ActorClass(ExportedCode):
 
         return ClassNode(self, args, kwargs, self._options)
 
-    def _remote(self, args: tuple, kwargs: dict, opts: dict) -> ActorHandle:
+    def _remote(self, args: Any = None, kwargs: dict | None = None, opts: dict | None = None,
+                **actor_options: Any) -> ActorHandle:
+        """Create the actor. Ray's spelling `Cls._remote(args=[...], kwargs={...}, num_cpus=1)`
+        (used by libraries) is accepted: options by keyword."""
+        if opts is None:
+            O.validate(actor_options, O.ACTOR_OPTIONS, f"actor class {self._cls.__qualname__}")
+            opts = {**self._options, **actor_options}
+            _check_actor_options(opts, self._cls)
+        args = tuple(args or ())
+        kwargs = dict(kwargs or {})
         client = api.ensure_initialized()
         init = getattr(self._cls, "__init__", None)
         if init is not None and init is not object.__init__:
@@ -119,8 +210,10 @@ class ActorClass(ExportedCode):
         resources = O.resource_request(opts, default_cpus=0)
         if opts.get("num_cpus") is None:
             resources.pop("CPU", None)
+        check_fits_group(opts.get("scheduling_strategy"), resources, self._cls.__qualname__)
         strategy, resources, capture_pg = capture_and_strategy(
-            opts.get("scheduling_strategy"), resources, api.captured_placement_group())
+            opts.get("scheduling_strategy"), resources, api.captured_placement_group(),
+            opts.get("label_selector"), opts.get("fallback_strategy"))
         runtime_env = merge_runtime_env(api.inherited_runtime_env(), opts.get("runtime_env"))
         payload, arg_refs, _pinned = client.pack_args(args, kwargs, f"{self._cls.__qualname__}.__init__")
         max_concurrency = opts.get("max_concurrency") or (1000 if self._async else 1)
@@ -137,10 +230,14 @@ class ActorClass(ExportedCode):
         reply = client.register_actor(spec, bool(opts.get("get_if_exists")))
         if reply.existed:
             existing = TaskSpec.from_wire(reply.spec)
-            return ActorHandle(reply.actor_id, existing.function.qualname, existing.method_meta,
-                               existing.max_task_retries, owned=False)
-        return ActorHandle(actor_id, self._cls.__qualname__, self._meta, spec.max_task_retries,
-                           owned=not detached and not name)
+            handle = ActorHandle(reply.actor_id, existing.function.qualname, existing.method_meta,
+                                 existing.max_task_retries, owned=False)
+        else:
+            handle = ActorHandle(actor_id, self._cls.__qualname__, self._meta, spec.max_task_retries,
+                                 owned=not detached and not name)
+        if handle._meta == self._meta:  # the same class: its signatures check calls made here
+            handle._signatures = self._signatures
+        return handle
 
 
 class _ActorClassWithOptions:
@@ -153,6 +250,7 @@ class _ActorClassWithOptions:
 
     def options(self, **options: Any) -> _ActorClassWithOptions:
         O.validate(options, O.ACTOR_OPTIONS, f"actor class {self._actor_class._cls.__qualname__}")
+        _check_actor_options({**self._options, **options}, self._actor_class._cls)
         return _ActorClassWithOptions(self._actor_class, {**self._options, **options})
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
@@ -177,6 +275,8 @@ class ActorHandle:
         self._meta = dict(method_meta)
         self._max_task_retries = max_task_retries
         self._owned = owned
+        # method -> signature, known where the class is (the creating process); empty elsewhere
+        self._signatures: dict[str, inspect.Signature] = {}
         if owned:
             with _counts_lock:
                 _handle_counts[self._actor_id] = _handle_counts.get(self._actor_id, 0) + 1
@@ -207,10 +307,15 @@ class ActorHandle:
                                  f"'{name}'. Its methods are: {', '.join(sorted(self._meta)) or 'none'}.")
         return ActorMethod(self, name, self._meta[name])
 
+    def __dir__(self) -> list[str]:
+        """The actor's methods and Ray's built-in ones (what an IDE completes on a handle)."""
+        return sorted(set(self._meta) | {"__init__", "__ray_ready__", "__ray_call__", "__ray_terminate__"})
+
     def __reduce__(self):
         with _counts_lock:
             _escaped.add(self._actor_id)
-        return (_rebuild_handle, (self._actor_id, self._class_name, self._meta, self._max_task_retries))
+        return (_rebuild_handle, (self._actor_id, self._class_name, self._meta, self._max_task_retries,
+                                  _portable_signatures(getattr(self, "_signatures", {}))))
 
     def __repr__(self) -> str:
         return f"Actor({self._class_name}, {self._actor_id.hex()})"
@@ -239,8 +344,41 @@ class ActorHandle:
         return client.submit_actor_task(spec, pinned)
 
 
-def _rebuild_handle(actor_id: bytes, class_name: str, meta: dict, max_task_retries: int) -> ActorHandle:
-    return ActorHandle(actor_id, class_name, meta, max_task_retries, owned=False)
+def _positional_fits(handle: ActorHandle, name: str, sig: inspect.Signature, n: int) -> bool:
+    """Fast path of the call check (it runs on every .remote()): a call with `n` positional
+    arguments only, for a signature of plain parameters, fits when required <= n <= all
+    (cached per handle and method)."""
+    cache = handle.__dict__.setdefault("_arity", {})
+    arity = cache.get(name, False)
+    if arity is False:
+        params = list(sig.parameters.values())
+        plain = all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params)
+        arity = cache[name] = (sum(p.default is p.empty for p in params), len(params)) if plain else None
+    return arity is not None and arity[0] <= n <= arity[1]
+
+
+def _portable_signatures(signatures: dict[str, inspect.Signature]) -> dict[str, list]:
+    """Signatures as plain data for a handle sent elsewhere: each parameter's name, kind and
+    whether it has a default (binding needs no more; defaults may not pickle)."""
+    return {name: [[p.name, int(p.kind), p.default is not p.empty] for p in sig.parameters.values()]
+            for name, sig in signatures.items()}
+
+
+def _signatures_from(portable: dict[str, list]) -> dict[str, inspect.Signature]:
+    out = {}
+    for name, params in portable.items():
+        out[name] = inspect.Signature([
+            inspect.Parameter(pname, inspect._ParameterKind(kind), default=None if has_default else inspect.Parameter.empty)
+            for pname, kind, has_default in params])
+    return out
+
+
+def _rebuild_handle(actor_id: bytes, class_name: str, meta: dict, max_task_retries: int,
+                    signatures: dict[str, list] | None = None) -> ActorHandle:
+    handle = ActorHandle(actor_id, class_name, meta, max_task_retries, owned=False)
+    if signatures:
+        handle._signatures = _signatures_from(signatures)
+    return handle
 
 
 class ActorMethod:
@@ -255,6 +393,12 @@ class ActorMethod:
                         f"'object.{self._name}()', try 'object.{self._name}.remote()'.")
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
+        sig = getattr(self._handle, "_signatures", {}).get(self._name)
+        if sig is not None and not (not kwargs and _positional_fits(self._handle, self._name, sig, len(args))):
+            try:
+                sig.bind(*args, **kwargs)
+            except TypeError as e:
+                raise TypeError(f"{self._handle._class_name}.{self._name}.remote() got bad arguments: {e}") from None
         return self._handle._call(self._name, args, kwargs, {"num_returns": self._num_returns, **self._options})
 
     def options(self, **options: Any) -> ActorMethod:
@@ -305,4 +449,5 @@ def exit_actor() -> None:
         client.exit_actor(worker.actor_spec.actor_id, timeout_s=5)
     except Exception:  # noqa: BLE001
         pass
+    worker.exit_gracefully()  # atexit handlers run, as in Ray
     os._exit(0)

@@ -6,6 +6,7 @@ Actors build on this module: `get_actor` and `kill` live with ActorHandle in `ac
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import warnings
@@ -15,7 +16,7 @@ from typing import Any
 from raylite._core import config as config_mod
 from raylite._core import resources as R
 from raylite._core import runtime
-from raylite._core.client.refs import ObjectRef, ObjectRefGenerator
+from raylite._core.client.refs import DynamicObjectRefGenerator, ObjectRef, ObjectRefGenerator
 from raylite._core.config import env_address  # noqa: F401  (libraries read the address through here)
 from raylite._runtime_env import merge_runtime_env
 from raylite.experimental.compiled_dag_ref import CompiledDAGRef
@@ -64,11 +65,15 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
          logging_level: int | str = logging.INFO, include_dashboard: bool | None = None,
          **kwargs: Any) -> RayContext:
     """Start a local cluster (or connect to one) and make this process its driver."""
+    job_config = kwargs.get("job_config")
+    if job_config is not None:  # Ray's JobConfig: its runtime_env and namespace, unless init() gives them
+        runtime_env = {**(job_config.runtime_env or {}), **(runtime_env or {})} or None
+        namespace = namespace or job_config.ray_namespace
     for key in kwargs:
         if key not in _RAY_INIT_KWARGS:
             raise TypeError(f"init() got an unexpected keyword argument {key!r}")
-        if key in ("dashboard_host", "dashboard_port"):
-            continue  # used below
+        if key in ("dashboard_host", "dashboard_port", "job_config"):
+            continue  # used below (job_config: above)
         if key == "_system_config":  # the keys raylite honours go to a local cluster's node
             from raylite._core.config import system_config_env
 
@@ -97,6 +102,11 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
         if address == "auto" and config_mod.job_submission_id():
             address = None  # a submitted job's driver: its cluster is in RAYLITE_ADDRESS
         address = address or config_mod.env_address() or None
+        if address and address not in ("local", "auto") and not address.startswith("ray://") \
+                and kwargs.get("_system_config"):
+            # as Ray: a named cluster's settings were fixed when it started
+            raise ValueError("When connecting to an existing cluster, _system_config must not be provided. "
+                             "Pass it to the ray.init() (or `raylite start`) that starts the cluster.")
         if runtime_env is None:
             runtime_env = config_mod.job_runtime_env()  # the job's, from the supervisor (None: none)
         if address is None:  # as in Ray: join the cluster `raylite start` left running here
@@ -129,8 +139,9 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                                      dashboard_port=kwargs.get("dashboard_port"),
                                      system_config=kwargs.get("_system_config"))
         _announce_dashboard(info, logging_level)
-        if runtime_env and (runtime_env.get("working_dir") or runtime_env.get("py_modules")):
-            # now there is a cluster to ship them to
+        if runtime_env and (runtime_env.get("working_dir") or runtime_env.get("py_modules")
+                            or callable(runtime_env.get("worker_process_setup_hook"))):
+            # now there is a cluster to ship them to (folders, and a setup hook given as a function)
             try:
                 _job_runtime_env = merge_runtime_env(None, runtime_env)
             except BaseException:
@@ -138,6 +149,13 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                 raise
         if not (address and address.startswith("ray://")):  # a Ray Client program's folders are elsewhere
             _job_runtime_env = _with_driver_sys_path(_job_runtime_env, getattr(info, "node_sys_path", ()))
+        if job_config is not None and job_config.code_search_path:
+            # the job's workers import from these directories too, as Ray puts them on their sys.path
+            from raylite._core.runtime_env.check import DRIVER_SYS_PATH
+
+            paths = [os.path.abspath(p) for p in job_config.code_search_path]
+            _job_runtime_env = {**_job_runtime_env,
+                                DRIVER_SYS_PATH: [*_job_runtime_env.get(DRIVER_SYS_PATH, []), *paths]}
         return RayContext(info)
 
 
@@ -256,8 +274,8 @@ def _check_refs(refs: Any, where: str) -> None:
 def get(object_refs: Any, *, timeout: float | None = None) -> Any:
     """Values of the objects; raises the task's error (as its original type) if it failed."""
     client = ensure_initialized()
-    if isinstance(object_refs, ObjectRefGenerator):
-        object_refs = list(object_refs)
+    if isinstance(object_refs, (ObjectRefGenerator, DynamicObjectRefGenerator)):
+        return object_refs  # Ray returns a generator as it is: its items' errors surface at their own get()
     if isinstance(object_refs, ObjectRef):
         return client.get([object_refs], timeout)[0]
     if isinstance(object_refs, CompiledDAGRef):

@@ -48,6 +48,8 @@ _RAY_ONLY_NODE_ARGS = {"min_worker_port", "max_worker_port", "redis_port", "redi
                        "plasma_store_socket_name", "worker_port_list", "node_name", "session_name",
                        "_temp_dir", "temp_dir", "storage", "fake_cluster", "autoscaling_config"}
 STOP_GRACE_S = 10.0
+# Ray's flag for "this platform cannot run a multi-node Cluster" (Windows); tests skip on it
+cluster_not_supported = os.name == "nt"
 
 
 @dataclass(eq=False)
@@ -460,4 +462,4 @@ class AutoscalingCluster:
             self._state_dir = ""
 
 
-__all__ = ["AutoscalingCluster", "Cluster", "ClusterNode"]
+__all__ = ["AutoscalingCluster", "Cluster", "ClusterNode", "cluster_not_supported"]

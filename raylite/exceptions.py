@@ -35,6 +35,36 @@ from typing import Any
 class RayError(Exception):
     """Base class of every raylite error."""
 
+    def to_bytes(self) -> bytes:
+        """The error as bytes (pickled, with its formatted traceback for when it cannot be
+        unpickled again): Ray's to_bytes/from_bytes pair, for code that stores errors."""
+        import pickle
+        import traceback as tb
+
+        text = "\n".join(tb.format_exception(type(self), self, self.__traceback__))
+        try:
+            body = pickle.dumps(self)
+        except Exception:  # noqa: BLE001 - kept as text only
+            body = b""
+        return pickle.dumps({"language": "PYTHON", "serialized_exception": body,
+                             "formatted_exception_string": text})
+
+    @staticmethod
+    def from_bytes(b: bytes) -> BaseException:
+        import pickle
+
+        return RayError.from_ray_exception(pickle.loads(b))
+
+    @staticmethod
+    def from_ray_exception(ray_exception: Any) -> BaseException:
+        import pickle
+
+        get = ray_exception.get if isinstance(ray_exception, dict) else lambda k, d=None: getattr(ray_exception, k, d)
+        try:
+            return pickle.loads(get("serialized_exception"))
+        except Exception:  # noqa: BLE001 - the original text survives
+            return UnserializableException(get("formatted_exception_string", "No formatted exception string available."))
+
 
 class RaySystemError(RayError):
     """raylite itself failed (a bug or a broken installation)."""
@@ -76,6 +106,13 @@ class RayTaskError(RayError):
 
     def __str__(self) -> str:
         return self._message()
+
+    def make_dual_exception_instance(self) -> RayTaskError:
+        """An instance of both RayTaskError and the cause's type; TypeError when the cause's
+        class cannot be subclassed (Ray's method; as_instanceof_cause() falls back instead)."""
+        if self.cause is not None and _dual_class(type(self.cause)) is None:
+            raise TypeError(f"cannot subclass {type(self.cause).__name__} with RayTaskError")
+        return self.as_instanceof_cause()
 
     def as_instanceof_cause(self) -> RayTaskError:
         """An error that is both a RayTaskError and an instance of the cause's type."""
@@ -278,6 +315,96 @@ class RayChannelTimeoutError(RayChannelError, TimeoutError):
 
 class RayCgraphCapacityExceeded(RayError):
     """A compiled graph holds as many unread results as it is allowed to: ray.get() some."""
+
+
+# ---- the rest of Ray 2.60's public exceptions, so `except ray.exceptions.X` and imports of them
+# work; raylite raises the ones whose situation it has (the others exist for catching code)
+
+
+class ActorAlreadyExistsError(ValueError, RayError):
+    """A named actor of that name already exists (get_if_exists=False)."""
+
+    def __init__(self, error_message: str = "") -> None:
+        self.error_message = error_message
+        super().__init__(error_message)
+
+
+class ActorHandleNotFoundError(ValueError, RayError):
+    """The actor handle is not known to this process."""
+
+    def __init__(self, error_message: str = "") -> None:
+        self.error_message = error_message
+        super().__init__(error_message)
+
+
+class ActorPlacementGroupRemoved(RayError):
+    """The placement group the actor was placed in was removed."""
+
+
+class TaskPlacementGroupRemoved(RayError):
+    """The placement group the task was placed in was removed."""
+
+
+class AuthenticationError(RayError):
+    """The cluster refused this process's token."""
+
+    def __init__(self, message: str = "") -> None:
+        self.message = message
+        super().__init__(message)
+
+
+class ObjectFreedError(ObjectLostError):
+    """The object was freed explicitly (`ray._private.internal_api.free`) and cannot be read."""
+
+    def __init__(self, object_ref_hex: str = "", owner_address: Any = None, call_site: str = "") -> None:
+        super().__init__(object_ref_hex, "it was freed explicitly")
+        self.owner_address = owner_address
+        self.call_site = call_site
+
+
+class ObjectRefStreamEndOfStreamError(RayError):
+    """A streaming generator has no more items."""
+
+
+class OufOfBandObjectRefSerializationException(RayError):
+    """An ObjectRef was pickled out of band (Ray's spelling, kept)."""
+
+
+class PlasmaObjectNotAvailable(RayError):
+    """The object is not in the shared-memory store yet."""
+
+
+class RpcError(RayError):
+    """A remote call between cluster processes failed."""
+
+    def __init__(self, message: str = "", rpc_code: Any = None) -> None:
+        self.rpc_code = rpc_code
+        super().__init__(message)
+
+
+class RayDirectTransportError(RaySystemError):
+    """A tensor transport between actors failed."""
+
+
+class StreamingGeneratorReplayInconsistentError(RaySystemError):
+    """A retried streaming generator yielded different items than before."""
+
+
+class UnserializableException(RayError):
+    """A task raised an exception that cannot be pickled; its stack trace travels as text."""
+
+    def __init__(self, original_stack_trace: str = "") -> None:
+        self.original_stack_trace = original_stack_trace
+        super().__init__(original_stack_trace)
+
+    def __str__(self) -> str:
+        return ("Failed to deserialize exception. Refer to https://docs.ray.io/en/latest/ray-core/objects/"
+                f"serialization.html#custom-serializers-for-exceptions for more information.\n"
+                f"Original exception:\n{self.original_stack_trace}")
+
+
+class UserCodeException(RayError):
+    """An exception raised by user code (a marker base in Ray)."""
 
 
 __all__ = [name for name, obj in list(globals().items()) if isinstance(obj, type) and issubclass(obj, BaseException)]

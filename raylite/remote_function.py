@@ -31,6 +31,11 @@ def strategy_to_wire(strategy: Any, resources: dict) -> tuple[list, dict]:
     if isinstance(strategy, str):
         raise ValueError(f"Unknown scheduling_strategy {strategy!r}: use 'DEFAULT', 'SPREAD', "
                          "NodeAffinitySchedulingStrategy or PlacementGroupSchedulingStrategy.")
+    if hasattr(strategy, "hard") and hasattr(strategy, "soft"):  # NodeLabelSchedulingStrategy
+        from raylite._core import labels
+
+        return labels.wire_strategy([[e.to_wire() for e in strategy.hard]],
+                                    [e.to_wire() for e in strategy.soft]), resources
     if hasattr(strategy, "node_id") and hasattr(strategy, "soft"):
         return Strategy.node(strategy.node_id, strategy.soft).to_wire(), resources
     if hasattr(strategy, "placement_group"):
@@ -52,7 +57,40 @@ def strategy_to_wire(strategy: Any, resources: dict) -> tuple[list, dict]:
     raise TypeError(f"Unsupported scheduling_strategy {strategy!r}")
 
 
-def capture_and_strategy(strategy: Any, resources: dict, inherited: str) -> tuple[list, dict, str]:
+def check_fits_group(strategy: Any, resources: dict, what: str) -> None:
+    """Ray's check before submitting into a placement group: the request must fit the named
+    bundle, or some bundle, else ValueError (it would wait forever)."""
+    from raylite._core import resources as R
+
+    pg = getattr(strategy, "placement_group", None)
+    specs = getattr(pg, "bundle_specs", None)
+    if not specs or isinstance(pg, str):
+        return
+    index = getattr(strategy, "placement_group_bundle_index", -1)
+    index = -1 if index is None else index
+    wanted = {k: v for k, v in resources.items() if v}
+    candidates = [specs[index]] if 0 <= index < len(specs) else specs
+    if any(R.fits(wanted, R.to_fixed(b)) for b in candidates):
+        return
+    bundles = [{k: float(v) for k, v in b.items()} for b in specs]
+    raise ValueError(f"Cannot schedule {what} with the placement group because the resource request "
+                     f"{R.from_fixed(wanted)} cannot fit into any bundles for the placement group, {bundles}.")
+
+
+def label_wire(label_selector: dict | None, fallback_strategy: list | None) -> list:
+    """The `label_selector=` and `fallback_strategy=` options as one LABELS wire strategy: the
+    selector first, then each fallback's, tried in order ([] when neither is given)."""
+    from raylite._core import labels
+
+    if not label_selector and not fallback_strategy:
+        return []
+    selectors = [labels.parse_selector(label_selector)]
+    selectors += [labels.parse_selector(f.get("label_selector")) for f in fallback_strategy or []]
+    return labels.wire_strategy(selectors)
+
+
+def capture_and_strategy(strategy: Any, resources: dict, inherited: str, label_selector: dict | None = None,
+                         fallback_strategy: list | None = None) -> tuple[list, dict, str]:
     """`strategy_to_wire` plus Ray's child capture: (wire strategy, resources, capture_pg).
 
     A task or actor placed with `PlacementGroupSchedulingStrategy(pg,
@@ -62,6 +100,12 @@ def capture_and_strategy(strategy: Any, resources: dict, inherited: str) -> tupl
     explicit strategy). `inherited` is the caller's own captured group ("" if none)."""
     from raylite._core.scheduling import bundle_request
 
+    by_labels = label_wire(label_selector, fallback_strategy)
+    if by_labels:
+        if strategy not in (None, "DEFAULT"):
+            raise ValueError(f"raylite does not yet combine label_selector/fallback_strategy with "
+                             f"scheduling_strategy={strategy!r}; use one of them.")
+        return by_labels, resources, ""
     if uses_current_group(strategy):
         strategy = _resolve_default_group(strategy, inherited)
     if strategy is None or strategy == "DEFAULT":
@@ -115,6 +159,24 @@ _NOTHING: dict = {}
 _NO_GPUS: tuple = ()
 
 
+# Ray's FUNCTION_SIZE_ERROR_THRESHOLD: a function or class that pickles to more than this almost
+# always captured a large object by accident (Ray refuses it with the same advice)
+FUNCTION_SIZE_ERROR_BYTES = 10**8
+
+
+def _check_code_size(pickled: bytes, code: Any) -> None:
+    if len(pickled) <= FUNCTION_SIZE_ERROR_BYTES:
+        return
+    if inspect.isclass(code):
+        what = f"actor {code.__name__}"
+    else:
+        what = f"remote function {getattr(code, '__module__', '')}.{code.__qualname__}"
+    raise ValueError(f"The {what} is too large ({len(pickled) // (1024 * 1024)} MiB > "
+                     f"FUNCTION_SIZE_ERROR_THRESHOLD={FUNCTION_SIZE_ERROR_BYTES // (1024 * 1024)} MiB). Check that "
+                     "its definition is not implicitly capturing a large array or other object in scope. "
+                     "Tip: use ray.put() to put large objects in the Ray object store.")
+
+
 class ExportedCode:
     """Code (a function or an actor class) pickled once and exported to each cluster that
     runs it; shared by RemoteFunction and ActorClass."""
@@ -137,7 +199,9 @@ class ExportedCode:
     def _export(self, client: Any) -> FunctionDescriptor:
         if self._descriptor is None:
             code = self._code
-            self._pickled = cloudpickle.dumps(code)
+            pickled = cloudpickle.dumps(code)
+            _check_code_size(pickled, code)
+            self._pickled = pickled
             digest = hashlib.sha1(self._pickled).digest()[:16]
             self._descriptor = FunctionDescriptor(getattr(code, "__module__", "") or "", code.__qualname__, digest)
         if self._exported_by is not client:
@@ -184,7 +248,16 @@ class RemoteFunction(ExportedCode):
 
         return FunctionNode(self, args, kwargs, self._options)
 
-    def _remote(self, args: tuple, kwargs: dict, opts: dict) -> Any:
+    def _remote(self, args: Any = None, kwargs: dict | None = None, opts: dict | None = None,
+                **task_options: Any) -> Any:
+        """Submit with these options. Ray's spelling `f._remote(args=[...], kwargs={...},
+        num_returns=2, ...)` (used by libraries) is accepted: options by keyword."""
+        if opts is None:
+            O.validate(task_options, O.TASK_OPTIONS, f"remote function {self._function.__qualname__}")
+            self._check_returns(task_options)
+            opts = {**self._options, **task_options}
+        args = tuple(args or ())
+        kwargs = dict(kwargs or {})
         client = api.ensure_initialized()
         if self._signature is not None:
             try:
@@ -206,8 +279,10 @@ class RemoteFunction(ExportedCode):
             resources, strategy, capture_pg = placement[2], placement[3], placement[4]
         else:
             resources = O.resource_request(opts, default_cpus=1)
+            check_fits_group(opts.get("scheduling_strategy"), resources, self._function.__qualname__)
             strategy, resources, capture_pg = capture_and_strategy(
-                opts.get("scheduling_strategy"), resources, inherited)
+                opts.get("scheduling_strategy"), resources, inherited, opts.get("label_selector"),
+                opts.get("fallback_strategy"))
             if not uses_current_group(opts.get("scheduling_strategy")):
                 self._placement = (opts, inherited, resources, strategy, capture_pg)
         runtime_env = merge_runtime_env(api.inherited_runtime_env(), opts.get("runtime_env"))

@@ -102,10 +102,13 @@ class RuntimeContext:
         spec = w.ctx.current_spec if w is not None else None
         if spec is None:
             return None
+        # Ray's spelling: module plus the function's (or class's) own name, except that an async
+        # actor's calls carry the class's full qualified name (`f.<locals>.Cls.method`)
         if spec.kind == KIND_ACTOR_CALL and w.actor_spec is not None:
             fn = w.actor_spec.function
-            return f"{fn.module}.{fn.qualname}.{spec.method_name}"
-        return f"{spec.function.module}.{spec.function.qualname}"
+            cls = fn.qualname if w.actor_spec.is_async else fn.qualname.rsplit(".", 1)[-1]
+            return f"{fn.module}.{cls}.{spec.method_name}"
+        return f"{spec.function.module}.{spec.function.qualname.rsplit('.', 1)[-1]}"
 
     @property
     def actor_id(self) -> Any:
@@ -132,8 +135,11 @@ class RuntimeContext:
                            spec.max_task_retries, owned=False)
 
     def get_actor_name(self) -> str | None:
+        """The actor's name: "" for an unnamed actor, None outside an actor (as in Ray)."""
         w = runtime.worker()
-        return (w.ctx.actor_name or None) if w is not None else None
+        if w is None or w.actor_spec is None:
+            return None
+        return w.ctx.actor_name or ""
 
     @property
     def namespace(self) -> str:
@@ -254,4 +260,10 @@ def _in_worker(what: str) -> Any:
 
 
 def get_runtime_context() -> RuntimeContext:
+    """The context of this driver, task or actor. Before init() it starts (or joins) a cluster
+    first, as Ray's auto-init does: its job, node and namespace exist only then."""
+    if runtime.worker() is None and runtime.client() is None:
+        from raylite import api
+
+        api.ensure_initialized()
     return RuntimeContext()

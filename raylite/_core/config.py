@@ -108,6 +108,9 @@ class Config:
     # Ray Client server (ray://HOST:PORT) on a `raylite start --head` head: -1 = Ray's 10001,
     # skipped with a warning when taken; 0 = off; else that port (a taken one fails the start)
     ray_client_server_port: int = -1
+    # Ray's RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO: a task or actor that asks for no GPU sees
+    # CUDA_VISIBLE_DEVICES="" (no device) instead of the worker's own value
+    accel_env_var_override_on_zero: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
@@ -126,6 +129,9 @@ class Config:
                 values[field.name] = float(raw)
             else:
                 values[field.name] = raw
+        if "accel_env_var_override_on_zero" not in values and env.get("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO"):
+            values["accel_env_var_override_on_zero"] = env["RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO"].lower() in (
+                "1", "true", "yes", "on")
         values.update(auth_from_env(env, values.get("token", ""), values.get("allow_no_auth", False)))
         return cls(**values)
 

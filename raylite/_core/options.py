@@ -10,7 +10,7 @@ import difflib
 import warnings
 from typing import Any
 
-from raylite._core import accelerators
+from raylite._core import accelerators, labels
 from raylite._core import resources as R
 
 TASK_OPTIONS = {
@@ -31,11 +31,40 @@ ACTOR_OPTIONS = {
 METHOD_OPTIONS = {"num_returns", "concurrency_group", "max_task_retries", "retry_exceptions",
                   "name", "enable_task_events", "_generator_backpressure_num_objects",
                   "tensor_transport"}
-_IGNORED_WITH_WARNING = {"max_calls", "_metadata", "label_selector",
+_IGNORED_WITH_WARNING = {"max_calls", "_metadata",
                          "enable_task_events", "_labels", "object_store_memory",
                          "max_pending_calls", "allow_out_of_order_execution",
-                         "_generator_backpressure_num_objects", "tensor_transport",
-                         "fallback_strategy"}
+                         "_generator_backpressure_num_objects", "tensor_transport"}
+
+
+_NONE = type(None)
+# Ray's type constraint of each option, as Ray spells it in its TypeError (the tuple's repr)
+_TYPES: dict[str, tuple] = {
+    "label_selector": (dict, _NONE), "fallback_strategy": (list, _NONE), "accelerator_type": (str, _NONE),
+    "memory": (float, int, _NONE), "name": (str, _NONE), "num_cpus": (float, int, _NONE),
+    "num_gpus": (float, int, _NONE), "object_store_memory": (int, _NONE),
+    "placement_group_bundle_index": (int,), "placement_group_capture_child_tasks": (bool, _NONE),
+    "resources": (dict, _NONE), "runtime_env": (dict, _NONE), "enable_task_events": (bool,),
+    "_labels": (dict, _NONE), "max_calls": (int, _NONE), "max_retries": (int, _NONE),
+    "num_returns": (int, str, _NONE), "retry_exceptions": (bool, list, tuple),
+    "_generator_backpressure_num_objects": (int, _NONE), "concurrency_groups": (list, dict, _NONE),
+    "lifetime": (str, _NONE), "max_concurrency": (int, _NONE), "max_restarts": (int, _NONE),
+    "max_task_retries": (int, _NONE), "max_pending_calls": (int, _NONE), "namespace": (str, _NONE),
+    "get_if_exists": (bool,), "allow_out_of_order_execution": (bool, _NONE),
+}
+_RESOURCE_UNIT = 10000  # a fractional resource amount finer than 1/10000 is refused, as in Ray
+
+
+def _check_type(key: str, value: Any) -> None:
+    types = _TYPES.get(key)
+    if types is not None and not isinstance(value, types):
+        raise TypeError(f"The type of keyword '{key}' must be {types if len(types) > 1 else types[0]}, "
+                        f"but received type {type(value)}")
+
+
+def _check_precision(name: str, quantity: Any) -> None:
+    if isinstance(quantity, float) and quantity != 0.0 and int(quantity * _RESOURCE_UNIT) == 0:
+        raise ValueError(f"The precision of the fractional quantity of resource {name} cannot go beyond 0.0001")
 
 
 def validate(options: dict[str, Any], allowed: set[str], where: str) -> dict[str, Any]:
@@ -46,6 +75,7 @@ def validate(options: dict[str, Any], allowed: set[str], where: str) -> dict[str
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise ValueError(f"Invalid option keyword {key!r} for {where}.{hint} Valid ones are: "
                              f"{', '.join(public)}.")
+        _check_type(key, value)
         _check_value(key, value, where)
     return options
 
@@ -54,6 +84,7 @@ def _check_value(key: str, value: Any, where: str) -> None:
     if key in ("num_cpus", "num_gpus", "memory") and value is not None:
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
             raise ValueError(f"{key} of {where} must be a non-negative number, got {value!r}.")
+        _check_precision(key, value)
     elif key == "resources" and value is not None:
         if not isinstance(value, dict):
             raise TypeError(f"resources of {where} must be a dict like {{'TPU': 1}}, got {value!r}.")
@@ -62,12 +93,17 @@ def _check_value(key: str, value: Any, where: str) -> None:
                 raise ValueError(f"Use the num_cpus/num_gpus/memory options instead of resources[{name!r}] for {where}.")
             if not isinstance(amount, (int, float)) or amount < 0:
                 raise ValueError(f"resources[{name!r}] of {where} must be a non-negative number, got {amount!r}.")
+            _check_precision(name, amount)
     elif key == "num_returns" and value is not None:
         if not (value in ("streaming", "dynamic") or (isinstance(value, int) and value >= 0)):
-            raise ValueError(f"num_returns of {where} must be a non-negative int, 'streaming' or 'dynamic', got {value!r}.")
+            raise ValueError(f"The keyword 'num_returns' only accepts None, a non-negative integer, 'streaming' "
+                             f"(for generators), or 'dynamic' ({where} got {value!r}).")
     elif key in ("max_retries", "max_restarts", "max_task_retries") and value is not None:
         if not isinstance(value, int) or value < -1:
-            raise ValueError(f"{key} of {where} must be an int >= -1 (-1 = infinite), got {value!r}.")
+            raise ValueError(f"The keyword '{key}' only accepts None, 0, -1 or a positive integer, where -1 "
+                             f"represents infinity ({where} got {value!r}).")
+    elif key == "max_calls" and value is not None and value < 0:
+        raise ValueError(f"The keyword 'max_calls' only accepts None, 0 or a positive integer ({where} got {value!r}).")
     elif key == "max_concurrency" and value is not None:
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"max_concurrency of {where} must be a positive int, got {value!r}.")
@@ -77,6 +113,20 @@ def _check_value(key: str, value: Any, where: str) -> None:
         _check_concurrency_groups(value, where)
     elif key == "lifetime" and value not in (None, "detached", "non_detached"):
         raise ValueError(f"lifetime of {where} must be 'detached' or 'non_detached', got {value!r}.")
+    elif key == "label_selector" and value is not None:
+        if not isinstance(value, dict):
+            raise TypeError(f"The type of keyword 'label_selector' must be (dict, NoneType), but received "
+                            f"type {type(value)} for {where}.")
+        error = labels.label_selector_error(value)
+        if error:
+            raise ValueError(error)
+    elif key == "fallback_strategy" and value is not None:
+        if not isinstance(value, list):
+            raise TypeError(f"The type of keyword 'fallback_strategy' must be (list, NoneType), but received "
+                            f"type {type(value)} for {where}.")
+        error = labels.fallback_strategy_error(value)
+        if error:
+            raise ValueError(error)
     elif key == "retry_exceptions" and value is not None:
         if not isinstance(value, bool) and not (
                 isinstance(value, (list, tuple)) and all(isinstance(v, type) and issubclass(v, BaseException) for v in value)):
@@ -96,8 +146,8 @@ def _check_concurrency_groups(groups: Any, where: str) -> None:
             raise ValueError(f"concurrency_groups of {where}: group names must be non-empty strings, "
                              f"got {name!r}.")
         if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
-            raise ValueError(f"concurrency_groups of {where}: max_concurrency of group {name!r} must be "
-                             f"a positive int (at least 1), got {size!r}.")
+            raise ValueError(f"concurrency_groups of {where}: max_concurrency must be greater than 0 (group "
+                             f"{name!r} has {size!r}); give each group a positive int.")
 
 
 def check_generator_returns(num_returns: Any, is_generator: bool, where: str) -> None:

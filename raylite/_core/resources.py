@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 _SCALE = 10000
+SCALE = _SCALE  # one whole unit (1 CPU) in fixed point
 
 
 def to_fixed(resources: Mapping[str, float]) -> dict[str, int]:

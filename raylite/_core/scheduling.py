@@ -104,6 +104,36 @@ def pick_node(request: Mapping[str, int], nodes: Sequence[NodeView], strategy: S
     return max(with_room, key=lambda n: _headroom(request, n))
 
 
+def pick_labeled(request: Mapping[str, int], nodes: Sequence[Any], strategy: Sequence,
+                 local_node: bytes | None = None) -> Any:
+    """A node for a LABELS strategy (raylite._core.labels): the first selector that some alive
+    node able to fit `request` matches decides the candidates (later ones are Ray's
+    fallback_strategy); among them, those that match the soft selector come first; then the
+    local node if it has room, else the one with the most room; else a candidate without room
+    (the lease queues there). Infeasible when no selector matches such a node. `nodes` carry
+    `labels` (the head's records)."""
+    from raylite._core import labels as L
+
+    alive = [n for n in nodes if n.alive and R.fits(request, n.total)]
+    selectors, soft = strategy[1], strategy[2] if len(strategy) > 2 else []
+    for selector in selectors:
+        candidates = [n for n in alive if L.matches(selector, n.labels)]
+        if not candidates:
+            continue
+        preferred = [n for n in candidates if L.matches(soft, n.labels)] if soft else []
+        for pool in (preferred, candidates):
+            with_room = [n for n in pool if R.fits(request, n.available)]
+            if with_room:
+                for n in with_room:
+                    if n.node_id == local_node:
+                        return n
+                return max(with_room, key=lambda n: _headroom(request, n))
+        return (preferred or candidates)[0]
+    wanted = " or ".join(L.describe(sel) for sel in selectors)
+    return Infeasible(f"no alive node that can fit {R.describe(_public(request))} has labels matching "
+                      f"{wanted}: check the label_selector (or the nodes' labels: `raylite start --labels`)")
+
+
 class NodeLike(Protocol):
     """What a pick reads of a node (read-only, so a record with dict fields fits)."""
 

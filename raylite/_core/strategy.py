@@ -9,6 +9,7 @@ plain msgpack:
     []                          DEFAULT: the local node if it has room, else the one with most
     ["SPREAD"]                  SPREAD: round-robin over the nodes with room
     ["NODE", node_id_hex, soft] node affinity; soft falls back to DEFAULT
+    ["LABELS", selectors, ...]  label selectors with their fallbacks (labels.py reads the rest)
 
 Only this module takes that list apart: everything else calls `decode` and reads the fields.
 """
@@ -19,17 +20,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
-Kind = Literal["DEFAULT", "SPREAD", "NODE"]
-_KINDS: Final = ("DEFAULT", "SPREAD", "NODE")
+Kind = Literal["DEFAULT", "SPREAD", "NODE", "LABELS"]
+_KINDS: Final = ("DEFAULT", "SPREAD", "NODE", "LABELS")
 
 
 @dataclass(frozen=True, slots=True)
 class Strategy:
-    """Where a task may run. `node_id_hex` and `soft` mean something for NODE only."""
+    """Where a task may run. `node_id_hex` and `soft` mean something for NODE only; `labels`
+    (the wire list as it came, which labels.py takes apart) for LABELS only."""
 
     kind: Kind = "DEFAULT"
     node_id_hex: str = ""
     soft: bool = False
+    labels: tuple[object, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in _KINDS:
@@ -53,6 +56,10 @@ class Strategy:
         return self.kind == "NODE"
 
     @property
+    def is_labels(self) -> bool:
+        return self.kind == "LABELS"
+
+    @property
     def node_id(self) -> bytes:
         """The pinned node's id as bytes (NODE only)."""
         return bytes.fromhex(self.node_id_hex)
@@ -62,6 +69,8 @@ class Strategy:
             return []
         if self.kind == "SPREAD":
             return ["SPREAD"]
+        if self.kind == "LABELS":
+            return list(self.labels)  # type: ignore[arg-type]
         return ["NODE", self.node_id_hex, self.soft]
 
 
@@ -78,7 +87,9 @@ def decode(wire: Strategy | Sequence[object] | None) -> Strategy:
     kind = wire[0]
     if kind == "SPREAD":
         return SPREAD
+    if kind == "LABELS" and len(wire) >= 2:
+        return Strategy("LABELS", labels=tuple(wire))
     if kind == "NODE" and len(wire) >= 2 and isinstance(wire[1], str):
         return Strategy("NODE", wire[1], bool(wire[2]) if len(wire) > 2 else False)
     raise ValueError(f"malformed scheduling strategy on the wire: {list(wire)!r} "
-                     "(expected [], ['SPREAD'] or ['NODE', node_id_hex, soft])")
+                     "(expected [], ['SPREAD'], ['NODE', node_id_hex, soft] or ['LABELS', selectors, ...])")

@@ -220,6 +220,9 @@ RAY_NAMESPACE_ENVIRONMENT_VARIABLE = "RAY_NAMESPACE"
 RAY_RUNTIME_ENV_ENVIRONMENT_VARIABLE = "RAY_RUNTIME_ENV"
 DEFAULT_OBJECT_STORE_MEMORY_PROPORTION = 0.3
 ID_SIZE = 28
+# the internal-KV namespace of exported functions and classes in Ray (raylite keeps code elsewhere;
+# the name is here so modules importing it load)
+KV_NAMESPACE_FUNCTION_TABLE = b"fun"
 LOGGER_LEVEL = "info"
 LOGGER_FORMAT = "%(asctime)s\t%(levelname)s %(filename)s:%(lineno)s -- %(message)s"
 ENABLE_RAY_CLUSTER = True

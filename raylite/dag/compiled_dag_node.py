@@ -199,7 +199,13 @@ class CompiledDAG:
     def execute(self, *args: Any, **kwargs: Any) -> CompiledDAGRef | list[CompiledDAGRef]:
         """Run the graph once on these inputs; returns a CompiledDAGRef (a list of them for a
         MultiOutputNode) to `ray.get`."""
-        index = self._submit(args, kwargs)
+        try:
+            index = self._submit(args, kwargs)
+        except E.ActorDiedError as err:
+            if err is not self._broken:
+                raise
+            # Ray's documented behaviour: execute() still returns; get() of its result raises
+            index = self._failed_execution(err)
         if self._single_output:
             return CompiledDAGRef(self, index, 0)
         return [CompiledDAGRef(self, index, i) for i in range(len(self._out_channels))]
@@ -237,6 +243,15 @@ class CompiledDAG:
             self._flush(deadline)
             return index
 
+    def _failed_execution(self, error: BaseException) -> int:
+        """An execution that could not start (the graph broke): its results raise `error`.
+        Negative indices, so in-flight counting never sees it."""
+        with self._lock:
+            self._failed_count = getattr(self, "_failed_count", 0) + 1
+            index = -self._failed_count
+            self._results[index] = [(_BROKEN_RESULT, error) for _ in self._out_channels]
+            return index
+
     def _get(self, index: int, position: int | None, timeout: float | None) -> Any:
         deadline = _deadline(timeout)
         with self._lock:
@@ -247,6 +262,8 @@ class CompiledDAG:
                     slots[position] = _TAKEN
                     if all(s is _TAKEN for s in slots):
                         del self._results[index]
+                    if status is _BROKEN_RESULT:
+                        raise payload
                     return _decode(status, payload)
                 if self._broken is not None:
                     raise self._broken
@@ -413,6 +430,7 @@ class CompiledDAG:
 
 
 _TAKEN = object()  # a result slot whose value was read or dropped
+_BROKEN_RESULT = object()  # status of a result slot of an execution that never started: raise its error
 _live: weakref.WeakSet = weakref.WeakSet()
 
 

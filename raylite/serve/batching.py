@@ -26,7 +26,29 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from raylite.serve import context as serve_context
+
 __all__ = ["batch"]
+
+
+@dataclass
+class _RuntimeSummaryStatistics:
+    """Start times (event-loop clock) of the batches a queue is running now, for observing a
+    batch handler (Ray's name, returned by `_get_curr_iteration_start_times()`)."""
+
+    start_times: list[float]
+
+    @property
+    def min_start_time(self) -> float | None:
+        return min(self.start_times) if self.start_times else None
+
+    @property
+    def max_start_time(self) -> float | None:
+        return max(self.start_times) if self.start_times else None
+
+    @property
+    def num_iterations(self) -> int:
+        return len(self.start_times)
 
 class _End:
     """Ends one caller's stream. The class itself is the marker: a decorated method travels to a
@@ -67,6 +89,9 @@ class _Call:
     future: asyncio.Future | None = None  # plain functions: the caller's result
     stream: asyncio.Queue | None = None  # generator functions: items, then _END or an exception
     abandoned: bool = False  # a streaming caller stopped listening
+    # the caller's request context: the batch function reads all of them with
+    # serve.context._get_serve_batch_request_context()
+    context: serve_context.RequestContext = field(default_factory=serve_context._get_serve_request_context)
 
     def shape(self) -> tuple[int, tuple[str, ...]]:
         return len(self.args), tuple(sorted(self.kwargs))
@@ -110,6 +135,7 @@ class _BatchQueue:
         self._slots = asyncio.Semaphore(settings.max_concurrent_batches)
         self._slot_count = settings.max_concurrent_batches
         self._running: set[asyncio.Task] = set()
+        self.batch_starts: dict[asyncio.Task, float] = {}  # running batch -> its start (loop clock)
         self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
         _warn_if_batches_cannot_fill(func, settings)
 
@@ -124,9 +150,12 @@ class _BatchQueue:
             if not calls:
                 continue
             await self._acquire_slot()
-            task = asyncio.get_running_loop().create_task(self._run_batch(calls))
+            loop = asyncio.get_running_loop()
+            task = loop.create_task(self._run_batch(calls))
             self._running.add(task)
+            self.batch_starts[task] = loop.time()
             task.add_done_callback(self._running.discard)
+            task.add_done_callback(lambda t: self.batch_starts.pop(t, None))
 
     async def _wait_for_batch(self) -> None:
         """Return once a batch should flush: full, or the first waiting call is old enough."""
@@ -195,6 +224,9 @@ class _BatchQueue:
 
     async def _run_batch(self, calls: list[_Call]) -> None:
         slots = self._slots
+        # this task's own context: the batch's requests, and no single current request
+        serve_context._serve_batch_request_context.set([c.context for c in calls])
+        serve_context._serve_request_context.set(serve_context.RequestContext())
         try:
             if self._streaming:
                 await self._run_streaming(calls)
@@ -424,6 +456,35 @@ def _decorate(func: Callable[..., Any], settings: _Settings) -> Callable[..., An
     def set_max_concurrent_batches(new_max_concurrent_batches: int) -> None:
         settings.max_concurrent_batches = _check_concurrency(new_max_concurrent_batches)
 
+    def queues_here() -> list[_BatchQueue]:
+        """This function's queues in the running event loop (one per instance, usually one)."""
+        loop = asyncio.get_running_loop()
+        registry = _registry(settings)
+        maps = [registry.for_function, *registry.by_owner.values(), *registry.strong_owner.values()]
+        return [q for m in maps for lp, q in list(m.items()) if lp is loop]
+
+    def _get_curr_iteration_start_times() -> _RuntimeSummaryStatistics:
+        """When the batches running now started (Ray's observability helper)."""
+        return _RuntimeSummaryStatistics([t for q in queues_here() for t in q.batch_starts.values()])
+
+    async def _is_batching_task_alive() -> bool:
+        """Whether the task that forms batches runs (a queue not made yet counts as alive: it
+        starts with the first call)."""
+        return all(not q._flusher.done() for q in queues_here())
+
+    async def _get_handling_task_stack() -> str | None:
+        import io
+
+        queues = queues_here()
+        if not queues:
+            return None
+        out = io.StringIO()
+        queues[0]._flusher.print_stack(file=out)
+        return out.getvalue()
+
+    wrapper._get_curr_iteration_start_times = _get_curr_iteration_start_times
+    wrapper._is_batching_task_alive = _is_batching_task_alive
+    wrapper._get_handling_task_stack = _get_handling_task_stack
     wrapper._serve_is_method = defined_as_method(func)
     wrapper.set_max_batch_size = set_max_batch_size
     wrapper.set_batch_wait_timeout_s = set_batch_wait_timeout_s
@@ -457,8 +518,8 @@ def batch(_func: Callable[..., Any] | None = None, /, max_batch_size: int = 10,
             return [len(t) for t in texts]
     """
     if batch_size_fn is not None and not callable(batch_size_fn):
-        raise TypeError(f"batch_size_fn must be a function of a list of items returning an int, not "
-                        f"{type(batch_size_fn).__name__}")
+        raise TypeError(f"batch_size_fn must be a callable or None (a function of a list of items "
+                        f"returning an int), got {type(batch_size_fn).__name__}")
     settings = _Settings(_check_max_batch_size(max_batch_size), _check_timeout(batch_wait_timeout_s),
                          _check_concurrency(max_concurrent_batches), batch_size_fn)
     if _func is not None:

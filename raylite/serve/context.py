@@ -25,6 +25,20 @@ class RequestContext:
 
 _serve_request_context: contextvars.ContextVar[RequestContext] = contextvars.ContextVar(
     "serve_request_context", default=RequestContext())  # noqa: B039 - never mutated
+# inside a @serve.batch function: the contexts of the requests in the batch, in batch order
+_serve_batch_request_context: contextvars.ContextVar[list[RequestContext]] = contextvars.ContextVar(
+    "serve_batch_request_context", default=[])  # noqa: B039 - replaced, never mutated
+
+
+def _get_serve_request_context() -> RequestContext:
+    """The context of the request being handled (Ray's accessor); inside a batch function, where
+    no single request is being handled, an empty one."""
+    return _serve_request_context.get()
+
+
+def _get_serve_batch_request_context() -> list[RequestContext]:
+    """Inside a @serve.batch function: the context of each request of the batch (Ray's accessor)."""
+    return list(_serve_batch_request_context.get())
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from raylite.util import queue, scheduling_strategies
 from raylite.util.actor_pool import ActorPool
+from raylite.util.helpers import as_completed, map_unordered
 from raylite.util.inspect import inspect_serializability
 
 # importing the submodule first binds util.placement_group to it; the names below rebind it
@@ -41,4 +42,5 @@ __all__ = [
     "ActorPool", "PlacementGroup", "get_current_placement_group", "get_placement_group",
     "placement_group", "placement_group_table", "remove_placement_group", "queue",
     "scheduling_strategies", "get_node_ip_address", "list_named_actors", "inspect_serializability",
+    "as_completed", "map_unordered",
 ]

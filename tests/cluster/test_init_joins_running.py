@@ -50,3 +50,12 @@ def test_port_zero_head_gets_a_real_port_and_localhost_reaches_it(make_cluster):
         assert ray.cluster_resources().get("zero_r") == 1
     finally:
         ray.shutdown()
+
+
+def test_system_config_with_an_explicit_address_is_refused_as_in_ray(make_cluster):
+    c = make_cluster()
+    node = c.add_head(num_cpus=1)
+    wait_until(lambda: len(c.alive_ids()) == 1, what="the head node")
+    with pytest.raises(ValueError, match="When connecting to an existing cluster, _system_config must not be provided"):
+        ray.init(address=node.address, _system_config={"memory_usage_threshold": 0.5})
+    assert not ray.is_initialized()

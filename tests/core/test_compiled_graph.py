@@ -121,7 +121,8 @@ def _three_echoes_compiled():
 def test_a_death_noticed_while_sending_input_raises_actor_died(cluster, monkeypatch):
     """The driver sees the dead actor's channel close while it is still sending an execution's
     input, and the break leaves bytes queued for the others (their stop not taken within the
-    grace, as on a loaded machine): execute() raises ActorDiedError, not a selector error."""
+    grace, as on a loaded machine): get() of the execution raises ActorDiedError, not a selector
+    error; execute() itself returns (Ray's documented behaviour)."""
     import select
 
     from raylite.dag import compiled_dag_node
@@ -133,9 +134,21 @@ def test_a_death_noticed_while_sending_input_raises_actor_died(cluster, monkeypa
     sock = compiled._endpoints[dead].sock
     assert select.select([sock], [], [], 30)[0]  # its end of the channel is closed (EOF waiting)
     with pytest.raises(ActorDiedError):
-        compiled.execute(2)
+        ray.get(compiled.execute(2), timeout=30)
     with pytest.raises(ActorDiedError):  # and stays broken, with the same error
-        compiled.execute(3)
+        ray.get(compiled.execute(3), timeout=30)
+
+
+def test_after_killing_an_actor_execute_returns_and_get_raises(cluster):
+    """Ray's documented behaviour after ray.kill(actor): compiled_dag.execute(...) returns a
+    ref, ray.get on it raises ActorDiedError; the graph stays torn down."""
+    actors, pids, compiled = _three_echoes_compiled()
+    assert ray.get(compiled.execute(1), timeout=30) == [1, 1, 1]
+    ray.kill(actors[0])
+    for _ in range(2):
+        refs = compiled.execute(5)
+        with pytest.raises(ActorDiedError):
+            ray.get(refs, timeout=30)
 
 
 def test_dead_actor_raises_actor_died_and_frees_the_others(cluster):

@@ -249,3 +249,33 @@ def test_retried_streaming_generator_has_no_duplicate_refs(cluster, tmp_path):
         yield "b"
 
     assert [ray.get(r, timeout=30) for r in flaky.remote(marker)] == ["a", "b"]
+
+
+def test_get_of_a_generator_returns_the_generator_itself(cluster):
+    """Ray's get() hands an ObjectRefGenerator (streaming or dynamic) back unchanged; an error
+    raised by the generator then surfaces at the get() of the item that carries it, not at the
+    get() of the generator."""
+
+    @ray.remote(num_returns="streaming")
+    def stream():
+        yield 1
+        raise ValueError("second item failed")
+
+    gen = stream.remote()
+    assert ray.get(gen) is gen
+    first = next(gen)
+    assert ray.get(first) == 1
+    failed = next(gen)  # the error is an item: next() hands its ref, get() raises
+    with pytest.raises(ValueError, match="second item failed"):
+        ray.get(failed)
+    with pytest.raises(StopIteration):
+        next(gen)
+
+    @ray.remote(num_returns="dynamic")
+    def dynamic():
+        yield "a"
+        yield "b"
+
+    dyn = ray.get(dynamic.remote())
+    assert ray.get(dyn) is dyn
+    assert [ray.get(ref) for ref in dyn] == ["a", "b"]

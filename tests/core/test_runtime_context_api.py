@@ -106,15 +106,49 @@ def test_is_initialized_after_an_implicit_start(tmp_path):
         "print('task', ray.get(f.remote()))\n"
         "print('after', ray.is_initialized())\n"
         "ray.shutdown()\n"
-        "print('stopped', ray.is_initialized())\n")
+        "print('stopped', ray.is_initialized())\n"
+        "ctx = ray.get_runtime_context()\n"  # Ray's auto-init: the context call starts a cluster too
+        "print('context', ray.is_initialized(), ctx.get_job_id() is not None)\n"
+        "ray.shutdown()\n")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
                          env=env)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[:4] == ["before False", "task True", "after True", "stopped False"]
+    assert out.stdout.split("\n")[:5] == ["before False", "task True", "after True", "stopped False",
+                                          "context True True"]
 
 
 def test_ids_are_ray_id_types():
     assert issubclass(TaskID, bytes) and issubclass(ActorID, bytes)
     assert JobID(b"\x01\x00\x00\x00").hex() == "01000000" and NodeID.nil().is_nil()
+
+
+@ray.remote
+def _function_name_in_task():
+    return ray.get_runtime_context().get_task_function_name(), ray.get_runtime_context().get_actor_name()
+
+
+@ray.remote
+class _NameProbe:
+    def names(self):
+        ctx = ray.get_runtime_context()
+        return ctx.get_task_function_name(), ctx.get_actor_name()
+
+
+@ray.remote
+class _AsyncNameProbe:
+    async def names(self):
+        return ray.get_runtime_context().get_task_function_name()
+
+
+def test_function_and_actor_names_are_spelled_as_ray_does(cluster):
+    """Ray: `module.function` for a task and `module.Class.method` for an actor call, but an
+    async actor's calls carry the class's full qualified name; an unnamed actor's name is "",
+    a task's None."""
+    mod = __name__
+    assert ray.get(_function_name_in_task.remote()) == (f"{mod}._function_name_in_task", None)
+    assert ray.get(_NameProbe.remote().names.remote()) == (f"{mod}._NameProbe.names", "")
+    assert ray.get(_NameProbe.options(name="called").remote().names.remote())[1] == "called"
+    assert ray.get(_AsyncNameProbe.remote().names.remote()) == f"{mod}._AsyncNameProbe.names"
+    assert ray.get_runtime_context().get_actor_name() is None  # the driver

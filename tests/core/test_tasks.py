@@ -654,3 +654,25 @@ def test_lineage_is_kept_while_results_live_and_dropped_with_them(cluster):
     assert ray.get(results) == list(range(20))
     # inline results: nothing to rebuild, nothing kept
     assert all(client.refs.lineage_of(r.binary()) is None for r in results)
+
+
+def test_rays_underscore_remote_spelling_takes_options_by_keyword(cluster):
+    """Libraries call `f._remote(args=[...], kwargs={...}, num_returns=2)` and
+    `Cls._remote(args=[...], num_cpus=0)`, Ray's semi-public submission path."""
+
+    @ray.remote
+    def first_n(n, offset=0):
+        return [offset + i for i in range(n)]
+
+    @ray.remote
+    class Holder:
+        def __init__(self, value):
+            self.value = value
+
+        def get(self):
+            return self.value
+
+    assert first_n._remote([0], num_returns=0) is None
+    a, b = first_n._remote(args=[2], kwargs={"offset": 10}, num_returns=2)
+    assert ray.get([a, b]) == [10, 11]
+    assert ray.get(Holder._remote(args=["kept"], num_cpus=0).get.remote()) == "kept"

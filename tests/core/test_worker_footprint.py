@@ -49,3 +49,25 @@ def test_output_still_reaches_the_session_logs(cluster):
 
     wait_for(logged, what="the actor's line in its log file")
     ray.kill(probe)
+
+
+@ray.remote
+def _omp_threads():
+    return os.environ.get("OMP_NUM_THREADS")
+
+
+@ray.remote
+class _OmpActor:
+    def threads(self):
+        return os.environ.get("OMP_NUM_THREADS")
+
+
+def test_omp_num_threads_follows_the_cpus_asked_for(cluster):
+    """Ray sets OMP_NUM_THREADS to a task's or actor's whole CPUs (at least 1), per task, unless
+    the environment or the runtime_env's env_vars already set it."""
+    assert ray.get(_omp_threads.remote()) == "1"
+    assert ray.get(_omp_threads.options(num_cpus=2).remote()) == "2"
+    assert ray.get(_omp_threads.options(num_cpus=0.25).remote()) == "1"
+    assert ray.get(_omp_threads.options(runtime_env={"env_vars": {"OMP_NUM_THREADS": "7"}}).remote()) == "7"
+    assert ray.get(_OmpActor.options(num_cpus=2).remote().threads.remote()) == "2"
+    assert ray.get(_OmpActor.remote().threads.remote()) == "1"

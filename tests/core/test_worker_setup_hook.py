@@ -78,3 +78,41 @@ def test_ray_terminate_ends_the_actor_after_queued_calls(cluster):
     assert ray.get(first, timeout=60) is None  # queued before the terminate: still answered
     with pytest.raises(RayActorError):
         ray.get(probe.hook_runs.remote(), timeout=60)
+
+
+def test_a_hook_function_given_to_init_reaches_the_first_actor(tmp_path):
+    """Ray's documentation example: `ray.init(runtime_env={"worker_process_setup_hook": fn})`
+    with no working_dir, then an actor. The function must be shipped once the cluster exists
+    (it failed with "can not serialize 'function' object")."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "hook_driver.py"
+    script.write_text(textwrap.dedent("""
+        import os
+        import raylite as ray
+
+        def setup():
+            os.environ["FROM_INIT_HOOK"] = "yes"
+
+        ray.init(num_cpus=1, runtime_env={"worker_process_setup_hook": setup})
+
+        @ray.remote
+        class Probe:
+            def value(self):
+                return os.environ.get("FROM_INIT_HOOK")
+
+        print("actor saw", ray.get(Probe.remote().value.remote()))
+        ray.shutdown()
+    """))
+    import shutil
+    import tempfile
+
+    temp_dir = tempfile.mkdtemp(prefix="rlhook", dir="/tmp")  # short: unix socket paths
+    env = {**os.environ, "RAYLITE_TEMP_DIR": temp_dir}
+    try:
+        out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, env=env)
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "actor saw yes" in out.stdout

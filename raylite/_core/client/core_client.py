@@ -156,6 +156,7 @@ class CoreClient(ObjectPlane, TaskSubmitter, ActorCaller, LineageRebuilder, Head
             P.LogLines: self._on_log_lines,
             P.NodeDied: self._on_node_died,
             P.FlushTaskEvents: self._on_flush_task_events,
+            P.CancelTask: self._on_cancel_owned,
         }
 
     # ================================================================ life cycle

@@ -20,7 +20,7 @@ from raylite import exceptions as E
 from raylite._core import protocol as P
 from raylite._core import serialization as ser
 from raylite._core.client.node_sync import BlockingNodeLink
-from raylite._core.client.records import ObjectEntry, _Latch
+from raylite._core.client.records import ObjectEntry, _FailFastLatch, _Latch, kind_failed
 from raylite._core.client.refs import ObjectRef
 from raylite._core.ids import ObjectID
 from raylite._core.node.object_store import BUSY_NOT_FULL
@@ -175,7 +175,9 @@ class ObjectPlane:
             self.loop.call_soon(self._send_release, unowned, [])
         for entry, waiters in woken:
             for w in waiters:
-                if isinstance(w, _Latch):
+                if isinstance(w, _FailFastLatch) and kind_failed(entry):
+                    w.open()
+                elif isinstance(w, _Latch):
                     w.count_down()
                 else:
                     w(entry)
@@ -223,7 +225,11 @@ class ObjectPlane:
         entries = [self._entry_for(r) for r in refs]
         pending = [e for e in entries if e.kind is None]
         if pending:
-            self._wait_entries(pending, len(pending), timeout, refs)
+            if len(refs) > 1:  # Ray raises as soon as one of them has failed: never wait for the rest
+                self._wait_entries(pending, len(pending), timeout, refs, fail_fast=True)
+                self._raise_first_failure(refs, entries)
+            else:
+                self._wait_entries(pending, len(pending), timeout, refs)
         if len(refs) == 1:
             return [self._materialize(refs[0], entries[0])]
         ahead = _RestoreAhead(self, refs, entries)
@@ -233,19 +239,32 @@ class ObjectPlane:
             out.append(self._materialize(r, e, ahead))
         return out
 
-    def _wait_entries(self, entries: list[ObjectEntry], need: int, timeout: float | None, refs) -> None:
-        latch = _Latch(need)
+    def _raise_first_failure(self, refs: list[ObjectRef], entries: list[ObjectEntry]) -> None:
+        """After a fail-fast wait: while some refs are still pending, raise the first failed one's error."""
+        if all(e.kind is not None for e in entries):
+            return  # all ready: get() materializes them in order (the first error is raised there)
+        for r, e in zip(refs, entries):
+            if kind_failed(e):
+                self._materialize(r, e)
+
+    def _wait_entries(self, entries: list[ObjectEntry], need: int, timeout: float | None, refs,
+                      fail_fast: bool = False) -> None:
+        latch = _FailFastLatch(need) if fail_fast else _Latch(need)
         registered = []
         with self._lock:
             ready = 0
+            failed = False
             for e in entries:
                 if e.kind is None:
                     e.add_waiter(latch)
                     registered.append(e)
                 else:
                     ready += 1
+                    failed = failed or kind_failed(e)
             for _ in range(min(ready, need)):
                 latch.count_down()
+            if fail_fast and failed:
+                latch.open()
         if latch._n <= 0:
             self._drop_waiter(registered, latch)
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,7 +26,16 @@ class _Latch:
     def count_down(self) -> None:
         self._n -= 1
         if self._n == 0:
-            self._lock.release()
+            with contextlib.suppress(RuntimeError):  # open() released it already
+                self._lock.release()
+
+    def open(self) -> None:
+        """Release the waiter now, whatever is left to count: a get() of many refs stops waiting
+        at the first failed one, as Ray's does."""
+        if self._n > 0:
+            self._n = 0
+            with contextlib.suppress(RuntimeError):  # a racing count_down() released it
+                self._lock.release()
 
     def wait(self, timeout: float | None) -> bool:
         # Wait in slices: an exception injected into this thread (ray.cancel of a task
@@ -41,6 +51,17 @@ class _Latch:
                 return True
             if left <= 0.1:
                 return False
+
+
+class _FailFastLatch(_Latch):
+    """A _Latch that a failed object opens at once (the waker checks the type)."""
+
+    __slots__ = ()
+
+
+def kind_failed(entry: ObjectEntry) -> bool:
+    """The object is an error (a failed task, a dead actor, a lost object)."""
+    return entry.kind == "e"
 
 
 class ObjectEntry:

@@ -629,13 +629,17 @@ class TaskSubmitter:
                 if index < len(gen.items):
                     return gen.items[index]
                 if gen.done:
-                    if gen.error:
-                        kind, payload = gen.error
-                        gen.error = None  # raise once, then end
-                        raise ser.from_inline(payload)
-                    return None
-                latch = _Latch(1)
-                gen.waiters.append(latch)
+                    if gen.error:  # as in Ray, the error is the next item: get() of it raises
+                        error_item = True
+                    else:
+                        return None
+                else:
+                    error_item = False
+                    latch = _Latch(1)
+                    gen.waiters.append(latch)
+            if error_item:
+                self._append_error_item(task_id, gen)  # then the stream ends
+                continue
             hook = self.blocked_hook
             if hook is not None:
                 hook(True)
@@ -712,7 +716,23 @@ class TaskSubmitter:
         if force and rec is not None and rec.spec.kind == KIND_ACTOR_CALL:
             raise ValueError("force=True is not supported for actor tasks: an actor's process runs "
                              "its other calls too. Use raylite.kill(actor) to stop the actor.")
+        if rec is None and ref._owner and ref._owner != self.address:
+            # a borrowed ref (a nested task made it): its owner holds the task, as in Ray ask it
+            self.loop.call_soon_threadsafe(self._cancel_at_owner, ref._owner, bytes(task_id), force, recursive)
+            return
         self.loop.call_soon_threadsafe(self._cancel, bytes(task_id), force, recursive)
+
+    def _cancel_at_owner(self, owner: str, task_id: bytes, force: bool, recursive: bool) -> None:
+        async def send() -> None:
+            with contextlib.suppress(Exception):  # the owner is gone: so is its task
+                conn = await self.connection(owner)
+                conn.send(P.CancelTask(task_id, force, recursive))
+
+        self.loop.create_task(send())
+
+    def _on_cancel_owned(self, conn: Any, msg: P.CancelTask, rid: int) -> None:
+        """Another process cancels a task this process owns (it holds a ref we gave it)."""
+        self._cancel(msg.task_id, msg.force, msg.recursive)
 
     def _cancel(self, task_id: bytes, force: bool, recursive: bool) -> None:
         rec = self._tasks.get(task_id)

@@ -481,6 +481,8 @@ class ControlStore:
         anywhere now); and whether a SPREAD batch has been round every node."""
         nodes = self.nodes
         how = decode_strategy(strategy)
+        if how.is_labels:
+            return S.pick_labeled(resources, list(nodes.values()), strategy, local), True
         if how.is_node:
             rec = nodes.get(how.node_id)
             if rec is not None and rec.alive and R.fits(resources, rec.total):

@@ -16,6 +16,7 @@ import shutil
 import socket
 from dataclasses import dataclass
 
+from raylite._core import labels
 from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core import scheduling as S
@@ -33,6 +34,20 @@ from raylite._core.task_spec import env_key
 from raylite._core.transport import rpc
 
 log = logging.getLogger("raylite.node")
+
+
+def _only_group_resources_missing(request: dict, total: dict) -> bool:
+    """The request lacks only placement-group bundle resources here: the group's bundle is not
+    reserved on this node yet (a task can arrive first), so the lease waits for it."""
+    return all("_group_" in k for k, v in request.items() if v > total.get(k, 0))
+
+
+def worker_key(runtime_env: dict, resources: dict) -> str:
+    """Which idle workers a lease may reuse: the same runtime environment, and, as in Ray, a
+    task that asks for GPUs never gets a worker started for CPU-only work (nor the reverse:
+    CUDA state set up in a process stays with it)."""
+    key = env_key(runtime_env)
+    return key + "|gpu" if resources.get("GPU") else key
 
 
 @dataclass
@@ -444,12 +459,17 @@ class NodeDaemon:
             conn.on_close.append(self._on_remote_lessee_closed)
         if msg.allow_spillback and self._should_spill(msg):
             return self._spill(conn, msg, rid)
-        if not R.fits(request, self.total):
+        if not R.fits(request, self.total) and not _only_group_resources_missing(request, self.total):
             views = [S.NodeView(self.node_id, self.total, self.available)]
             return P.RequestLeaseReply(
                 msg.lease_id, error_type="TaskUnschedulableError",
                 error=f"{msg.description} cannot be scheduled: {S.never_fits(request, views)}. {S.FIX_HINT}")
         how = decode_strategy(msg.strategy)
+        if how.is_labels and not labels.first_matching(msg.strategy, self.labels):
+            wanted = " or ".join(labels.describe(sel) for sel in msg.strategy[1])
+            return P.RequestLeaseReply(msg.lease_id, error_type="TaskUnschedulableError",
+                                       error=f"{msg.description} asks for a node with labels {wanted}; no node "
+                                             f"of this cluster has them (this node's: {self.labels}).")
         if how.is_node:
             target = how.node_id_hex
             if target != self.node_id.hex() and not how.soft:
@@ -457,7 +477,7 @@ class NodeDaemon:
                                            error=f"{msg.description} is pinned to node {target[:8]} "
                                                  "(soft=False), which is not in this cluster.")
         conn.context["requested"] = True
-        self.pending.append(PendingLease(msg, conn, rid, env_key(msg.runtime_env)))
+        self.pending.append(PendingLease(msg, conn, rid, worker_key(msg.runtime_env, request)))
         self._try_grant()
         return None
 
@@ -470,6 +490,8 @@ class NodeDaemon:
             return True
         if how.is_node:
             return how.node_id_hex != self.node_id.hex()
+        if how.is_labels:
+            return True  # the head knows every node's labels (and the fallbacks' order)
         if not R.fits(msg.resources, self.total):
             return True
         return not R.fits(msg.resources, self._free_after_queued())
@@ -644,7 +666,8 @@ class NodeDaemon:
         fut = asyncio.get_running_loop().create_future()
         runtime_env = msg.spec[_SPEC_RUNTIME_ENV] or {}
         lease = P.RequestLease(msg.actor_id, msg.resources, [], runtime_env, "actor")
-        self.pending.append(PendingLease(lease, conn, 0, env_key(runtime_env), (msg.actor_id, msg.spec, fut)))
+        self.pending.append(PendingLease(lease, conn, 0, worker_key(runtime_env, msg.resources),
+                                        (msg.actor_id, msg.spec, fut)))
         self._try_grant()
         return await fut
 

@@ -27,6 +27,7 @@ import cloudpickle
 
 from raylite import exceptions as E
 from raylite._core import protocol as P
+from raylite._core import resources as R
 from raylite._core import serialization as ser
 from raylite._core.client.core_client import CoreClient
 from raylite._core.client.records import ObjectEntry
@@ -97,6 +98,8 @@ class Worker:
         self._hooks_run: set[str] = set()  # worker_process_setup_hooks already run here
         self.cgraph: GraphHost | None = None  # this actor's part in a compiled graph
         self._initial_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        # set by the user's environment or the runtime_env's env_vars: then tasks leave it alone
+        self._initial_omp = os.environ.get("OMP_NUM_THREADS")
         self._output: OutputForwarder | None = None  # fds 1 and 2 -> log files and drivers
         self._exec_facts: dict | None = None  # node, worker, pid: the same for every task event here
         self._last_error = threading.local()  # text of the last task error, per thread
@@ -149,6 +152,9 @@ class Worker:
         return P.GetRunningTaskReply(spec.display_name(), retries != 0)
 
     def _on_cancel_task(self, conn, msg: P.CancelTask, rid: int):
+        if msg.task_id in self.client._tasks:  # one this process owns (submitted by a task here)
+            self.client._cancel(msg.task_id, msg.force, msg.recursive)
+            return None
         self.cancelled.add(msg.task_id)
         if msg.recursive:  # the tasks it submitted are cancelled too (and theirs, in turn)
             children = [tid for tid, rec in list(self.client._tasks.items())
@@ -330,8 +336,16 @@ class Worker:
         if spec.kind != KIND_ACTOR_CALL:
             self.ctx.assigned_resources = spec.resources
             self._set_visible_gpus(spec.gpu_ids)
+            self._set_omp_threads(spec.resources.get("CPU", 0))
         if not self.actor_spec:
             self.log_prefix = f"({spec.display_name()} pid={os.getpid()}, ip={self.client.node_ip}) "
+
+    def _set_omp_threads(self, cpus_fixed: int) -> None:
+        """Ray's OMP_NUM_THREADS: the task's or actor's whole CPUs (at least 1), so numerical
+        libraries do not start a thread per core of the machine in every worker; set per task,
+        unless the user's environment or env_vars set it."""
+        if self._initial_omp is None:
+            os.environ["OMP_NUM_THREADS"] = str(max(1, cpus_fixed // R.SCALE))
 
     def _set_visible_gpus(self, gpu_ids: list) -> None:
         """A task or actor sees only the GPU devices its lease holds (as in Ray); a task
@@ -339,6 +353,8 @@ class Worker:
         self.ctx.gpu_ids = list(gpu_ids)
         if gpu_ids:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
+        elif self.config.accel_env_var_override_on_zero:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ""  # Ray's opt-in: no GPU asked for, none visible
         elif self._initial_visible is None:
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
         else:
@@ -404,6 +420,15 @@ class Worker:
         with contextlib.suppress(Exception):
             self.client.run_sync(self.client.head.request(P.KillActor(self.actor_spec.actor_id, True, False)),
                                  timeout=5)
+        self.exit_gracefully()
+
+    def exit_gracefully(self) -> None:
+        """End this actor's process on purpose: its atexit handlers run first, as in Ray (a
+        kill does not run them), then the output is flushed."""
+        import atexit
+
+        with contextlib.suppress(BaseException):
+            atexit._run_exitfuncs()
         self._drain_output()
         os._exit(0)
 
@@ -423,8 +448,10 @@ class Worker:
         try:
             ser.serialize(e)
             cause: BaseException = e
-        except Exception:  # noqa: BLE001  unpicklable exception: keep its text
-            cause = E.RaySystemError(f"{type(e).__name__}: {e}")
+        except Exception as why:  # noqa: BLE001  unpicklable exception: keep its text, in Ray's words
+            err_type = f"{type(e).__module__}.{type(e).__name__}"
+            cause = E.RayError(f"Exception {err_type} isn't serializable: {why}.\n"
+                               f"Original exception details:\n{tb}")
         return E.RayTaskError(spec.display_name(), tb, cause, "", os.getpid(), self.client.node_ip).as_instanceof_cause()
 
     def _error_reply(self, spec: TaskSpec, err: BaseException, kind: str) -> P.PushTaskReply:
@@ -439,6 +466,9 @@ class Worker:
                 raise E.RaySystemError("this worker hosts no actor")
             if spec.method_name == "__ray_ready__":
                 return _ready
+            if spec.method_name == "__ray_call__":  # Ray's: run fn(actor_instance, *args) in the actor
+                instance = self.actor
+                return lambda fn, *args, **kwargs: fn(instance, *args, **kwargs)
             if spec.method_name == "__ray_terminate__":
                 return self._terminate_actor
             if spec.method_name in _CGRAPH_CALLS:

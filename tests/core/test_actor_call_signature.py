@@ -1,0 +1,62 @@
+"""An actor method called with arguments its signature cannot take fails at `.remote()` with
+TypeError, as in Ray, rather than as a failed task later."""
+
+from __future__ import annotations
+
+import pytest
+
+import raylite
+
+
+@raylite.remote
+class Calc:
+    def add(self, a, b=1, *, scale=1):
+        return (a + b) * scale
+
+    @staticmethod
+    def twice(x):
+        return 2 * x
+
+    @classmethod
+    def name(cls, suffix=""):
+        return cls.__name__ + suffix
+
+    def anything(self, *args, **kwargs):
+        return len(args) + len(kwargs)
+
+
+def test_a_call_that_does_not_fit_the_signature_is_a_type_error_at_remote(cluster):
+    calc = Calc.remote()
+    with pytest.raises(TypeError, match=r"Calc\.add\.remote\(\) got bad arguments"):
+        calc.add.remote()
+    with pytest.raises(TypeError):
+        calc.add.remote(1, 2, 3)
+    with pytest.raises(TypeError):
+        calc.add.remote(1, c=2)
+    with pytest.raises(TypeError):
+        calc.twice.remote()
+    with pytest.raises(TypeError):
+        calc.name.remote("a", "b")
+
+
+def test_calls_that_fit_still_run(cluster):
+    calc = Calc.remote()
+    assert raylite.get(calc.add.remote(1)) == 2
+    assert raylite.get(calc.add.remote(a=1, b=2, scale=3)) == 9
+    assert raylite.get(calc.twice.remote(4)) == 8
+    assert raylite.get(calc.name.remote("!")) == "Calc!"
+    assert raylite.get(calc.anything.remote(1, 2, k=3)) == 3
+    assert raylite.get(calc.add.options(num_returns=1).remote(2, 2)) == 4
+
+
+def test_a_handle_passed_to_a_task_still_checks_calls_there(cluster):
+    @raylite.remote
+    def call_wrongly(handle):
+        try:
+            handle.add.remote(1, 2, 3)
+        except TypeError as e:
+            return "TypeError: " + str(e)
+        return "accepted"
+
+    calc = Calc.remote()
+    assert raylite.get(call_wrongly.remote(calc)).startswith("TypeError: Calc.add.remote() got bad arguments")
