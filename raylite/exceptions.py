@@ -356,10 +356,15 @@ class AuthenticationError(RayError):
 class ObjectFreedError(ObjectLostError):
     """The object was freed explicitly (`ray._private.internal_api.free`) and cannot be read."""
 
-    def __init__(self, object_ref_hex: str = "", owner_address: Any = None, call_site: str = "") -> None:
-        super().__init__(object_ref_hex, "it was freed explicitly")
+    def __init__(self, object_ref_hex: str = "", owner_address: Any = None, call_site: str = "",
+                 reason: str = "it was freed explicitly") -> None:
+        super().__init__(object_ref_hex, reason)
         self.owner_address = owner_address
         self.call_site = call_site
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.object_ref_hex, self.owner_address, self.call_site, self.reason),
+                self.__dict__)
 
 
 class ObjectRefStreamEndOfStreamError(RayError):

@@ -39,7 +39,7 @@ _IGNORED_WITH_WARNING = {"max_calls", "_metadata",
 
 _NONE = type(None)
 # Ray's type constraint of each option, as Ray spells it in its TypeError (the tuple's repr)
-_TYPES: dict[str, tuple] = {
+_TYPES: dict[str, tuple[type, ...]] = {
     "label_selector": (dict, _NONE), "fallback_strategy": (list, _NONE), "accelerator_type": (str, _NONE),
     "memory": (float, int, _NONE), "name": (str, _NONE), "num_cpus": (float, int, _NONE),
     "num_gpus": (float, int, _NONE), "object_store_memory": (int, _NONE),

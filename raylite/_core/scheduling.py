@@ -104,7 +104,7 @@ def pick_node(request: Mapping[str, int], nodes: Sequence[NodeView], strategy: S
     return max(with_room, key=lambda n: _headroom(request, n))
 
 
-def pick_labeled(request: Mapping[str, int], nodes: Sequence[Any], strategy: Sequence,
+def pick_labeled(request: Mapping[str, int], nodes: Sequence[Any], strategy: Sequence[Any],
                  local_node: bytes | None = None) -> Any:
     """A node for a LABELS strategy (raylite._core.labels): the first selector that some alive
     node able to fit `request` matches decides the candidates (later ones are Ray's

@@ -482,7 +482,7 @@ class ControlStore:
         nodes = self.nodes
         how = decode_strategy(strategy)
         if how.is_labels:
-            return S.pick_labeled(resources, list(nodes.values()), strategy, local), True
+            return S.pick_labeled(resources, list(nodes.values()), how.to_wire(), local), True
         if how.is_node:
             rec = nodes.get(how.node_id)
             if rec is not None and rec.alive and R.fits(resources, rec.total):
