@@ -24,6 +24,7 @@ from raylite._core import resources as R
 from raylite._core.cluster import files as CF
 from raylite._core.cluster.launch import package_root_path
 from raylite._core.config import Config
+from raylite._core.private_paths import owned_dir
 
 
 class StartError(RuntimeError):
@@ -101,6 +102,8 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
     head_bind = ip if node_ip else "0.0.0.0"
     session = os.path.join(temp_dir, f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}_"
                            f"{secrets.token_hex(2)}")
+    owned_dir(temp_dir, private=False)
+    owned_dir(session)
     os.makedirs(os.path.join(session, "logs"), exist_ok=True)
     CF.private_dir(os.path.join(session, "sockets"))
     if head:

@@ -41,6 +41,8 @@ import sys
 import sysconfig
 from typing import Any
 
+from raylite._core.private_paths import owned_dir
+
 READY = "READY"
 _LOG_TAIL_CHARS = 4000
 
@@ -181,7 +183,7 @@ def ensure(base_dir: str, tool: str, spec: Any, timeout_s: float = 900.0) -> str
     venv = env_dir(base_dir, tool, spec)
     if os.path.exists(os.path.join(venv, READY)):
         return venv
-    os.makedirs(os.path.dirname(venv), exist_ok=True)
+    owned_dir(os.path.dirname(venv))
     with open(venv + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process building it: wait for it
         try:
