@@ -10,6 +10,7 @@ the same settings, without reaching into Core: it asks for them here.
     sec.check_token(presented)            # constant-time compare
     sec.server_ssl, sec.client_ssl        # ssl.SSLContext for TCP, or None when TLS is off
     os.path.join(sec.socket_dir, "mine")  # a Unix socket no other user can reach
+    owned_dir(path)                       # a cache folder no other user planted or can change
 
 The token grants full control of the cluster: keep it in memory, never log or publish it.
 """
@@ -22,6 +23,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from raylite._core.config import Config
+from raylite._core.private_paths import UnsafeDirectoryError, owned_dir
+
+__all__ = ["ChannelSecurity", "UnsafeDirectoryError", "get_channel_security", "owned_dir"]
 
 if TYPE_CHECKING:
     import ssl
