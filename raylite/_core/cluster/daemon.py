@@ -24,6 +24,7 @@ from raylite._core.node import shm_files
 from raylite._core.node.node import NodeDaemon
 from raylite._core.node.worker_pool import WorkerPool
 from raylite._core.transport.base import ConnectionBrokenError, HandshakeError
+from raylite._core.transport.gate import raise_open_file_limit
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -75,6 +76,7 @@ def _bound_tcp_socket(ip: str, port: int) -> socket.socket:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(sys.argv[1:] if argv is None else argv)
+    raise_open_file_limit()  # every listener of the node lives here: descriptors are its budget
     multi_node = bool(args.head_port or args.head_address)
     if multi_node:  # clients (driver, workers) on this node listen on TCP at this IP
         os.environ["RAYLITE_NODE_IP_ADDRESS"] = args.ip

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import socket
@@ -46,8 +47,8 @@ from typing import Any
 
 from raylite._core import protocol as P
 from raylite._core.config import Config
-from raylite._core.transport.gate import HELLO_MAX_BYTES, HandshakeGate
-from raylite._core.transport.rpc import check_hello
+from raylite._core.transport.gate import HELLO_MAX_BYTES, STRANGERS, HandshakeGate
+from raylite._core.transport.handshake import check_hello
 
 log = logging.getLogger("raylite.client_server")
 
@@ -100,7 +101,8 @@ class ClientServer:
 
     async def _tls_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """After the TLS handshake: the Hello, then a relay to a proxy (module docstring)."""
-        oldest = self._gate.admit(writer)
+        loop = asyncio.get_running_loop()
+        oldest = self._gate.admit(writer, lambda: loop.call_soon_threadsafe(writer.transport.abort))
         if oldest is not None:  # full: the oldest stranger goes
             oldest.transport.abort()  # type: ignore[attr-defined]
         ours = None
@@ -152,16 +154,24 @@ class ClientServer:
                 conn, _ = await loop.sock_accept(self._sock)
             except OSError as e:  # EMFILE and friends: keep serving the others
                 log.warning("Ray Client server: accept failed: %s", e)
+                if e.errno in (errno.EMFILE, errno.ENFILE):  # out of descriptors: strangers make room
+                    STRANGERS.shed(max(16, STRANGERS.limit // 8))
                 await asyncio.sleep(0.1)
                 continue
             conn.setblocking(False)
             self._reap()
-            oldest = self._gate.admit(conn)
+            oldest = self._gate.admit(conn, lambda c=conn: loop.call_soon_threadsafe(self._evict, c))
             if oldest is not None:  # full: the oldest stranger goes
                 task = self._handshakes.pop(oldest, None)  # type: ignore[arg-type]
                 if task is not None:
                     task.cancel()
             self._handshakes[conn] = loop.create_task(self._handshake(conn))
+
+    def _evict(self, conn: socket.socket) -> None:
+        """The process-wide budget of strangers chose `conn` (gate.STRANGERS)."""
+        task = self._handshakes.pop(conn, None)
+        if task is not None:
+            task.cancel()
 
     async def _handshake(self, conn: socket.socket) -> None:
         handed_over = False
