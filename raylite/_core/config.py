@@ -95,6 +95,9 @@ class Config:
     dashboard_port: int = 8265
     # loopback clients may skip the token (off: every request carries it, as off loopback)
     dashboard_loopback_without_token: bool = False
+    # host names (comma-separated) a browser may use for the API server beyond loopback names, this
+    # machine's names and IP literals (DNS rebinding guard, dashboard/browser_guard.py); "*": any
+    dashboard_allowed_hosts: str = ""
     # session directories (and their logs) kept after their cluster stopped; older ones go
     sessions_to_keep: int = 10
     # task events: per-job cap (oldest dropped first, counted) and how often processes flush
