@@ -99,6 +99,8 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
         with contextlib.suppress(ValueError):
             node_ip = default_ip(CF.normalize_address(address))
     ip = node_ip or default_ip()
+    # the interface every TCP listener meant for other machines binds: the IP the node was told,
+    # else every one (the head's port, the Ray Client's, the health and metrics ports)
     head_bind = ip if node_ip else "0.0.0.0"
     session = os.path.join(temp_dir, f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}_"
                            f"{secrets.token_hex(2)}")
@@ -123,6 +125,7 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
         hostport, found = CF.resolve(address, temp_dir, token or config.token)
         token = token or config.token or found
         extra = ["--head-address", f"tcp://{hostport}"]
+    extra += ["--bind", head_bind]
     total = node_resources(num_cpus, num_gpus, {**accelerators.label_resources(labels), **(resources or {}),
                                                 **(extra_resources or {})}, head, ip)
     if labels:

@@ -279,11 +279,12 @@ async def _read_exactly(conn: socket.socket, n: int) -> bytes | None:
 
 
 def start_for_head(config: Config, *, token: str, head_address: str, session_dir: str,
-                   multi_node: bool) -> ClientServer | None:
+                   multi_node: bool, bind: str = "0.0.0.0") -> ClientServer | None:
     """The server a head runs, per Config.ray_client_server_port (see there); None when off.
 
-    A `raylite start --head` head binds it on every interface (like Ray's, and so KubeRay's
-    `client` service port reaches it); the token guards it like the head's own port. A local
+    A `raylite start --head` head binds it where the head's own port listens (`bind`): the
+    `--node-ip-address` it was given, else every interface (so KubeRay's `client` service port
+    reaches it); the token guards it like the head's own port. A local
     cluster runs one only when RAYLITE_RAY_CLIENT_SERVER_PORT names a port, on 127.0.0.1."""
     port = config.ray_client_server_port
     explicit = port > 0
@@ -295,7 +296,7 @@ def start_for_head(config: Config, *, token: str, head_address: str, session_dir
 
     server = ClientServer(config, token=token, head_address=head_address, session_dir=session_dir)
     try:
-        server.bind("0.0.0.0" if multi_node else "127.0.0.1", port)
+        server.bind(bind if multi_node else "127.0.0.1", port)
     except OSError as e:
         if explicit:
             raise OSError(e.errno, f"cannot listen for Ray Client on port {port}: {e.strerror or e}. Pick "
