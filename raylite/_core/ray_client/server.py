@@ -118,6 +118,7 @@ class ClientServer:
             finally:
                 self._gate.release(writer)
             error, _role = check_hello(frame, self._token)
+            error = error or self._full()
             reply = P.encode(P.HelloReply(not error, error), 0)
             writer.write(_LEN.pack(len(reply)) + reply)
             await writer.drain()
@@ -180,6 +181,7 @@ class ClientServer:
             if frame is None:
                 return
             error, _role = check_hello(frame, self._token)
+            error = error or self._full()
             if error:
                 await self._send(conn, P.HelloReply(False, error))
                 return
@@ -210,6 +212,17 @@ class ClientServer:
     async def _send(self, conn: socket.socket, msg: P.Message) -> None:
         data = P.encode(msg, 0)
         await asyncio.get_running_loop().sock_sendall(conn, _LEN.pack(len(data)) + data)
+
+    def _full(self) -> str:
+        """Why an authenticated client is turned away ("" when there is room for its session)."""
+        self._reap()
+        cap = self._config.ray_client_max_sessions
+        if len(self._proxies) < cap:
+            return ""
+        log.warning("Ray Client server: turned a client away: %d sessions already (ray_client_max_sessions)", cap)
+        return (f"the Ray Client server already serves its maximum of {cap} sessions (each is a driver "
+                "process on the head); retry when one ends, or raise RAYLITE_RAY_CLIENT_MAX_SESSIONS "
+                "on the head")
 
     def _spawn_proxy(self, conn: socket.socket) -> None:
         self._count += 1
@@ -296,7 +309,7 @@ def start_for_head(config: Config, *, token: str, head_address: str, session_dir
 
     server = ClientServer(config, token=token, head_address=head_address, session_dir=session_dir)
     try:
-        server.bind(bind if multi_node else "127.0.0.1", port)
+        server.bind((config.ray_client_server_host or bind) if multi_node else "127.0.0.1", port)
     except OSError as e:
         if explicit:
             raise OSError(e.errno, f"cannot listen for Ray Client on port {port}: {e.strerror or e}. Pick "
