@@ -6,7 +6,6 @@ sockets are read from the head's process (psutil), not from what it reports."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 
