@@ -93,6 +93,16 @@ def test_a_sockets_dir_of_another_user_is_refused(other_user, shared_tmp):  # no
         private_dir(os.path.join(shared_tmp, "sockets"))
 
 
+def test_a_serve_logs_dir_of_another_user_is_refused(other_user, shared_tmp, monkeypatch):  # noqa: F811
+    """Their folder could hold a symlink named like a replica's log, pointing at our files."""
+    from raylite.serve._internal import logs
+
+    other_user.run(f"mkdir -m 777 {shared_tmp}/raylite-serve-logs")
+    monkeypatch.setattr(tempfile, "tempdir", shared_tmp)
+    with pytest.raises(UnsafeDirectoryError, match="owned by rlsec"):
+        logs.logs_dir()
+
+
 def test_a_folder_under_another_users_folder_is_refused(other_user, shared_tmp):  # noqa: F811
     """Ours, but inside a folder the other user may rename: they could swap it."""
     other_user.run(f"mkdir -m 777 {shared_tmp}/theirs")
