@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 import psutil
 import pytest
@@ -166,3 +167,65 @@ def test_daemons_lift_the_soft_open_file_limit_to_the_hard_one():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert out.stdout.strip() == "4096", out.stderr
+
+
+def test_an_rpc_stranger_evicted_by_the_process_budget_frees_its_listeners_slot(monkeypatch):
+    """Two RPC listeners of one process, each allowing 100 strangers, share a budget of 3: the
+    oldest stranger of either is closed, both listeners' counts stay true, and a real client
+    still authenticates."""
+    import asyncio
+
+    from raylite._core.transport import rpc
+
+    budget = G.StrangerBudget(limit=3)
+    monkeypatch.setattr(G, "STRANGERS", budget)
+    cfg = config_mod.get_config().replace(handshake_timeout_s=60.0, max_pending_handshakes=100)
+    monkeypatch.setattr(config_mod, "_CONFIG", cfg)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    gates = set()
+
+    def run(coro):
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(30)
+
+    async def start():
+        servers = [await rpc.listen("tcp://127.0.0.1:0", {}, token="secret",
+                                    on_connect=lambda c: gates.add(c._gate)) for _ in range(2)]
+        return servers, [s.sockets[0].getsockname()[1] for s in servers]
+
+    servers, ports = run(start())
+    socks = []
+    try:
+        for i in range(6):
+            socks.append(socket.create_connection(("127.0.0.1", ports[i % 2]), timeout=10))
+        deadline = time.monotonic() + 20
+        while budget.pending > 3 or sum(g.pending for g in gates) > 3:
+            assert time.monotonic() < deadline, (budget.pending, [g.pending for g in gates])
+            time.sleep(0.05)
+        def closed(s: socket.socket) -> bool:
+            s.settimeout(0.2)
+            try:
+                return s.recv(1) == b""
+            except TimeoutError:
+                return False
+
+        deadline = time.monotonic() + 20  # three (the oldest the server accepted) were closed
+        while sum(closed(s) for s in socks) < 3:
+            assert time.monotonic() < deadline
+        assert sum(closed(s) for s in socks) == 3
+
+        async def real_client():
+            conn = await rpc.connect(f"tcp://127.0.0.1:{ports[0]}", {}, token="secret", role="cli")
+            conn.close()
+            return True
+
+        assert run(real_client())
+        assert budget.pending == sum(g.pending for g in gates) <= 3
+    finally:
+        for s in socks:
+            s.close()
+        for s in servers:
+            loop.call_soon_threadsafe(s.close)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)

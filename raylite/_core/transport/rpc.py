@@ -330,8 +330,7 @@ class Connection(asyncio.Protocol):
 
     def _evict_from_any_thread(self) -> None:
         """The process-wide budget of strangers (gate.STRANGERS) chose this one to go."""
-        def evict() -> None:
-            self._holds_slot = False
+        def evict() -> None:  # connection_lost then frees its listener's slot
             if not self._authenticated:
                 self.abort()
         with contextlib.suppress(RuntimeError):  # its loop already closed
