@@ -53,8 +53,8 @@ class BrowserGuard:
         self.app = app
         extra = {h.strip().lower() for h in allowed_hosts.split(",") if h.strip()}
         self.any_host = "*" in extra
-        names = {"localhost", socket.gethostname().lower(), socket.getfqdn().lower()}
-        self.hosts = {n for n in names | extra if n}
+        self.hosts = {"localhost", socket.gethostname().lower(), *extra}
+        self._fqdn_added = False
 
     def host_allowed(self, host: str) -> bool:
         name = _host_name(host)
@@ -64,7 +64,12 @@ class BrowserGuard:
             ipaddress.ip_address(name)  # a page cannot rebind an address literal
             return True
         except ValueError:
-            return False
+            pass
+        if not self._fqdn_added:  # a DNS lookup: only for a name that is not already known
+            self._fqdn_added = True
+            self.hosts.add(socket.getfqdn().lower())
+            return name in self.hosts
+        return False
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] not in ("http", "websocket"):
