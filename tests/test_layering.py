@@ -26,7 +26,6 @@ ROOMS: dict[str, tuple[int, set[str]]] = {
 # Edges that cross between rooms of one layer without their row's leave, each waiting for the
 # structural work that removes it (issue 34, parts 2-5). None may be added.
 KNOWN_CROSSINGS = {
-    ("client.core_client", "cluster.files"),  # private_dir: belongs with the vocabulary
     ("client.core_client", "head.task_events"),  # the driver's TaskEventBuffer lives in the head's module
     ("client.objects", "node.object_store"),  # BUSY_NOT_FULL, the store's reply vocabulary
     ("head.cluster_metrics", "node.stats"),  # per_host: the stats row shape, shared

@@ -95,6 +95,9 @@ class Config:
     dashboard_port: int = 8265
     # loopback clients may skip the token (off: every request carries it, as off loopback)
     dashboard_loopback_without_token: bool = False
+    # host names (comma-separated) a browser may use for the API server beyond loopback names, this
+    # machine's names and IP literals (DNS rebinding guard, dashboard/browser_guard.py); "*": any
+    dashboard_allowed_hosts: str = ""
     # session directories (and their logs) kept after their cluster stopped; older ones go
     sessions_to_keep: int = 10
     # task events: per-job cap (oldest dropped first, counted) and how often processes flush
@@ -105,6 +108,14 @@ class Config:
     task_events_job_end_grace_s: float = 5.0
     # a stopped job's entrypoint gets SIGTERM, then SIGKILL after this
     job_stop_grace_s: float = 3.0
+    # Ray Client sessions served at once (each is a proxy driver process, ~28 MiB), and how long
+    # an authenticated connection may take to send its `init` before its proxy gives up
+    ray_client_max_sessions: int = 64
+    # the interface the Ray Client server binds ("": where the head's port listens, i.e. the
+    # --node-ip-address given, else every interface); e.g. 0.0.0.0 to expose only this port of a
+    # head whose other ports stay on 127.0.0.1
+    ray_client_server_host: str = ""
+    ray_client_init_timeout_s: float = 30.0
     # Ray Client server (ray://HOST:PORT) on a `raylite start --head` head: -1 = Ray's 10001,
     # skipped with a warning when taken; 0 = off; else that port (a taken one fails the start)
     ray_client_server_port: int = -1

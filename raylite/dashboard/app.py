@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from raylite.dashboard.auth import TokenAuth
+from raylite.dashboard.browser_guard import BrowserGuard
 from raylite.dashboard.context import DashboardContext
 
 log = logging.getLogger("raylite.dashboard")
@@ -60,7 +61,8 @@ def build_app(ctx: DashboardContext, *, allow_loopback: bool = False) -> Any:
     app.state.ctx = ctx
     from raylite._core.config import NO_AUTH_TOKEN
 
-    return TokenAuth(app, ctx.token, allow_loopback=allow_loopback, no_auth=ctx.token == NO_AUTH_TOKEN)
+    guarded = TokenAuth(app, ctx.token, allow_loopback=allow_loopback, no_auth=ctx.token == NO_AUTH_TOKEN)
+    return BrowserGuard(guarded, ctx.config.dashboard_allowed_hosts)
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:

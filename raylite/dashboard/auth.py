@@ -20,11 +20,12 @@ a link to a restarted cluster replaces the old cluster's cookie instead of being
 
 from __future__ import annotations
 
-import hmac
 import html
 from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
+
+from raylite._core.transport.handshake import token_matches
 
 COOKIE_PREFIX = "raylite_token"
 # the only path served without the token: KubeRay's head probe (`wget -T 2 -q -O-
@@ -53,8 +54,7 @@ class TokenAuth:
             await self.app(scope, receive, send)
             return
         presented, from_query = _presented(scope)
-        ok = bool(self.token) and presented is not None and hmac.compare_digest(
-            presented.encode(), self.token.encode())
+        ok = token_matches(presented, self.token)
         if not ok and ((self.allow_loopback and _from_loopback(scope)) or self.no_auth):
             ok = True
         if not ok:

@@ -44,6 +44,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parse(sys.argv[1:] if argv is None else argv)
     import uvicorn
 
+    from raylite._core.transport.gate import raise_open_file_limit
+
+    raise_open_file_limit()  # as every daemon: a burst of connections must not run it out of descriptors
+
     from raylite._core.config import env_token, get_config
     from raylite._core.head.dashboard_process import is_loopback
     from raylite.dashboard import http_guard

@@ -10,18 +10,22 @@ the same settings, without reaching into Core: it asks for them here.
     sec.check_token(presented)            # constant-time compare
     sec.server_ssl, sec.client_ssl        # ssl.SSLContext for TCP, or None when TLS is off
     os.path.join(sec.socket_dir, "mine")  # a Unix socket no other user can reach
+    owned_dir(path)                       # a cache folder no other user planted or can change
 
 The token grants full control of the cluster: keep it in memory, never log or publish it.
 """
 
 from __future__ import annotations
 
-import hmac
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from raylite._core.config import Config
+from raylite._core.private_paths import UnsafeDirectoryError, owned_dir
+from raylite._core.transport.handshake import token_matches
+
+__all__ = ["ChannelSecurity", "UnsafeDirectoryError", "get_channel_security", "owned_dir"]
 
 if TYPE_CHECKING:
     import ssl
@@ -50,7 +54,7 @@ class ChannelSecurity:
 
     def check_token(self, presented: bytes) -> bool:
         """Constant-time comparison with the cluster token (an empty token matches nothing)."""
-        return bool(self.token) and hmac.compare_digest(presented, self.token)
+        return token_matches(presented, self.token)
 
     def __repr__(self) -> str:  # never print the token
         return (f"ChannelSecurity(socket_dir={self.socket_dir!r}, tls={self.server_ssl is not None}, "

@@ -2,7 +2,7 @@
 
 Two network-namespace hosts (../shared/tools/netns-hosts): the head runs on `client1` with every
 raylite port bound to that host's loopback (--node-ip-address=127.0.0.1) and its Ray Client
-server on all interfaces; the program runs on `client2`, a "laptop" whose connections to the
+server, by explicit choice (RAYLITE_RAY_CLIENT_SERVER_HOST=0.0.0.0), on all interfaces; the program runs on `client2`, a "laptop" whose connections to the
 head's RPC, node and dashboard ports fail, and still runs tasks, actors and large objects
 through ray://CLIENT1:10001."""
 
@@ -90,7 +90,8 @@ def test_a_laptop_that_reaches_only_the_client_port():
             return ["env", *[f"{k}={v}" for k, v in values.items()]]
 
         node_port = "46001"
-        _run([N.TOOL, "exec", f"{PREFIX}1", "--", *env(1), sys.executable, "-m", "raylite.cli", "start",
+        _run([N.TOOL, "exec", f"{PREFIX}1", "--", *env(1, RAYLITE_RAY_CLIENT_SERVER_HOST="0.0.0.0"),
+              sys.executable, "-m", "raylite.cli", "start",
               "--head", "--node-ip-address=127.0.0.1", "--port=6379", "--num-cpus=2",
               f"--node-manager-port={node_port}", "--include-dashboard=true", "--ray-client-server-port=10001"])
         token = open(glob.glob(os.path.join(base, "h1", "session_*", "token"))[0]).read().strip()

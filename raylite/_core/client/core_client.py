@@ -39,11 +39,11 @@ from raylite._core.client.records import (
 )
 from raylite._core.client.reference_counter import ReferenceCounter
 from raylite._core.client.tasks import TaskSubmitter
-from raylite._core.cluster.files import private_dir
 from raylite._core.config import Config
 from raylite._core.core_api import CoreAPI
 from raylite._core.head.task_events import TaskEventBuffer, describe_task
 from raylite._core.ids import TaskID
+from raylite._core.private_paths import owned_dir as private_dir
 from raylite._core.transport import rpc
 from raylite._core.transport.base import ConnectionBrokenError
 from raylite._core.transport.loops import new_event_loop

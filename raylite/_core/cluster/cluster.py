@@ -26,6 +26,7 @@ from raylite._core.cluster import files as CF
 from raylite._core.cluster.launch import package_root_path
 from raylite._core.config import Config
 from raylite._core.node import process_tree
+from raylite._core.private_paths import owned_dir
 
 
 class StartError(RuntimeError):
@@ -100,9 +101,13 @@ def start_node(config: Config, *, head: bool, port: int = 6379, address: str = "
         with contextlib.suppress(ValueError):
             node_ip = default_ip(CF.normalize_address(address))
     ip = node_ip or default_ip()
+    # the interface every TCP listener meant for other machines binds: the IP the node was told,
+    # else every one (the head's port, the Ray Client's, the health and metrics ports)
     head_bind = ip if node_ip else "0.0.0.0"
     session = os.path.join(temp_dir, f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}_"
                            f"{secrets.token_hex(2)}")
+    owned_dir(temp_dir, private=False)
+    owned_dir(session)
     os.makedirs(os.path.join(session, "logs"), exist_ok=True)
     CF.private_dir(os.path.join(session, "sockets"))
     try:
@@ -154,6 +159,7 @@ def _start_in(session: str, config: Config, *, head: bool, port: int, address: s
         hostport, found = CF.resolve(address, temp_dir, token or config.token)
         token = token or config.token or found
         extra = ["--head-address", f"tcp://{hostport}"]
+    extra += ["--bind", head_bind]
     total = node_resources(num_cpus, num_gpus, {**accelerators.label_resources(labels), **(resources or {}),
                                                 **(extra_resources or {})}, head, ip)
     if labels:

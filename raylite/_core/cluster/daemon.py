@@ -24,6 +24,7 @@ from raylite._core.node import shm_files
 from raylite._core.node.node import NodeDaemon
 from raylite._core.node.worker_pool import WorkerPool
 from raylite._core.transport.base import ConnectionBrokenError, HandshakeError
+from raylite._core.transport.gate import raise_open_file_limit
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -33,6 +34,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--head-address", default="", help="tcp://HOST:PORT of the head (worker nodes)")
     p.add_argument("--head-port", type=int, default=0, help="TCP port for the head (0: unix socket only)")
     p.add_argument("--head-bind", default="", help="address the head listens on (default: --ip)")
+    p.add_argument("--bind", default="", help="address of the node's listeners for other machines "
+                   "(the Ray Client server, health and metrics): the told IP, or 0.0.0.0")
     p.add_argument("--agent-port", type=int, default=0, help="port of the node's health server (0: none)")
     p.add_argument("--metrics-port", type=int, default=0, help="port of the node's metrics (0: none)")
     p.add_argument("--node-port", type=int, default=0)
@@ -75,6 +78,7 @@ def _bound_tcp_socket(ip: str, port: int) -> socket.socket:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(sys.argv[1:] if argv is None else argv)
+    raise_open_file_limit()  # every listener of the node lives here: descriptors are its budget
     multi_node = bool(args.head_port or args.head_address)
     if multi_node:  # clients (driver, workers) on this node listen on TCP at this IP
         os.environ["RAYLITE_NODE_IP_ADDRESS"] = args.ip
@@ -217,7 +221,7 @@ async def _start_health(args, node: NodeDaemon, head, token: str) -> list:
         if not port:
             continue
         try:
-            servers.append(await node_health.serve(checks, "0.0.0.0", port, kind=kind, token=token))
+            servers.append(await node_health.serve(checks, _probe_hosts(args), port, kind=kind, token=token))
         except OSError as e:
             shm_files.destroy(node.store)  # it never served: leave no store directory behind
             flag = "--dashboard-agent-listen-port" if kind == "health" else "--metrics-export-port"
@@ -226,13 +230,27 @@ async def _start_health(args, node: NodeDaemon, head, token: str) -> list:
     return servers
 
 
+def _bind(args) -> str:
+    return args.bind or args.head_bind or "0.0.0.0"
+
+
+def _probe_hosts(args) -> list[str]:
+    """The health and metrics ports: the node's bind address and, when that is one IP (not
+    loopback), 127.0.0.1 too, as Ray's agent does, so KubeRay's `wget localhost:52365` probes
+    still reach it."""
+    bind = _bind(args)
+    if bind in ("0.0.0.0", "::") or bind.startswith("127."):
+        return [bind]
+    return [bind, "127.0.0.1"]
+
+
 def _start_ray_client_server(args, config, token, head_address):
     """The head's Ray Client server (client_server.py), or None when it is off."""
     from raylite._core.ray_client.server import start_for_head
 
     try:
         return start_for_head(config, token=token, head_address=head_address, session_dir=args.session_dir,
-                              multi_node=bool(args.head_port))
+                              multi_node=bool(args.head_port), bind=_bind(args))
     except OSError as e:
         _fail(str(e.strerror or e))
 

@@ -23,6 +23,7 @@ from raylite._core.cluster import launch
 from raylite._core.config import Config, get_config, job_submission_id
 from raylite._core.ids import JobID, WorkerID
 from raylite._core.node import process_tree
+from raylite._core.private_paths import owned_dir
 from raylite._core.protocol import RegisterJob
 from raylite._core.transport.base import ConnectionBrokenError
 
@@ -232,8 +233,7 @@ def init_ray_client(address: str, *, namespace: str, log_to_driver: bool, runtim
 
 
 def _ensure(path: str) -> str:
-    os.makedirs(path, exist_ok=True)
-    return path
+    return owned_dir(path, private=False)
 
 
 def local_nodes(nodes: list[dict], my_ip: str) -> list[dict]:

@@ -18,6 +18,8 @@ import os
 import socket
 from dataclasses import dataclass
 
+from raylite._core.private_paths import owned_dir
+
 ADDRESS_FILE = "current_cluster.json"
 NODE_FILE = "node.json"
 
@@ -36,18 +38,16 @@ def write_private(path: str, text: str) -> None:
 
 def private_dir(path: str) -> str:
     """Create `path` (or tighten it) to mode 0700, for the session's `sockets` directory: a
-    Unix socket inside is reachable by no other user, not even between bind() and chmod()."""
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    if os.stat(path).st_mode & 0o077:
-        os.chmod(path, 0o700)
-    return path
+    Unix socket inside is reachable by no other user, not even between bind() and chmod().
+    Another user's folder at that path is refused (private_paths.owned_dir)."""
+    return owned_dir(path)
 
 
 def write_address_file(temp_dir: str, address: str, token_file: str, session_dir: str,
                        dashboard_url: str = "", bind: str = "") -> None:
     """`bind`: the interface the head listens on ("0.0.0.0": every one, so a loopback address
     with its port reaches this head and no other process)."""
-    os.makedirs(temp_dir, exist_ok=True)
+    owned_dir(temp_dir, private=False)
     tmp = address_file(temp_dir) + f".{os.getpid()}"
     with open(tmp, "w") as f:
         json.dump({"address": address, "token_file": token_file, "session_dir": session_dir,

@@ -23,6 +23,7 @@ from raylite._core import accelerators
 from raylite._core import resources as R
 from raylite._core.cluster import files as CF
 from raylite._core.config import Config, system_config_env
+from raylite._core.private_paths import owned_dir
 
 # Libraries slow to import that workers almost surely need when the driver already uses them.
 _PRELOADABLE = ("torch", "pyarrow", "pandas")
@@ -155,9 +156,9 @@ def dashboard_args(config: Config, include_dashboard, dashboard_host, dashboard_
 def spawn_node(config: Config, *, num_cpus=None, num_gpus=None, resources=None,
                object_store_memory=None, labels=None, dashboard: tuple = (),
                system_config: dict | None = None) -> NodeProcess:
-    base = config.temp_dir
-    os.makedirs(base, exist_ok=True)
-    session = os.path.join(base, f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}_{secrets.token_hex(2)}")
+    base = owned_dir(config.temp_dir, private=False)
+    session = owned_dir(os.path.join(
+        base, f"session_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}_{secrets.token_hex(2)}"))
     CF.private_dir(os.path.join(session, "sockets"))
     os.makedirs(os.path.join(session, "logs"), exist_ok=True)
     token = secrets.token_hex(16)

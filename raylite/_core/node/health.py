@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import time
 from typing import Any
@@ -29,6 +28,8 @@ from typing import Any
 from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core.config import get_config
+from raylite._core.transport.gate import HandshakeGate
+from raylite._core.transport.handshake import token_matches
 
 log = logging.getLogger("raylite.node_health")
 
@@ -121,17 +122,17 @@ class _Server:
         self.checks = checks
         self.kind = kind
         self.token = token
-        self.waiting: dict[asyncio.StreamWriter, None] = {}  # connected, request head not read yet
+        # connected, request head not read yet: this port's and the process's strangers
+        self.waiting = HandshakeGate(f"the node's {kind} server", MAX_CONNECTIONS)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.waiting[writer] = None
-        if len(self.waiting) > MAX_CONNECTIONS:
-            oldest = next(iter(self.waiting))
-            self.waiting.pop(oldest, None)
-            oldest.transport.abort()
+        loop = asyncio.get_running_loop()
+        oldest = self.waiting.admit(writer, lambda: loop.call_soon_threadsafe(writer.transport.abort))
+        if oldest is not None:
+            oldest.transport.abort()  # type: ignore[attr-defined]
         try:
             head = await asyncio.wait_for(_read_head(reader), get_config().handshake_timeout_s)
-            self.waiting.pop(writer, None)
+            self.waiting.release(writer)
             if head is not None:
                 status, body, ctype = await self._answer(head)
                 _respond(writer, status, body, ctype, head_only=head[0] == "HEAD")
@@ -139,7 +140,7 @@ class _Server:
         except (asyncio.TimeoutError, ConnectionError, OSError, asyncio.IncompleteReadError):
             pass
         finally:
-            self.waiting.pop(writer, None)
+            self.waiting.release(writer)
             with contextlib.suppress(Exception):
                 writer.close()
 
@@ -162,8 +163,7 @@ class _Server:
             return True
         for name in ("authorization", "x-ray-authorization"):
             value = headers.get(name, "")
-            if value.lower().startswith("bearer ") and self.token and hmac.compare_digest(
-                    value[7:].strip().encode(), self.token.encode()):
+            if value.lower().startswith("bearer ") and token_matches(value[7:].strip(), self.token):
                 return True
         return False
 
@@ -201,7 +201,9 @@ def _respond(writer: asyncio.StreamWriter, status: int, body: bytes, ctype: str,
         writer.write(body)
 
 
-async def serve(checks: NodeChecks, host: str, port: int, *, kind: str, token: str) -> asyncio.AbstractServer:
-    """Listen on host:port: kind "health" (the probes' paths) or "metrics" (/metrics, token)."""
+async def serve(checks: NodeChecks, host: str | list[str], port: int, *, kind: str,
+                token: str) -> asyncio.AbstractServer:
+    """Listen on host:port (host: one address or several): kind "health" (the probes' paths)
+    or "metrics" (/metrics, token)."""
     server = _Server(checks, kind, token)
     return await asyncio.start_server(server.handle, host, port, reuse_address=True, limit=REQUEST_MAX_BYTES)

@@ -17,13 +17,14 @@ import os
 import shutil
 
 from raylite._core.node.object_store import Freed, ObjectStore
+from raylite._core.private_paths import owned_dir
 
 
 def make_dirs(store: ObjectStore) -> None:
-    os.makedirs(store.directory, mode=0o700, exist_ok=True)
-    os.makedirs(store.pool_dir, mode=0o700, exist_ok=True)
+    owned_dir(store.directory)
+    owned_dir(store.pool_dir)
     if store.spill_dir:
-        os.makedirs(store.spill_dir, mode=0o700, exist_ok=True)
+        owned_dir(store.spill_dir)
 
 
 def spill_free_bytes(store: ObjectStore) -> int | None:

@@ -72,6 +72,7 @@ class Proxy:
         self.conn = conn
         self.head_address = head_address
         self.client: Any = None
+        self.init_asked = False  # the deadline before `init` stops counting once it arrived
         self.holds: dict[bytes, list] = {}  # oid -> [ObjectRef, grants]
         self.gens: dict[bytes, ObjectRefGenerator] = {}
         self.pool = concurrent.futures.ThreadPoolExecutor(64, thread_name_prefix="raylite-client-proxy")
@@ -87,6 +88,8 @@ class Proxy:
         name = msg.method
         if (self.client is None) != (name == "init"):
             return self._error(rid, RuntimeError("'init' comes first, once per connection"))
+        if name == "init":
+            self.init_asked = True
         if name in ("head", "node"):
             return self._forward(name, msg.args[0])
         args = msg.args
@@ -332,7 +335,16 @@ async def serve(fd: int, head_address: str) -> None:
     proxy = Proxy(conn, head_address)
     conn.handlers[P.ClientCall] = proxy.on_call
     await loop.connect_accepted_socket(lambda: conn, sock)
+
+    def init_deadline() -> None:  # a session that never says `init` holds a process for nothing
+        if not proxy.init_asked and not conn.is_closed():
+            log.warning("Ray Client proxy: no 'init' within %ss of connecting; closing the session",
+                        get_config().ray_client_init_timeout_s)
+            conn.close()
+
+    timer = loop.call_later(get_config().ray_client_init_timeout_s, init_deadline)
     await conn.closed
+    timer.cancel()
     proxy.close()
 
 

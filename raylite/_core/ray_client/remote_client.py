@@ -166,6 +166,9 @@ class RemoteClient(HeadCalls, CoreAPI):
                                           role="ray-client", timeout_s=self.config.handshake_timeout_s + 5)
         except HandshakeError as e:
             why = str(e).split("refused the connection: ", 1)[-1].split(". Pass the", 1)[0]
+            if "maximum of" in why:  # authenticated, but the head serves all the sessions it may
+                raise RayClientError(f"the Ray Client server at ray://{self.hostport} turned this "
+                                     f"program away: {why}.") from None
             raise RayClientError(
                 f"the Ray Client server at ray://{self.hostport} refused this program: {why}. Set the "
                 "cluster's token in RAYLITE_TOKEN, or RAY_AUTH_TOKEN with RAY_AUTH_MODE=token (`raylite "

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import socket
@@ -46,8 +47,8 @@ from typing import Any
 
 from raylite._core import protocol as P
 from raylite._core.config import Config
-from raylite._core.transport.gate import HELLO_MAX_BYTES, HandshakeGate
-from raylite._core.transport.rpc import check_hello
+from raylite._core.transport.gate import HELLO_MAX_BYTES, STRANGERS, HandshakeGate
+from raylite._core.transport.handshake import check_hello
 
 log = logging.getLogger("raylite.client_server")
 
@@ -100,7 +101,8 @@ class ClientServer:
 
     async def _tls_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """After the TLS handshake: the Hello, then a relay to a proxy (module docstring)."""
-        oldest = self._gate.admit(writer)
+        loop = asyncio.get_running_loop()
+        oldest = self._gate.admit(writer, lambda: loop.call_soon_threadsafe(writer.transport.abort))
         if oldest is not None:  # full: the oldest stranger goes
             oldest.transport.abort()  # type: ignore[attr-defined]
         ours = None
@@ -116,6 +118,7 @@ class ClientServer:
             finally:
                 self._gate.release(writer)
             error, _role = check_hello(frame, self._token)
+            error = error or self._full()
             reply = P.encode(P.HelloReply(not error, error), 0)
             writer.write(_LEN.pack(len(reply)) + reply)
             await writer.drain()
@@ -152,16 +155,24 @@ class ClientServer:
                 conn, _ = await loop.sock_accept(self._sock)
             except OSError as e:  # EMFILE and friends: keep serving the others
                 log.warning("Ray Client server: accept failed: %s", e)
+                if e.errno in (errno.EMFILE, errno.ENFILE):  # out of descriptors: strangers make room
+                    STRANGERS.shed(max(16, STRANGERS.limit // 8))
                 await asyncio.sleep(0.1)
                 continue
             conn.setblocking(False)
             self._reap()
-            oldest = self._gate.admit(conn)
+            oldest = self._gate.admit(conn, lambda c=conn: loop.call_soon_threadsafe(self._evict, c))
             if oldest is not None:  # full: the oldest stranger goes
                 task = self._handshakes.pop(oldest, None)  # type: ignore[arg-type]
                 if task is not None:
                     task.cancel()
             self._handshakes[conn] = loop.create_task(self._handshake(conn))
+
+    def _evict(self, conn: socket.socket) -> None:
+        """The process-wide budget of strangers chose `conn` (gate.STRANGERS)."""
+        task = self._handshakes.pop(conn, None)
+        if task is not None:
+            task.cancel()
 
     async def _handshake(self, conn: socket.socket) -> None:
         handed_over = False
@@ -170,6 +181,7 @@ class ClientServer:
             if frame is None:
                 return
             error, _role = check_hello(frame, self._token)
+            error = error or self._full()
             if error:
                 await self._send(conn, P.HelloReply(False, error))
                 return
@@ -200,6 +212,17 @@ class ClientServer:
     async def _send(self, conn: socket.socket, msg: P.Message) -> None:
         data = P.encode(msg, 0)
         await asyncio.get_running_loop().sock_sendall(conn, _LEN.pack(len(data)) + data)
+
+    def _full(self) -> str:
+        """Why an authenticated client is turned away ("" when there is room for its session)."""
+        self._reap()
+        cap = self._config.ray_client_max_sessions
+        if len(self._proxies) < cap:
+            return ""
+        log.warning("Ray Client server: turned a client away: %d sessions already (ray_client_max_sessions)", cap)
+        return (f"the Ray Client server already serves its maximum of {cap} sessions (each is a driver "
+                "process on the head); retry when one ends, or raise RAYLITE_RAY_CLIENT_MAX_SESSIONS "
+                "on the head")
 
     def _spawn_proxy(self, conn: socket.socket) -> None:
         self._count += 1
@@ -269,11 +292,12 @@ async def _read_exactly(conn: socket.socket, n: int) -> bytes | None:
 
 
 def start_for_head(config: Config, *, token: str, head_address: str, session_dir: str,
-                   multi_node: bool) -> ClientServer | None:
+                   multi_node: bool, bind: str = "0.0.0.0") -> ClientServer | None:
     """The server a head runs, per Config.ray_client_server_port (see there); None when off.
 
-    A `raylite start --head` head binds it on every interface (like Ray's, and so KubeRay's
-    `client` service port reaches it); the token guards it like the head's own port. A local
+    A `raylite start --head` head binds it where the head's own port listens (`bind`): the
+    `--node-ip-address` it was given, else every interface (so KubeRay's `client` service port
+    reaches it); the token guards it like the head's own port. A local
     cluster runs one only when RAYLITE_RAY_CLIENT_SERVER_PORT names a port, on 127.0.0.1."""
     port = config.ray_client_server_port
     explicit = port > 0
@@ -285,7 +309,7 @@ def start_for_head(config: Config, *, token: str, head_address: str, session_dir
 
     server = ClientServer(config, token=token, head_address=head_address, session_dir=session_dir)
     try:
-        server.bind("0.0.0.0" if multi_node else "127.0.0.1", port)
+        server.bind((config.ray_client_server_host or bind) if multi_node else "127.0.0.1", port)
     except OSError as e:
         if explicit:
             raise OSError(e.errno, f"cannot listen for Ray Client on port {port}: {e.strerror or e}. Pick "

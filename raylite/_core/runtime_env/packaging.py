@@ -18,6 +18,8 @@ import shutil
 import tempfile
 import zipfile
 
+from raylite._core.private_paths import owned_dir
+
 PKG_SCHEME = "raylite-pkg://"
 KV_NAMESPACE = "pkg"
 MAX_PACKAGE_BYTES = 512 * 1024 * 1024
@@ -126,7 +128,7 @@ def unpack(data: bytes, session_dir: str, digest: str) -> str:
     if os.path.isdir(dest):
         return dest
     parent = os.path.dirname(dest)
-    os.makedirs(parent, exist_ok=True)
+    owned_dir(parent)
     tmp = tempfile.mkdtemp(prefix=f".{digest}-", dir=parent)
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:

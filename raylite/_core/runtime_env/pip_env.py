@@ -41,6 +41,8 @@ import sys
 import sysconfig
 from typing import Any
 
+from raylite._core.private_paths import owned_dir
+
 READY = "READY"
 _LOG_TAIL_CHARS = 4000
 
@@ -71,8 +73,7 @@ def requirements(spec: Any) -> tuple[list[str], list[str]]:
         spec = spec.get("packages") or []
     if isinstance(spec, str):
         if os.path.isfile(spec):  # a requirements file: its lines
-            with open(spec) as f:
-                spec = [line.strip() for line in f if line.strip() and not line.lstrip().startswith("#")]
+            spec = _requirements_file(spec)
         else:
             spec = [spec]
     if not isinstance(spec, (list, tuple)) or not all(isinstance(r, str) and r.strip() for r in spec):
@@ -81,6 +82,31 @@ def requirements(spec: Any) -> tuple[list[str], list[str]]:
     if not all(isinstance(o, str) for o in options):
         raise ValueError(f"pip_install_options must be strings, got {options!r}")
     return [r.strip() for r in spec], options
+
+
+def _requirements_file(path: str) -> list[str]:
+    """The lines of a requirements file, each checked to be a requirement (or a pip option)
+    before anything uses it. A line that is neither is refused by its number only: the file is
+    read on the machine that builds the environment (a job's on the head), and an error that
+    quoted it would hand any readable file (`pip: /etc/...`) back to whoever named it."""
+    try:
+        from packaging.requirements import InvalidRequirement, Requirement
+    except ImportError:  # pragma: no cover - packaging ships with pip
+        Requirement = None  # noqa: N806
+    lines = []
+    with open(path, errors="replace") as f:
+        for n, raw in enumerate(f, 1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            if Requirement is not None and not line.startswith("-") and "://" not in line:
+                try:
+                    Requirement(line)
+                except InvalidRequirement:
+                    raise ValueError(f"runtime_env pip/uv file {path!r}: line {n} is not a requirement "
+                                     "(its content is not shown); pass a requirements.txt") from None
+            lines.append(line)
+    return lines
 
 
 def env_key(tool: str, spec: Any) -> str:
@@ -181,7 +207,7 @@ def ensure(base_dir: str, tool: str, spec: Any, timeout_s: float = 900.0) -> str
     venv = env_dir(base_dir, tool, spec)
     if os.path.exists(os.path.join(venv, READY)):
         return venv
-    os.makedirs(os.path.dirname(venv), exist_ok=True)
+    owned_dir(os.path.dirname(venv))
     with open(venv + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process building it: wait for it
         try:

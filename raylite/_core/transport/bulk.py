@@ -20,20 +20,16 @@ that state (gate.py); only a connection that presented the token gets a serving 
 from __future__ import annotations
 
 import contextlib
-import hmac
 import logging
 import mmap
 import os
-import selectors
 import socket
-import ssl
 import struct
 import threading
-import time
 from collections.abc import Callable
 
 from raylite._core.config import get_config
-from raylite._core.transport.gate import HandshakeGate
+from raylite._core.transport.handshake import TokenListener, token_matches
 from raylite._core.transport.rpc import tls_contexts
 
 log = logging.getLogger("raylite.bulk")
@@ -50,18 +46,8 @@ class BulkRefused(ConnectionError):
     """The peer refused the pull (wrong token)."""
 
 
-class _Handshake:
-    """A connection that has not presented the token yet (owned by the handshake thread)."""
-
-    __slots__ = ("conn", "fd", "deadline", "buf", "tls_done", "events")
-
-    def __init__(self, conn: socket.socket, deadline: float, tls_done: bool) -> None:
-        self.conn = conn
-        self.fd = conn.fileno()
-        self.deadline = deadline
-        self.buf = bytearray()
-        self.tls_done = tls_done
-        self.events = selectors.EVENT_READ
+def _refuse(conn: socket.socket) -> None:
+    conn.send(_REPLY.pack(BAD_TOKEN))  # 8 bytes: fits any empty send buffer
 
 
 class BulkServer:
@@ -77,140 +63,31 @@ class BulkServer:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((ip, 0))
         self._sock.listen(1024)
-        self._sock.setblocking(False)
         self.address = f"{ip}:{self._sock.getsockname()[1]}"
-        self.gate = HandshakeGate(f"object transfer {self.address}", cfg.max_pending_handshakes)
-        self._pending: dict[int, _Handshake] = {}  # fd -> state
-        self._sel = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._sel.register(self._sock, selectors.EVENT_READ, "accept")
-        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
         self._closed = False
-        threading.Thread(target=self._handshake_loop, name="raylite-bulk", daemon=True).start()
+        self._handshakes = TokenListener(
+            f"object transfer {self.address}", [(self._sock, True)], self._check,
+            on_ready=self._start_serving, on_refused=_refuse, timeout_s=self._timeout_s,
+            limit=cfg.max_pending_handshakes, tls=self._tls)
+        self.gate = self._handshakes.gate
 
     def close(self) -> None:
         self._closed = True
-        with contextlib.suppress(OSError):
-            self._wake_w.send(b"x")
+        self._handshakes.close()
 
-    # ------------------------------------------------------------ the handshake thread
-    def _handshake_loop(self) -> None:
-        try:
-            while not self._closed:
-                wait = None
-                if self._pending:  # in accept order, so the first one expires first
-                    wait = max(0.0, next(iter(self._pending.values())).deadline - time.monotonic())
-                for key, _ in self._sel.select(wait):
-                    if key.data == "accept":
-                        self._accept()
-                    elif key.data != "wake":
-                        self._advance(key.data)
-                self._expire()
-        finally:
-            self._shutdown()
+    def _check(self, buf: bytearray) -> int | bool:
+        """u16 token length (at most MAX_TOKEN_BYTES), then the token."""
+        if len(buf) < _HEAD.size:
+            return _HEAD.size
+        (size,) = _HEAD.unpack_from(buf)
+        if size > MAX_TOKEN_BYTES:
+            return False
+        if len(buf) < _HEAD.size + size:
+            return _HEAD.size + size
+        return token_matches(bytes(buf[_HEAD.size:]), self._token)
 
-    def _shutdown(self) -> None:
-        for h in list(self._pending.values()):
-            self._drop(h)
-        for s in (self._sock, self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                s.close()
-        self._sel.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                return
-            conn.setblocking(False)
-            tls_done = self._tls is None
-            if not tls_done:
-                try:
-                    conn = self._tls.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
-                except (OSError, ValueError):
-                    conn.close()
-                    continue
-            h = _Handshake(conn, time.monotonic() + self._timeout_s, tls_done)
-            oldest = self.gate.admit(h)
-            if oldest is not None:  # full: the oldest stranger goes
-                self._drop(oldest)  # type: ignore[arg-type]
-            self._pending[h.fd] = h
-            self._sel.register(conn, selectors.EVENT_READ, h)
-            self._advance(h)
-
-    def _advance(self, h: _Handshake) -> None:
-        """Move one handshake on as far as the bytes that arrived allow."""
-        try:
-            if not h.tls_done:
-                h.conn.do_handshake()  # type: ignore[attr-defined]
-                h.tls_done = True
-            while True:
-                need = _HEAD.size if len(h.buf) < _HEAD.size else _HEAD.size + _HEAD.unpack_from(h.buf)[0]
-                if len(h.buf) >= _HEAD.size and need - _HEAD.size > MAX_TOKEN_BYTES:
-                    return self._refuse(h)
-                if len(h.buf) >= need:
-                    break
-                chunk = h.conn.recv(need - len(h.buf))
-                if not chunk:
-                    return self._drop(h)
-                h.buf += chunk
-        except ssl.SSLWantReadError:
-            return self._wait_for(h, selectors.EVENT_READ)
-        except ssl.SSLWantWriteError:
-            return self._wait_for(h, selectors.EVENT_WRITE)
-        except (BlockingIOError, InterruptedError):
-            return self._wait_for(h, selectors.EVENT_READ)
-        except (OSError, ValueError):
-            return self._drop(h)
-        if not hmac.compare_digest(bytes(h.buf[_HEAD.size:]), self._token):
-            return self._refuse(h)
-        self._forget(h)
-        conn = h.conn
-        try:
-            conn.setblocking(True)
-        except OSError:
-            conn.close()
-            return
+    def _start_serving(self, conn: socket.socket, _hello: bytes) -> None:
         threading.Thread(target=self._serve, args=(conn,), name="raylite-bulk-serve", daemon=True).start()
-
-    def _wait_for(self, h: _Handshake, events: int) -> None:
-        if events != h.events:
-            h.events = events
-            self._sel.modify(h.conn, events, h)
-
-    def _refuse(self, h: _Handshake) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            h.conn.send(_REPLY.pack(BAD_TOKEN))  # 8 bytes: fits any empty send buffer
-        self._drop(h)
-
-    def _expire(self) -> None:
-        now = time.monotonic()
-        late = []
-        for h in self._pending.values():
-            if h.deadline > now:
-                break
-            late.append(h)
-        for h in late:
-            log.info("object transfer: closing a connection that did not present the token within %ss",
-                     self._timeout_s)
-            self._drop(h)
-
-    def _forget(self, h: _Handshake) -> None:
-        """Out of the handshake: unregister and free the gate slot (the socket stays open)."""
-        with contextlib.suppress(KeyError, ValueError, OSError):
-            self._sel.unregister(h.conn)
-        if self._pending.get(h.fd) is h:
-            del self._pending[h.fd]
-        self.gate.release(h)
-
-    def _drop(self, h: _Handshake) -> None:
-        self._forget(h)
-        with contextlib.suppress(OSError):
-            h.conn.close()
 
     # ------------------------------------------------------------ serving threads (authenticated)
     def _serve(self, conn: socket.socket) -> None:

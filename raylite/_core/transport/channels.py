@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import hmac
 import logging
 import os
-import selectors
 import socket
 import ssl
 import struct
@@ -37,7 +35,7 @@ import time
 from typing import Any
 
 from raylite._core.config import get_config
-from raylite._core.transport.gate import HandshakeGate
+from raylite._core.transport.handshake import TokenListener, token_matches
 from raylite._core.transport.rpc import tls_contexts
 
 log = logging.getLogger("raylite.channels")
@@ -166,25 +164,6 @@ class Endpoint:
             self.sock.close()
 
 
-class _Handshake:
-    """A connection that has not presented the token and its id yet (owned by the accept thread).
-
-    `need` is how many bytes of the hello to read in all: the token first; then the token, the
-    length of the id and the id. Exactly that many are read, never more, so a frame the peer
-    sends right behind its hello stays in the socket for its Endpoint."""
-
-    __slots__ = ("sock", "fd", "deadline", "buf", "need", "tls_done", "events")
-
-    def __init__(self, sock: socket.socket, deadline: float, need: int, tls_done: bool) -> None:
-        self.sock = sock
-        self.fd = sock.fileno()
-        self.deadline = deadline
-        self.buf = bytearray()
-        self.need = need
-        self.tls_done = tls_done
-        self.events = selectors.EVENT_READ
-
-
 class ChannelListener:
     """Accepts authenticated connections from the peers of one compiled graph.
 
@@ -215,146 +194,40 @@ class ChannelListener:
         self._unix.listen(LISTEN_BACKLOG)
         self._tcp = socket.create_server((host, 0), backlog=LISTEN_BACKLOG)
         self._host = host
-        self.gate = HandshakeGate(f"compiled-graph channel listener {host}:{self._tcp.getsockname()[1]}",
-                                  cfg.max_pending_handshakes)
-        self._pending: dict[int, _Handshake] = {}  # fd -> state, in accept order
-        self._sel = selectors.DefaultSelector()
-        for server in (self._unix, self._tcp):
-            server.setblocking(False)
-            self._sel.register(server, selectors.EVENT_READ, server)
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
-        self._thread = threading.Thread(target=self._accept_loop, name="raylite-channel-accept",
-                                        daemon=True)
-        self._thread.start()
+        name = f"compiled-graph channel listener {host}:{self._tcp.getsockname()[1]}"
+        self._handshakes = TokenListener(name, [(self._unix, False), (self._tcp, True)], self._check,
+                                         on_ready=self._peer_ready, timeout_s=self._timeout_s,
+                                         limit=cfg.max_pending_handshakes, tls=self._tls)
+        self.gate = self._handshakes.gate
 
     def address(self) -> dict[str, Any]:
         return {"unix": self._unix_path, "host": self._host, "port": self._tcp.getsockname()[1],
                 "hostname": socket.gethostname()}
 
-    # ------------------------------------------------------------------ the accept thread
-    def _accept_loop(self) -> None:
-        try:
-            while not self._closed:
-                wait = None
-                if self._pending:  # in accept order: the first one expires first
-                    wait = max(0.0, next(iter(self._pending.values())).deadline - time.monotonic())
-                for key, _ in self._sel.select(wait):
-                    if key.data == "wake":
-                        return
-                    if isinstance(key.data, _Handshake):
-                        self._advance(key.data)
-                    else:
-                        self._accept(key.data)
-                self._expire()
-        finally:
-            for h in list(self._pending.values()):
-                self._drop(h)
-            self._sel.close()
+    def _check(self, buf: bytearray) -> int | bool:
+        """The token (exactly its length), then a u16 peer-id length (1..MAX_PEER_ID_BYTES), then the id."""
+        n = len(self._token)
+        if not n:  # a listener without a token admits no one
+            return False
+        if len(buf) < n:
+            return n
+        if not token_matches(bytes(buf[:n]), self._token):
+            return False
+        if len(buf) < n + HELLO.size:
+            return n + HELLO.size
+        (size,) = HELLO.unpack_from(buf, n)
+        if not 0 < size <= MAX_PEER_ID_BYTES:
+            return False
+        return True if len(buf) >= n + HELLO.size + size else n + HELLO.size + size
 
-    def _accept(self, server: socket.socket) -> None:
-        while True:
-            try:
-                sock, _addr = server.accept()
-            except OSError:  # nothing more now (BlockingIOError), or the listener is closing
-                return
-            sock.setblocking(False)
-            tls_done = self._tls is None or server is self._unix
-            if not tls_done:
-                try:
-                    sock = self._tls.wrap_socket(sock, server_side=True,  # type: ignore[union-attr]
-                                                 do_handshake_on_connect=False)
-                except (OSError, ValueError):
-                    sock.close()
-                    continue
-            h = _Handshake(sock, time.monotonic() + self._timeout_s, len(self._token), tls_done)
-            oldest = self.gate.admit(h)
-            if oldest is not None:  # full: the oldest stranger goes
-                self._drop(oldest)  # type: ignore[arg-type]
-            self._pending[h.fd] = h
-            self._sel.register(sock, selectors.EVENT_READ, h)
-            self._advance(h)
-
-    def _advance(self, h: _Handshake) -> None:
-        """Move one handshake on as far as the bytes that arrived allow."""
-        if not self._token:  # a listener without a token admits no one
-            return self._drop(h)
-        try:
-            if not h.tls_done:
-                h.sock.do_handshake()  # type: ignore[attr-defined]
-                h.tls_done = True
-            while len(h.buf) < h.need:
-                chunk = h.sock.recv(h.need - len(h.buf))
-                if not chunk:
-                    return self._drop(h)
-                h.buf += chunk
-                if not self._check(h):
-                    return self._drop(h)
-        except ssl.SSLWantReadError:
-            return self._wait_for(h, selectors.EVENT_READ)
-        except ssl.SSLWantWriteError:
-            return self._wait_for(h, selectors.EVENT_WRITE)
-        except (BlockingIOError, InterruptedError):
-            return self._wait_for(h, selectors.EVENT_READ)
-        except (OSError, ValueError):
-            return self._drop(h)
-        self._forget(h)
-        peer = bytes(h.buf[len(self._token) + HELLO.size:]).decode(errors="replace")
-        try:
-            h.sock.setblocking(True)
-        except OSError:
-            h.sock.close()
-            return
+    def _peer_ready(self, sock: socket.socket, hello: bytes) -> None:
+        peer = hello[len(self._token) + HELLO.size:].decode(errors="replace")
         with self._cond:
             if self._closed:
-                h.sock.close()
+                sock.close()
                 return
-            self._peers[peer] = Endpoint(h.sock, peer)
+            self._peers[peer] = Endpoint(sock, peer)
             self._cond.notify_all()
-
-    def _check(self, h: _Handshake) -> bool:
-        """After each read: is what arrived so far acceptable? Grows `need` past the token."""
-        n = len(self._token)
-        if len(h.buf) == n and h.need == n:
-            if not hmac.compare_digest(bytes(h.buf), self._token):
-                return False
-            h.need = n + HELLO.size
-        elif len(h.buf) == n + HELLO.size and h.need == n + HELLO.size:
-            (size,) = HELLO.unpack_from(h.buf, n)
-            if not 0 < size <= MAX_PEER_ID_BYTES:
-                return False
-            h.need += size
-        return True
-
-    def _wait_for(self, h: _Handshake, events: int) -> None:
-        if events != h.events:
-            h.events = events
-            self._sel.modify(h.sock, events, h)
-
-    def _expire(self) -> None:
-        now = time.monotonic()
-        late = []
-        for h in self._pending.values():
-            if h.deadline > now:
-                break
-            late.append(h)
-        for h in late:
-            log.info("compiled-graph channel: closing a connection that did not present the token within %ss",
-                     self._timeout_s)
-            self._drop(h)
-
-    def _forget(self, h: _Handshake) -> None:
-        """Out of the handshake: unregister and free the gate slot (the socket stays open)."""
-        with contextlib.suppress(KeyError, ValueError, OSError):
-            self._sel.unregister(h.sock)
-        if self._pending.get(h.fd) is h:
-            del self._pending[h.fd]
-        self.gate.release(h)
-
-    def _drop(self, h: _Handshake) -> None:
-        self._forget(h)
-        with contextlib.suppress(OSError):
-            h.sock.close()
 
     # ------------------------------------------------------------------ the graph's side
     def wait_peer(self, peer: str, timeout_s: float) -> Endpoint:
@@ -374,12 +247,7 @@ class ChannelListener:
             self._closed = True
             peers = list(self._peers.values())
             self._cond.notify_all()
-        with contextlib.suppress(OSError):
-            self._wake_w.send(b"x")
-        self._thread.join(timeout=5)
-        for sock in (self._unix, self._tcp, self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                sock.close()
+        self._handshakes.close(join_s=5)
         with contextlib.suppress(OSError):
             os.unlink(self._unix_path)
         if self._own_dir:

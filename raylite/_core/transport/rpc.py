@@ -16,15 +16,13 @@ Config.max_pending_handshakes connections that have not authenticated (gate.py).
 from __future__ import annotations
 
 import asyncio
-import hmac
+import contextlib
 import logging
 import os
 import socket
 import struct
 from collections.abc import Callable
 from typing import Any
-
-import msgpack
 
 from raylite._core import protocol as P
 from raylite._core.config import get_config
@@ -35,7 +33,8 @@ from raylite._core.transport.base import (
     RemoteError,
     parse_address,
 )
-from raylite._core.transport.gate import HELLO_MAX_BYTES, HandshakeGate
+from raylite._core.transport.gate import HELLO_MAX_BYTES, HandshakeGate, on_accept_failure
+from raylite._core.transport.handshake import check_hello
 
 log = logging.getLogger("raylite.rpc")
 
@@ -82,7 +81,7 @@ class Connection(asyncio.Protocol):
         if self.server_side:
             if self._gate is not None:
                 self._holds_slot = True
-                oldest = self._gate.admit(self)
+                oldest = self._gate.admit(self, self._evict_from_any_thread)
                 if oldest is not None:  # the listener was full: the oldest stranger goes
                     oldest._holds_slot = False  # type: ignore[attr-defined]
                     oldest.abort()  # type: ignore[attr-defined]
@@ -329,31 +328,19 @@ class Connection(asyncio.Protocol):
             self._flush()
             self.transport.close()
 
+    def _evict_from_any_thread(self) -> None:
+        """The process-wide budget of strangers (gate.STRANGERS) chose this one to go."""
+        def evict() -> None:  # connection_lost then frees its listener's slot
+            if not self._authenticated:
+                self.abort()
+        with contextlib.suppress(RuntimeError):  # its loop already closed
+            self.loop.call_soon_threadsafe(evict)
+
     def abort(self) -> None:
         """Drop the link at once without flushing (its peer is known dead or unreachable):
         pending requests fail with ConnectionBrokenError, as if the network broke it."""
         if self.transport is not None:
             self.transport.abort()
-
-
-def check_hello(frame: bytes, token: str) -> tuple[str, str]:
-    """Check a connection's first frame: ("", peer role) when it is a Hello with `token`
-    (compared in constant time) and this protocol version, else (why it was refused, "").
-    The frame is plain msgpack read as data: nothing in it is unpickled or run."""
-    try:
-        items = msgpack.unpackb(frame, raw=False)
-        presented = items[2]
-        ok = (items[0] == P.Hello.TAG and isinstance(presented, str) and bool(token)
-              and hmac.compare_digest(presented.encode(), token.encode()))
-        version_ok = ok and items[3] == P.PROTOCOL_VERSION
-    except Exception:  # noqa: BLE001
-        ok = version_ok = False
-    if not ok:
-        return "wrong or missing cluster token", ""
-    if not version_ok:
-        return (f"protocol version mismatch: this node speaks {P.PROTOCOL_VERSION}, you sent {items[3]}; "
-                "install the same raylite version on every node"), ""
-    return "", str(items[4])
 
 
 async def connect(address: str, handlers: dict[type, Handler] | None = None, *, token: str,
@@ -422,6 +409,8 @@ async def listen(address: str, handlers: dict[type, Handler], *, token: str,
     """Serve `handlers` at `address` ('unix:///path' or 'tcp://host:port'), or on an
     already bound TCP `sock` (its port is known before the loop runs)."""
     loop = asyncio.get_running_loop()
+    if loop.get_exception_handler() is None:  # accept out of descriptors: strangers make room
+        loop.set_exception_handler(on_accept_failure)
     kind, target = parse_address(address)
     cfg = get_config()
     gate = HandshakeGate(f"listener {address}", cfg.max_pending_handshakes)

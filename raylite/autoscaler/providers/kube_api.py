@@ -3,7 +3,10 @@
 In a pod, the API server is at https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT and
 the service account's token and CA are mounted at /var/run/secrets/kubernetes.io/serviceaccount/
 (`token`, `ca.crt`). Only TLS verified against that CA is spoken: no plain HTTP, no skipping the
-check. The token is re-read on each call (Kubernetes rotates projected tokens).
+check. The token is re-read on each call (Kubernetes rotates projected tokens). A redirect is
+never followed: urllib's default handler would resend the `Authorization` header to wherever
+the answer points, `http://` included, handing the service-account token to that host; the
+Kubernetes API never redirects its clients, so a redirect is an error naming its target.
 """
 
 from __future__ import annotations
@@ -28,6 +31,13 @@ class KubernetesAPIError(RuntimeError):
         self.status = status
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001, ANN201
+        raise KubernetesAPIError(f"{req.get_method()} {req.selector}: the Kubernetes API answered HTTP {code}, a "
+                                 f"redirect to {newurl!r}; raylite never follows a redirect with the "
+                                 "service-account token. Point it at the API server itself.", code)
+
+
 class KubeAPI:
     def __init__(self, server: str | None = None, service_account_dir: str = SERVICE_ACCOUNT_DIR) -> None:
         if server is None:
@@ -46,6 +56,7 @@ class KubeAPI:
             raise KubernetesAPIError(f"no service-account token and CA in {service_account_dir} (expected `token` "
                                      "and `ca.crt`): give the pod a service account (KubeRay's autoscaler RBAC)")
         self.ssl = ssl.create_default_context(cafile=ca)
+        self._opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=self.ssl), _NoRedirects)
 
     def _token(self) -> str:
         with open(self.token_path) as f:
@@ -53,13 +64,16 @@ class KubeAPI:
 
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.server + path, data=data, method=method)
+        url = self.server + path
+        if not url.startswith("https://"):
+            raise KubernetesAPIError(f"refusing to send the service-account token to {url!r}: https only")
+        req = urllib.request.Request(url, data=data, method=method)
         req.add_header("Authorization", "Bearer " + self._token())
         req.add_header("Accept", "application/json")
         if data is not None:
             req.add_header("Content-Type", content_type)
         try:
-            with urllib.request.urlopen(req, context=self.ssl, timeout=TIMEOUT_S) as resp:  # noqa: S310 (https only)
+            with self._opener.open(req, timeout=TIMEOUT_S) as resp:  # https only, no redirects
                 return json.loads(resp.read() or b"null")
         except urllib.error.HTTPError as e:
             detail = e.read()[:500].decode(errors="replace")

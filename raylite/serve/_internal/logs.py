@@ -16,11 +16,18 @@ import tempfile
 import time
 from typing import Any
 
+from raylite.experimental.channel_security import owned_dir
+
 
 def logs_dir(config: dict | None = None) -> str:
-    path = (config or {}).get("logs_dir") or os.path.join(tempfile.gettempdir(), "raylite-serve-logs")
-    os.makedirs(path, exist_ok=True)
-    return path
+    """A `logs_dir` the config names, else `<tmp>/raylite-serve-logs`, which must be this
+    user's own (owned_dir): in a folder another user made first, a symlink named like a
+    replica's log would make the replica append to any file the cluster's user may write."""
+    path = (config or {}).get("logs_dir")
+    if path:
+        os.makedirs(path, exist_ok=True)
+        return path
+    return owned_dir(os.path.join(tempfile.gettempdir(), "raylite-serve-logs"), private=False)
 
 
 class ReplicaLogger:
