@@ -82,8 +82,8 @@ def test_a_group_that_can_never_fit_beside_the_ingress_fails_at_deploy_naming_th
     with pytest.raises(Exception) as err:
         serve.run(dep.bind(), name="llm", route_prefix="/llm")
     text = str(err.value)
-    assert "can never place its replica" in text and "'ingress' holds CPU=1" in text
+    assert "can never be placed" in text and "'ingress' holds CPU=1" in text
     assert "'num_cpus': 0" in text and "add nodes" in text
     assert time.monotonic() - started < 60  # said at deploy time, not after a long wait
     st = _status("llm", "tp2")
-    assert st.status == "DEPLOY_FAILED" and "can never place its replica" in st.message
+    assert st.status == "DEPLOY_FAILED" and "can never be placed" in st.message

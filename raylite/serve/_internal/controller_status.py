@@ -259,7 +259,7 @@ def unplaceable_group_message(ctrl: Any, dep: DeploymentRecord) -> str:
             fix = (f"Give the other deployments fewer {k} (for an LLM app's ingress: "
                    "ingress_deployment_config={'ray_actor_options': {'num_cpus': 0}}), "
                    "lower the replica's placement_group_bundles, or add nodes.")
-            return (f"deployment {dep.name!r} (app {dep.app_name!r}) can never place its replica: its "
+            return (f"deployment {dep.name!r} (app {dep.app_name!r}) can never be placed: its replica's "
                     f"placement group's bundles {[_fmt(b) for b in bundles]} need {k}={want:g}"
                     + (f" beside what Serve's other replicas hold ({holders})" if holders else "")
                     + f", but the cluster has {k}={total.get(k, 0.0):g} ({_fmt(total)}). {fix}")
