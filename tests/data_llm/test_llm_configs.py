@@ -70,9 +70,12 @@ def test_the_stages_follow_the_config(monkeypatch):
         p.get_stage_by_name("Nope")
 
 
-def test_what_is_not_supported_yet_says_so():
-    with pytest.raises(ValueError, match="generate"):
-        llm.vLLMEngineProcessorConfig(model_source="m", task_type="embed")
+def test_what_is_not_supported_yet_says_so_at_build():
+    for kw, match in (({"task_type": "embed"}, "generate"), ({"dynamic_lora_loading_path": "/l"}, "LoRA"),
+                      ({"engine_kwargs": {"tensor_parallel_size": 2}}, "concurrency")):
+        config = llm.vLLMEngineProcessorConfig(model_source="m", **kw)  # Ray's examples build these
+        with pytest.raises(ValueError, match=match):
+            llm.build_processor(config)
     with pytest.raises(ValueError, match="multimodal"):
         llm.vLLMEngineProcessorConfig(model_source="m", prepare_multimodal_stage=True)
     with pytest.raises(ValueError, match="unknown|Extra|extra"):

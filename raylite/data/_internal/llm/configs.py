@@ -135,8 +135,9 @@ class vLLMEngineProcessorConfig(OfflineProcessorConfig):  # noqa: N801 - Ray's n
     dynamic_lora_loading_path: str | None = None
     placement_group_config: dict[str, Any] | None = None
 
-    @model_validator(mode="after")
-    def _supported(self) -> vLLMEngineProcessorConfig:
+    def check_supported(self) -> None:
+        """Raise for what raylite.data.llm cannot run yet (at build time: Ray's examples build
+        such configs without running them)."""
         if self.task_type != "generate":
             raise ValueError(f"vLLMEngineProcessorConfig(task_type={self.task_type!r}): raylite.data.llm "
                              "runs 'generate' only so far; embed/score/classify are not yet supported.")
@@ -149,7 +150,6 @@ class vLLMEngineProcessorConfig(OfflineProcessorConfig):  # noqa: N801 - Ray's n
             raise ValueError(f"vLLMEngineProcessorConfig(engine_kwargs tensor_parallel_size={tp}, "
                              f"pipeline_parallel_size={pp}): one engine per Data actor on one device so "
                              "far; raise `concurrency` for more engines instead.")
-        return self
 
 
 class HttpRequestStageConfig(_StageConfig):

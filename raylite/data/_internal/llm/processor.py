@@ -107,6 +107,7 @@ def build_processor(config: C.ProcessorConfig, preprocess: Callable | None = Non
                     builder_kwargs: dict[str, Any] | None = None) -> Processor:
     """The processor of `config` (a vLLMEngineProcessorConfig or HttpRequestProcessorConfig)."""
     if isinstance(config, C.vLLMEngineProcessorConfig):
+        config.check_supported()
         stages = _vllm_stages(config, **(builder_kwargs or {}))
     elif isinstance(config, C.HttpRequestProcessorConfig):
         stages = _http_stages(config)
