@@ -84,7 +84,8 @@ def main() -> None:
 
     model = build_tiny_llama(tempfile.mkdtemp(prefix="llm-batch-"))
     common = [model, str(args.prompts), str(args.max_tokens), json.dumps(ENGINE)]
-    env = {"PYTHONPATH": ROOT, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    # a cluster of its own, even where `raylite start` left one running on this machine
+    env = {"RAYLITE_TEMP_DIR": tempfile.mkdtemp(prefix="rlbench", dir="/tmp"), "PYTHONPATH": ROOT, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
     results: dict[str, list[dict]] = {"bare vllm.LLM.generate": [], "raylite build_processor": []}
     for _ in range(args.rounds):  # alternating, so a busy moment of the machine hits both
         results["bare vllm.LLM.generate"].append(run(sys.executable, BARE, common, env))

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import httpx
 import pytest
@@ -59,7 +60,9 @@ def _complete(base_url: str, model: str) -> httpx.Response:
         "model": model, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0})
 
 
-def test_adapters_from_s3_match_vllm_and_stay_within_the_limit(tiny_model, adapters, s3_env):  # noqa: F811
+def test_adapters_from_s3_match_vllm_and_stay_within_the_limit(tiny_model, adapters, s3_env, monkeypatch):  # noqa: F811
+    # a cluster of our own, even where `raylite start` left one running on this machine
+    monkeypatch.setenv("RAYLITE_TEMP_DIR", tempfile.mkdtemp(prefix="rllora", dir="/tmp"))
     reference = subprocess.Popen(
         [sys.executable, "-m", "tests.serve_llm.lora_reference", tiny_model, json.dumps(PROMPT), str(MAX_TOKENS),
          *(f"{n}={p}" for n, p in adapters.items())], cwd=ROOT, stdout=subprocess.PIPE,
