@@ -144,6 +144,8 @@ def _pool(concurrency: Any) -> tuple[int | None, int, int]:
 def _vllm_stages(config: C.vLLMEngineProcessorConfig, chat_template_kwargs: dict[str, Any] | None = None) -> list[Stage]:
     import raylite
 
+    if not raylite.is_initialized():  # as Ray's builder does: the processor needs a cluster
+        raylite.init(runtime_env=config.runtime_env)
     defaults = {"batch_size": config.batch_size, "concurrency": config.concurrency,
                 "runtime_env": config.runtime_env, "model_source": config.model_source}
     trust = bool(config.engine_kwargs.get("trust_remote_code", False))
