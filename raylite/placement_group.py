@@ -153,3 +153,21 @@ def get_current_placement_group() -> PlacementGroup | None:
             pg_hex = k.rsplit("_", 1)[-1]
             return PlacementGroup(bytes.fromhex(pg_hex), [], "PACK")
     return None
+
+
+def describe_placement_group_wait(placement_group: PlacementGroup) -> str:
+    """What a group that is not yet placed waits for, in one line (its bundles, how many are
+    placed, which nodes lack what, or that the cluster can never hold it); "" once placed or
+    removed. raylite's own (not Ray's): Serve's status says it for a replica waiting in UPDATING."""
+    from raylite import api
+    from raylite._core import placement_wait as PW
+    from raylite._core import scheduling as S
+
+    client = api.ensure_initialized()
+    groups = PW.waiting_groups([g for g in client.head_request(P.ListPlacementGroups()).groups
+                                if g["pg_id"] == bytes(placement_group.id)])
+    if not groups:
+        return ""
+    nodes = [S.NodeView(n["node_id"], n["total"], n["available"])
+             for n in client.head_request(P.GetClusterInfo()).nodes if n.get("alive")]
+    return PW.describe_wait(groups[0], nodes)

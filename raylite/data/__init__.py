@@ -90,8 +90,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    """``raylite.data.expressions`` / ``raylite.data.preprocessors`` load on first use."""
-    if name in ("expressions", "preprocessors"):
+    """``raylite.data.expressions`` / ``preprocessors`` / ``llm`` load on first use."""
+    if name in ("expressions", "preprocessors", "llm"):
         import importlib
 
         return importlib.import_module(f"raylite.data.{name}")

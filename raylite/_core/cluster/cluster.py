@@ -361,8 +361,25 @@ def cluster_status(config: Config, address: str = "auto") -> dict:
                 feasible[shape] = any(R.fits(demand, m["total"]) for m in alive)
             (pending if feasible[shape] else infeasible).append(demand)
     return {"address": hostport, "nodes": nodes, "total": total, "used": used,
-            "pending": pending, "infeasible": infeasible, "notices": cluster_notices(hostport, token),
+            "pending": pending, "infeasible": infeasible, "groups": waiting_group_lines(hostport, token, alive),
+            "notices": cluster_notices(hostport, token),
             "autoscaler": autoscaler_view(hostport, token)}
+
+
+def waiting_group_lines(hostport: str, token: str, alive: list[dict]) -> list[str]:
+    """One line per placement group that waits for its bundles (what it needs, which nodes
+    lack it); a group's bundles are no task demand, so they showed nowhere before."""
+    from raylite._core import placement_wait as PW
+    from raylite._core import protocol as P
+    from raylite._core import scheduling as S
+    from raylite._core.cluster.driver import run_head_request
+
+    try:
+        groups = run_head_request(hostport, token, P.ListPlacementGroups()).groups
+    except Exception:  # noqa: BLE001 - extra: status shows the rest without it
+        return []
+    views = [S.NodeView(n["node_id"], n["total"], n["available"]) for n in alive]
+    return [PW.describe_wait(g, views) for g in PW.waiting_groups(groups)]
 
 
 def autoscaler_view(hostport: str, token: str) -> dict | None:
@@ -463,8 +480,10 @@ def format_status(st: dict) -> str:
         else:
             lines.append(f"  {use.get(k, 0):g}/{tot[k]:g} {k}")
     lines.append("Demands")
-    if not st["pending"] and not st["infeasible"]:
+    if not st["pending"] and not st["infeasible"] and not st.get("groups"):
         lines.append("  (no resource demands)")
+    for text in st.get("groups") or []:
+        lines.append(f"  {text}")
     for d in st["pending"]:
         lines.append(f"  pending: {R.describe(_public(d) or d)}")
     for d in st["infeasible"]:

@@ -61,8 +61,10 @@ class _MapSpec:
         chain = TransformChain(list(self.stages))
         name = "->".join(self.names)
         if isinstance(self.compute, L.ActorPoolStrategy):
+            # one call at a time per actor unless map_batches(max_concurrency=N) asks for a
+            # threaded actor (as Ray allows; the LLM engine stage overlaps its batches so)
             options = TaskOptions.from_ray_remote_args(
-                {**self.remote_args, "max_concurrency": 1}, default_num_cpus=1.0
+                {"max_concurrency": 1, **self.remote_args}, default_num_cpus=1.0
             )
             return ActorPoolMapOperator(
                 name, chain, self.deps, options, read_tasks=self.read_tasks, min_rows_per_bundle=self.min_rows,

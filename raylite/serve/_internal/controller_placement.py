@@ -124,7 +124,7 @@ async def scheduling_strategy(ctrl: Any, dep: DeploymentRecord, rec: ReplicaReco
 
         rec.pg = placement_group(bundles, strategy=dep.target.get("placement_group_strategy") or "PACK",
                                  name=f"SERVE_PG::{rec.replica_id}", lifetime="detached")
-        await _await(rec.pg.ready())
+        await _wait_for_group(ctrl, dep, rec)
         return PlacementGroupSchedulingStrategy(rec.pg, placement_group_capture_child_tasks=True,
                                                 placement_group_bundle_index=0)
     limit = dep.target.get("max_replicas_per_node")
@@ -132,6 +132,35 @@ async def scheduling_strategy(ctrl: Any, dep: DeploymentRecord, rec: ReplicaReco
         rec.node_id = await _node_with_room(dep, rec, int(limit))
         return NodeAffinitySchedulingStrategy(rec.node_id, soft=False)
     return None
+
+
+async def _wait_for_group(ctrl: Any, dep: DeploymentRecord, rec: ReplicaRecord) -> None:
+    """Wait for the replica's placement group. Meanwhile the deployment's message says what the
+    group waits for (the bundles, the nodes lacking them); a group that can never be placed
+    beside Serve's other replicas raises Unplaceable naming the fix, instead of waiting."""
+    from raylite.placement_group import describe_placement_group_wait
+    from raylite.serve._internal.controller_status import unplaceable_group_message
+
+    ready = asyncio.ensure_future(_await(rec.pg.ready()))
+    polls = 0
+    while not ready.done():
+        await asyncio.wait([ready], timeout=1.0)
+        polls += 1
+        if ready.done() or rec.state != STARTING or polls < 2:
+            continue
+        never = unplaceable_group_message(ctrl, dep)
+        if never:
+            ready.cancel()
+            raise Unplaceable(never)
+        try:
+            why = await asyncio.to_thread(describe_placement_group_wait, rec.pg)
+        except Exception:  # noqa: BLE001 - the message is extra; the wait goes on
+            why = ""
+        if why and not ready.done():
+            dep.message = f"Replica {rec.replica_id} is waiting for its placement group: {why}."
+    ready.result()
+    if dep.message.startswith(f"Replica {rec.replica_id} is waiting"):
+        dep.message = ""
 
 
 async def _node_with_room(dep: DeploymentRecord, rec: ReplicaRecord, limit: int) -> str:

@@ -229,6 +229,51 @@ def infeasible_message(ctrl: Any, dep: DeploymentRecord, rec: ReplicaRecord) -> 
     return ""
 
 
+def unplaceable_group_message(ctrl: Any, dep: DeploymentRecord) -> str:
+    """A message when a replica's placement group can never be placed beside Serve's other
+    deployments: their live replicas plus this group's bundles ask for more of a resource than
+    the whole cluster has (a TP=2 LLM replica's two 1-CPU bundles and a 1-CPU ingress on two
+    1-CPU nodes). "" while it may still be placed. Names what the others hold and the fix."""
+    import raylite
+
+    bundles = [dict(b) for b in dep.target.get("placement_group_bundles") or []]
+    need: dict[str, float] = {}
+    for b in bundles:
+        for k, v in b.items():
+            need[k] = need.get(k, 0.0) + float(v)
+    held: dict[str, dict[str, float]] = {}  # other deployment -> what its live replicas hold
+    for d in ctrl.deps.values():
+        if d is dep:
+            continue
+        per = _group_need(d) or _per_replica(d)
+        for r in d.replicas.values():
+            if r.state in (STARTING, "RUNNING"):
+                mine = held.setdefault(d.name, {})
+                for k, v in per.items():
+                    mine[k] = mine.get(k, 0.0) + v
+    total = raylite.cluster_resources()
+    for k, want in need.items():
+        others = sum(h.get(k, 0.0) for h in held.values())
+        if want > 1e-9 and want + others > total.get(k, 0.0) + 1e-9:
+            holders = ", ".join(f"{name!r} holds {k}={h[k]:g}" for name, h in sorted(held.items()) if h.get(k))
+            fix = (f"Give the other deployments fewer {k} (for an LLM app's ingress: "
+                   "ingress_deployment_config={'ray_actor_options': {'num_cpus': 0}}), "
+                   "lower the replica's placement_group_bundles, or add nodes.")
+            return (f"deployment {dep.name!r} (app {dep.app_name!r}) can never be placed: its replica's "
+                    f"placement group's bundles {[_fmt(b) for b in bundles]} need {k}={want:g}"
+                    + (f" beside what Serve's other replicas hold ({holders})" if holders else "")
+                    + f", but the cluster has {k}={total.get(k, 0.0):g} ({_fmt(total)}). {fix}")
+    return ""
+
+
+def _group_need(dep: DeploymentRecord) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for b in dep.target.get("placement_group_bundles") or []:
+        for k, v in b.items():
+            out[k] = out.get(k, 0.0) + float(v)
+    return out
+
+
 def _per_replica(dep: DeploymentRecord) -> dict[str, float]:
     opts = dict(dep.target.get("ray_actor_options") or {})
     out = {"CPU": float(opts.get("num_cpus", 1))}

@@ -53,6 +53,23 @@ def rendezvous_env(spec: WorkerSpec, master_addr: str, master_port: int) -> dict
     }
 
 
+def interface_env() -> dict[str, str]:
+    """GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME for the interface holding this node's cluster IP
+    (unless the user set them): gloo and NCCL otherwise resolve the host name, which in
+    containers often fails or gives loopback, and the ranks on other hosts are refused."""
+    from raylite.util._net import collective_env
+
+    try:
+        from raylite.util import get_node_ip_address
+
+        ip = get_node_ip_address()
+    except Exception:  # noqa: BLE001 - outside a cluster (unit tests): nothing to name
+        return {}
+    env = collective_env(ip)
+    env.pop("VLLM_HOST_IP", None)  # vLLM's, not torch.distributed's
+    return env
+
+
 def device_for(use_gpu: bool) -> torch.device:
     """The device this worker trains on: its assigned GPU, else the CPU."""
     import torch
@@ -104,6 +121,7 @@ class TorchBackend:
         import torch.distributed as dist
 
         os.environ.update(rendezvous_env(spec, self.master_addr, self.master_port))
+        os.environ.update(interface_env())
         if "OMP_NUM_THREADS" not in os.environ:
             # One intra-op thread per reserved CPU, as Ray and torchrun do: two workers
             # with a thread per core each would fight over the same cores.

@@ -74,11 +74,13 @@ def test_bad_configs_name_the_problem():
         LLMConfig(model_loading_config=dict(model_id=" "))
 
 
-def test_lora_config_is_refused_clearly():
+def test_lora_config_without_its_adapter_folder_is_refused_clearly():
     from raylite.serve.llm import build_llm_deployment
 
-    with pytest.raises(NotImplementedError, match="LoRA"):
+    with pytest.raises(ValueError, match="dynamic_lora_loading_path"):
         build_llm_deployment(_cfg(lora_config={"max_num_adapters_per_replica": 2}))
+    with pytest.raises(ValueError, match="vLLM engine"):
+        build_llm_deployment(_cfg(llm_engine="transformers", lora_config={"dynamic_lora_loading_path": "/a"}))
 
 
 def test_serving_args_from_objects_dicts_and_yaml(tmp_path):

@@ -11,16 +11,22 @@ def build_llm_deployment(llm_config: LLMConfig | dict[str, Any], *,
                          name_prefix: str | None = None, **_: Any) -> Any:
     """One model's LLMServer deployment, bound to its config (Ray: same name and arguments)."""
     from raylite import serve
-    from raylite.serve.llm._internal.server import LLMServer
+    from raylite.serve.llm._internal.server import LLMServer, lora_server_class
 
     config = llm_config if isinstance(llm_config, LLMConfig) else LLMConfig(**llm_config)
+    server: type = LLMServer
     if config.lora_config is not None:
-        raise NotImplementedError(
-            f"LLMConfig for model {config.model_id!r} sets lora_config, but raylite does not load "
-            "LoRA adapters yet; merge the adapter into the model's weights, or remove lora_config")
+        if not config.lora_config.dynamic_lora_loading_path:
+            raise ValueError(f"LLMConfig for model {config.model_id!r}: lora_config needs "
+                             "dynamic_lora_loading_path (a local folder or s3://bucket/prefix holding one "
+                             "sub-folder per adapter, as peft's save_pretrained writes them)")
+        if config.llm_engine != "vLLM":
+            raise ValueError(f"LLMConfig for model {config.model_id!r}: LoRA adapters need the vLLM engine "
+                             f"(llm_engine={config.llm_engine!r})")
+        server = lora_server_class(config.lora_config.max_num_adapters_per_replica)
     check_accelerator(config)
     options = config.get_serve_options(name_prefix=name_prefix or "LLMServer:")
-    return serve.deployment(LLMServer).options(**options).bind(config)
+    return serve.deployment(server).options(**options).bind(config)
 
 
 def build_openai_app(llm_serving_args: LLMServingArgs | dict[str, Any]) -> Any:

@@ -29,6 +29,7 @@ class SamplingOptions:
     logprobs: int | None = None  # number of top alternatives; None = no logprobs
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    lora: Any = None  # the request's LoRA adapter (lora.Adapter), or None for the base model
 
 
 @dataclass

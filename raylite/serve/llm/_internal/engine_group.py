@@ -24,6 +24,7 @@ from raylite.serve.llm._internal.engine_layout import (
     plan_layout,
 )
 from raylite.serve.llm._internal.engine_node import EngineNodeWorker
+from raylite.util._net import IFNAME_VARIABLES, interface_for_ip
 
 _NOT_ACTOR_RESOURCES = {"CPU", "GPU", "memory", "object_store_memory"}
 
@@ -40,6 +41,8 @@ class EngineGroup:
     runs: dict[int, Any] = field(default_factory=dict)  # node_rank -> ObjectRef of run()
     cpus: dict[int, list[int]] = field(default_factory=dict)  # node_rank -> cores there
     gpus: dict[int, list[str]] = field(default_factory=dict)  # node_rank -> GPU ids there
+    # node_rank -> the interface holding the node's cluster IP, as found on that node
+    ifnames: dict[int, str] = field(default_factory=dict)
 
     @classmethod
     def plan(cls, world_size: int, is_cpu: bool) -> EngineGroup | None:
@@ -115,17 +118,26 @@ class EngineGroup:
                                    "replica started")
             self.leaders.setdefault(rank, actor)
             self.cpus.setdefault(rank, where["cpus"])
+            if where.get("ifname"):
+                self.ifnames.setdefault(rank, where["ifname"])
             self.gpus.setdefault(rank, []).extend(where["gpu_ids"])
 
     def node_env(self, node_rank: int, cpus: list[int] | None = None) -> dict[str, str]:
         """The environment of a node's engine processes: the address vLLM's message queues
-        announce, the CPU cores each local rank binds to, the node's GPUs."""
+        announce, the interface gloo and NCCL use (the one holding the node's cluster IP, so
+        neither resolves the host name, which in containers often fails or names loopback),
+        the CPU cores each local rank binds to, the node's GPUs. Variables the user set stay."""
         env: dict[str, str] = {}
         if not self.layout.spans_nodes:  # one node: only its GPUs (its cores: rank0_env)
             if self.gpus.get(node_rank):
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpus[node_rank])
             return env
-        env["VLLM_HOST_IP"] = self.layout.nodes[node_rank].ip
+        ip = self.layout.nodes[node_rank].ip
+        env["VLLM_HOST_IP"] = ip
+        ifname = self.ifnames.get(node_rank) or (interface_for_ip(ip) if node_rank == 0 else None)
+        if ifname:
+            for var in IFNAME_VARIABLES:
+                env[var] = os.environ.get(var) or ifname
         user_bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
         if self.is_cpu:
             env["VLLM_CPU_OMP_THREADS_BIND"] = user_bind or self.layout.omp_threads_bind(

@@ -26,13 +26,17 @@ class EngineNodeWorker:
         self._reaper: Any = None
 
     def where(self) -> dict[str, Any]:
-        """This process's node, pid, assigned GPUs and usable cores (for the node's environment)."""
+        """This process's node, pid, assigned GPUs, usable cores and the interface holding the
+        node's cluster IP (for the node's environment: only this node can see its interfaces)."""
         import raylite
+        from raylite.util import get_node_ip_address
+        from raylite.util._net import interface_for_ip
 
         ctx = raylite.get_runtime_context()
         gpus = ctx.get_accelerator_ids().get("GPU", [])
         return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "gpu_ids": [str(g) for g in gpus],
-                "cpus": sorted(os.sched_getaffinity(0))}
+                "cpus": sorted(os.sched_getaffinity(0)),
+                "ifname": interface_for_ip(get_node_ip_address()) or ""}
 
     def pids(self) -> list[int]:
         """This process and the engine workers it started (the processes of the engine here;

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from raylite.serve.llm._internal.lora import split_model_id
 from raylite.serve.llm.openai_api_models import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -90,9 +91,14 @@ class OpenAiIngress:
         except ValidationError as exc:
             raise from_validation_error(exc)
         table = await self._model_table()
-        if body.model not in table:
+        base, adapter = split_model_id(body.model)
+        if body.model in table:
+            handle = table[body.model][0]
+        elif adapter is not None and base in table and table[base][1].get("lora"):
+            # Serve's multiplexing: requests for one adapter prefer the replicas holding it
+            handle = table[base][0].options(multiplexed_model_id=body.model)
+        else:
             raise model_not_found(body.model)
-        handle = table[body.model][0]
         payload = body.model_dump(exclude_none=True)
         if getattr(body, "stream", False):
             gen = getattr(handle.options(stream=True), method + "_stream").remote(payload)

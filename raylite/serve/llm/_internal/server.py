@@ -9,6 +9,7 @@ never raised, so they cross the handle unchanged whatever the transport does wit
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -18,6 +19,7 @@ from typing import Any
 from raylite.serve.llm._internal import responses as R
 from raylite.serve.llm._internal.engine_base import Engine, EngineThread, ModelInfo, SamplingOptions
 from raylite.serve.llm._internal.engines import make_engine
+from raylite.serve.llm._internal.lora import Adapter, AdapterFetcher, split_model_id
 from raylite.serve.llm.configs import LLMConfig
 from raylite.serve.llm.openai_api_models import OpenAIHTTPError
 
@@ -69,7 +71,7 @@ class LLMServer:
         i = self._info
         return {"id": i.model_id, "max_model_len": i.max_model_len, "engine": i.engine,
                 "created": i.created, "supports_generate": i.supports_generate,
-                "supports_embed": i.supports_embed}
+                "supports_embed": i.supports_embed, "lora": self._config.lora_config is not None}
 
     async def llm_config(self) -> LLMConfig:
         return self._config
@@ -93,6 +95,7 @@ class LLMServer:
     async def chat(self, body: dict[str, Any]) -> dict[str, Any]:
         try:
             prompt, options = self._chat_prompt(body)
+            options = await self._with_adapter(body, options)
         except OpenAIHTTPError as exc:
             return as_error(exc)
         acc = R.ChoiceAccumulator(options.n)
@@ -104,6 +107,7 @@ class LLMServer:
     async def chat_stream(self, body: dict[str, Any]) -> AsyncIterator[Any]:
         try:
             prompt, options = self._chat_prompt(body)
+            options = await self._with_adapter(body, options)
         except OpenAIHTTPError as exc:
             yield as_error(exc)
             return
@@ -157,6 +161,7 @@ class LLMServer:
     async def completions(self, body: dict[str, Any]) -> dict[str, Any]:
         try:
             prompts, options = self._completion_prompts(body)
+            options = await self._with_adapter(body, options)
         except OpenAIHTTPError as exc:
             return as_error(exc)
         acc = R.ChoiceAccumulator(options.n * len(prompts))
@@ -176,6 +181,7 @@ class LLMServer:
     async def completions_stream(self, body: dict[str, Any]) -> AsyncIterator[Any]:
         try:
             prompts, options = self._completion_prompts(body)
+            options = await self._with_adapter(body, options)
         except OpenAIHTTPError as exc:
             yield as_error(exc)
             return
@@ -280,6 +286,17 @@ class LLMServer:
             presence_penalty=float(body.get("presence_penalty") or 0.0),
             frequency_penalty=float(body.get("frequency_penalty") or 0.0))
 
+    async def _with_adapter(self, body: dict[str, Any], options: SamplingOptions) -> SamplingOptions:
+        """The request's options with its LoRA adapter where it names one ('base:adapter'),
+        loaded on first use (LoraLLMServer); a plain server refuses adapter names."""
+        base, adapter = split_model_id(str(body.get("model") or self._model_id))
+        if adapter is None:
+            return options
+        raise OpenAIHTTPError(404, f"model {base!r} is served without LoRA adapters, so "
+                                   f"{body.get('model')!r} does not exist; give its LLMConfig a "
+                                   "lora_config (dynamic_lora_loading_path=...) to serve adapters",
+                              type="not_found_error", param="model")
+
     def _generate(self, ids: list[int], options: SamplingOptions,
                   interval_s: float = 0.0) -> AsyncIterator[Any]:
         rid = uuid.uuid4().hex
@@ -302,3 +319,68 @@ def _message_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     return "".join(p.get("text", "") for p in content if p.get("type") == "text")
+
+
+class LoraLLMServer(LLMServer):
+    """An LLMServer that also serves LoRA adapters of its base model (see lora.py); built per
+    config by `lora_server_class`, whose loader caps the adapters a replica holds."""
+
+    def __init__(self, llm_config: LLMConfig | dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(llm_config, **kwargs)
+        lora = self._config.lora_config
+        if lora is None or not lora.dynamic_lora_loading_path:
+            raise ValueError(f"LLMConfig for model {self._model_id!r}: lora_config needs "
+                             "dynamic_lora_loading_path (a local folder or s3://bucket/prefix holding "
+                             "one sub-folder per adapter)")
+        self._fetcher = AdapterFetcher(lora.dynamic_lora_loading_path, lora.max_download_tries)
+
+    async def _with_adapter(self, body: dict[str, Any], options: SamplingOptions) -> SamplingOptions:
+        model = str(body.get("model") or self._model_id)
+        base, adapter = split_model_id(model)
+        if adapter is None:
+            return options
+        if base != self._model_id:
+            raise OpenAIHTTPError(404, f"model {model!r}: {base!r} is not this server's base model "
+                                       f"({self._model_id!r})", type="not_found_error", param="model")
+        try:
+            loaded = await self._load_adapter(model)
+        except FileNotFoundError as exc:
+            raise OpenAIHTTPError(404, str(exc), type="not_found_error", param="model") from None
+        except ValueError as exc:
+            raise OpenAIHTTPError(400, str(exc), param="model") from None
+        return dataclasses.replace(options, lora=loaded.adapter)
+
+    async def _fetch_adapter(self, model_id: str) -> _LoadedAdapter:
+        name = split_model_id(model_id)[1] or ""
+        adapter = await asyncio.to_thread(self._fetcher.fetch, name)
+        return _LoadedAdapter(adapter, self._fetcher)
+
+    async def adapters(self) -> list[str]:
+        """The adapters this replica holds now, least recently used first (for tests and status)."""
+        from raylite.serve.multiplex import loaded_model_ids
+
+        return list(loaded_model_ids(self))
+
+
+class _LoadedAdapter:
+    """The multiplexing cache's entry; evicting it removes the downloaded files."""
+
+    def __init__(self, adapter: Adapter, fetcher: AdapterFetcher) -> None:
+        self.adapter = adapter
+        self._fetcher = fetcher
+
+    def __del__(self) -> None:
+        self._fetcher.forget(self.adapter)
+
+
+def lora_server_class(max_adapters: int) -> type[LoraLLMServer]:
+    """A LoraLLMServer whose multiplexed loader holds up to `max_adapters` adapters."""
+    from raylite import serve
+
+    class LLMServerWithLoRA(LoraLLMServer):
+        @serve.multiplexed(max_num_models_per_replica=max_adapters)
+        async def _load_adapter(self, model_id: str) -> _LoadedAdapter:
+            return await self._fetch_adapter(model_id)
+
+    LLMServerWithLoRA.__name__ = LLMServerWithLoRA.__qualname__ = "LLMServer"
+    return LLMServerWithLoRA

@@ -13,6 +13,7 @@ from typing import Any
 
 from raylite.serve.llm._internal.engine_base import ChoiceDelta, Engine, SamplingOptions
 from raylite.serve.llm._internal.engine_group import EngineGroup, rank0_env
+from raylite.serve.llm._internal.lora import engine_lora_kwargs
 from raylite.serve.llm._internal.reaper import watch_children
 from raylite.serve.llm._internal.tokenizer import Tokenizer
 
@@ -62,6 +63,8 @@ class VLLMEngine(Engine):
         if loading.tokenizer_source:
             kwargs.setdefault("tokenizer", loading.tokenizer_source)
         kwargs.setdefault("served_model_name", loading.model_id)
+        if self._config.lora_config is not None:
+            kwargs = engine_lora_kwargs(kwargs, self._config.lora_config.max_num_adapters_per_replica)
         kwargs.setdefault("disable_log_stats", not self._config.log_engine_metrics)
         if (is_cpu and "kv_cache_memory_bytes" not in kwargs
                 and "gpu_memory_utilization" not in kwargs
@@ -149,7 +152,12 @@ class VLLMEngine(Engine):
             logprobs=options.logprobs, presence_penalty=options.presence_penalty,
             frequency_penalty=options.frequency_penalty, output_kind=RequestOutputKind.DELTA)
         prompt = TokensPrompt(prompt_token_ids=prompt_token_ids)
-        async for out in self._engine.generate(prompt, params, request_id):
+        lora = None
+        if options.lora is not None:
+            from vllm.lora.request import LoRARequest
+
+            lora = LoRARequest(options.lora.name, options.lora.int_id, options.lora.path)
+        async for out in self._engine.generate(prompt, params, request_id, lora_request=lora):
             deltas = [
                 ChoiceDelta(index=c.index, text=c.text, token_ids=list(c.token_ids),
                             logprobs=_logprobs(c.token_ids, c.logprobs, options.logprobs),
