@@ -47,8 +47,8 @@ EXTRA_OF_AREA = {"data": "data", "train": "train", "serve": "serve", "llm": "llm
 
 def _area(path: pathlib.Path) -> str:
     parts = path.relative_to(ROOT / "raylite").parts
-    if parts[:2] == ("serve", "llm"):
-        return "llm"
+    if parts[:2] == ("serve", "llm") or parts[:2] == ("data", "llm") or parts[:3] == ("data", "_internal", "llm"):
+        return "llm"  # Serve LLM and ray.data.llm need the llm extra
     return parts[0] if len(parts) > 1 else "core"
 
 
