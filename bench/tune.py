@@ -167,6 +167,8 @@ def run_framework(name: str, python: str, reps: int, timeout_s: float) -> dict[s
     env = dict(os.environ, PYTHONUNBUFFERED="1", RAY_USAGE_STATS_ENABLED="0")
     if name == "ray":
         env.pop("PYTHONPATH", None)  # keep raylite's paths out of Ray's interpreter
+        # a loaded machine starts Ray's raylet slower than its 60 s default wait
+        env.setdefault("RAY_raylet_start_wait_time_s", "300")
     cmd = [python, os.path.abspath(__file__), "--worker", name, "--reps", str(reps)]
     results: dict[str, float] = {}
     try:
