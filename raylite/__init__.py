@@ -63,7 +63,7 @@ _LAZY_ATTRIBUTES = {
 
 __version__ = "0.1.0"
 
-_LAZY_SUBMODULES = {"data", "train", "serve", "util", "dag", "tune", "job_submission", "dashboard",
+_LAZY_SUBMODULES = {"data", "train", "serve", "util", "dag", "tune", "air", "job_submission", "dashboard",
                     "experimental", "cloudpickle", "types", "job_config"}
 
 
