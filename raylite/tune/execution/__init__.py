@@ -1,0 +1,1 @@
+"""`ray.tune.execution`: the trial controller (pure) and the runner that carries it out."""
