@@ -29,6 +29,7 @@ from raylite.tune.search.variant_generator import grid_search
 _LAZY = {
     "Searcher": "raylite.tune.search",
     "create_searcher": "raylite.tune.search",
+    "create_scheduler": "raylite.tune.schedulers",
     "Tuner": "raylite.tune.tuner",
     "TuneConfig": "raylite.tune.tune_config",
     "ResultGrid": "raylite.tune.result_grid",

@@ -168,8 +168,11 @@ class Tuner:
         callbacks.call("setup", stop=rc.stop, num_samples=tc.num_samples,
                        total_num_samples=total)
         reporter.start(controller.search_alg, controller.scheduler, total or tc.num_samples)
+        reuse = tc.reuse_actors
+        if reuse is None:  # Ray's default: reuse for function trainables
+            reuse = not inspect.isclass(self._trainable)
         runner = TrialRunner(controller, self._trainable, writer, reporter, callbacks, name,
-                             rc.checkpoint_config)
+                             rc.checkpoint_config, reuse_actors=bool(reuse))
         runner.run()
         reporter.end(controller.get_trials())
         if controller.error is not None:

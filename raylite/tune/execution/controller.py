@@ -124,6 +124,7 @@ class TuneController:
         self._by_id = {t.trial_id: t for t in self._trials}
         self._next_index = len(self._trials)
         self._stopping_all = False
+        self._deferred: list[Effect] = []  # effects of scheduler calls made between events
         self.error: BaseException | None = None
 
     # -- what schedulers and callbacks read --------------------------------------------------
@@ -143,11 +144,17 @@ class TuneController:
         return not searching and not any(t.status in (Trial.PENDING, Trial.RUNNING, Trial.PAUSED)
                                          for t in self._trials)
 
+    def stop_trial(self, trial: Trial) -> None:
+        """For schedulers: end a trial that is not running (HyperBand's halving)."""
+        if trial.status in (Trial.PENDING, Trial.PAUSED):
+            self._deferred += self._complete(trial, dict(trial.last_result), stop_actor=False)
+
     # -- starting trials ---------------------------------------------------------------------
     def fill(self) -> list[Effect]:
         """Start waiting trials while concurrency and resources allow; ask the searcher for
         new ones when nothing waits."""
-        effects: list[Effect] = []
+        effects: list[Effect] = self._deferred
+        self._deferred = []
         if self.error is not None or self._stopping_all:
             return effects
         while self._room_for_one_more():

@@ -53,7 +53,7 @@ class TrialRunner:
 
     def __init__(self, controller: TuneController, trainable: Any, writer: ExperimentWriter,
                  reporter: TuneReporter, callbacks: CallbackList, experiment_name: str,
-                 checkpoint_config: Any = None) -> None:
+                 checkpoint_config: Any = None, reuse_actors: bool = True) -> None:
         self._controller = controller
         self._trainable = trainable
         self._writer = writer
@@ -66,6 +66,8 @@ class TrialRunner:
         self._iteration = 0
         self._save_wanted = False
         self._trainable_ref: Any = None
+        self._reuse = reuse_actors
+        self._idle: dict[Any, list[Any]] = {}  # resources -> actors kept for the next trial
 
     def run(self) -> None:
         c = self._controller
@@ -92,7 +94,8 @@ class TrialRunner:
                 self._reporter.maybe_print(c.get_trials(), self._resources_text())
         finally:
             for handle in list(self._running.values()):
-                self._stop(handle, save=False)
+                self._stop(handle, save=False, keep=False)
+            self._drop_idle()
             self._save(force=True)
         self._callbacks.call("on_experiment_end", trials=c.get_trials())
 
@@ -181,6 +184,8 @@ class TrialRunner:
             pg = placement_group(pgf.bundles, strategy=pgf.strategy)
             options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                 pg, placement_group_bundle_index=0, placement_group_capture_child_tasks=True)
+        key = (repr(options), trainer, pg is not None)
+        reusable = self._reuse and not trainer and pg is None
         info = {"trial_id": trial.trial_id, "trial_name": str(trial),
                 "trial_dir": trial.path, "experiment_name": self._experiment_name,
                 "resources": pgf, "checkpoint_index": trial.num_checkpoints}
@@ -188,22 +193,43 @@ class TrialRunner:
         if cc is not None:
             info["checkpoint_frequency"] = getattr(cc, "checkpoint_frequency", 0)
             info["checkpoint_at_end"] = getattr(cc, "checkpoint_at_end", False)
-        actor = _actor_class().options(**options).remote(
-            self._trainable_ref, trial.config, info, checkpoint.path if checkpoint else None)
+        args = (self._trainable_ref, trial.config, info, checkpoint.path if checkpoint else None)
+        idle = self._idle.get(key) if reusable else None
+        first = None
+        if idle:
+            actor = idle.pop()
+            first = actor.reset_and_next.remote(*args)
+        else:
+            self._drop_idle()  # idle actors of other shapes would hold resources this one needs
+            actor = _actor_class().options(**options).remote(*args)
         handle = _Running(trial, actor, pg)
+        handle.reuse_key = key if reusable else None
         self._running[trial.trial_id] = handle
         self._callbacks.call("on_trial_start", iteration=self._iteration,
                              trials=self._controller.get_trials(), trial=trial)
         if checkpoint is not None:
             self._callbacks.call("on_trial_restore", iteration=self._iteration,
                                  trials=self._controller.get_trials(), trial=trial)
-        self._next(handle)
+        if first is None:
+            self._next(handle)
+        else:
+            handle.pending = first
+            self._by_ref[first] = handle
 
     def _next(self, handle: _Running) -> None:
         handle.pending = handle.actor.next_result.remote()
         self._by_ref[handle.pending] = handle
 
-    def _stop(self, handle: _Running, save: bool) -> None:
+    def _drop_idle(self) -> None:
+        for actors in self._idle.values():
+            for actor in actors:
+                try:
+                    raylite.kill(actor)
+                except Exception:  # noqa: BLE001
+                    pass
+        self._idle.clear()
+
+    def _stop(self, handle: _Running, save: bool, keep: bool = True) -> None:
         trial = handle.trial
         self._running.pop(trial.trial_id, None)
         if handle.pending is not None:
@@ -218,7 +244,11 @@ class TrialRunner:
                                          trials=self._controller.get_trials(), trial=trial)
             raylite.get(handle.actor.stop.remote(), timeout=10)
         except Exception:  # noqa: BLE001 - a dead actor needs no stopping
-            pass
+            keep = False
+        key = getattr(handle, "reuse_key", None)
+        if keep and key is not None and trial.status != Trial.ERROR:
+            self._idle.setdefault(key, []).append(handle.actor)
+            return
         try:
             raylite.kill(handle.actor)
         except Exception:  # noqa: BLE001

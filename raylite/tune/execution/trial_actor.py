@@ -33,7 +33,20 @@ class TrialRunnerActor:
 
     def __init__(self, trainable: Any, config: dict, info: dict,
                  checkpoint_path: str | None) -> None:
-        os.environ.setdefault("TUNE_TRIAL_ID", info["trial_id"])
+        self._setup(trainable, config, info, checkpoint_path)
+
+    def reset_and_next(self, trainable: Any, config: dict, info: dict,
+                       checkpoint_path: str | None) -> tuple:
+        """Run another trial in this actor (actor reuse: no new process per trial) and
+        return its first result; one call, so no other call can slip in between."""
+        if self._session is not None:
+            self._session.stop()
+        self._setup(trainable, config, info, checkpoint_path)
+        return self.next_result()
+
+    def _setup(self, trainable: Any, config: dict, info: dict,
+               checkpoint_path: str | None) -> None:
+        os.environ["TUNE_TRIAL_ID"] = info["trial_id"]
         _storage.makedirs(info["trial_dir"])
         if _storage.is_uri(info["trial_dir"]) is False:
             os.chdir(_storage.local_path(info["trial_dir"]))  # Ray runs trials in their dir

@@ -92,6 +92,18 @@ class BasicVariantGenerator(SearchAlgorithm):
                           error: bool = False) -> None:
         self._live.discard(trial_id)
 
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_variants"] = None  # a generator does not pickle: rebuilt in __setstate__
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if self._spec is not None:
+            self._variants = self._generate()
+            for _ in range(self._counter):  # skip the variants already handed out
+                next(self._variants, None)
+
     def has_checkpoint(self, dirpath: str) -> bool:
         return os.path.exists(os.path.join(dirpath, _STATE_FILE))
 

@@ -1,0 +1,11 @@
+"""`ray.air.constants`: result keys integrations read."""
+
+TRAINING_ITERATION = "training_iteration"
+TIME_TOTAL_S = "time_total_s"
+TIME_THIS_ITER_S = "time_this_iter_s"
+TIMESTAMP = "timestamp"
+EXPR_PARAM_FILE = "params.json"
+EXPR_PARAM_PICKLE_FILE = "params.pkl"
+EXPR_RESULT_FILE = "result.json"
+EXPR_PROGRESS_FILE = "progress.csv"
+EXPR_ERROR_FILE = "error.txt"

@@ -1,0 +1,1 @@
+"""`ray.air.integrations`: not in raylite yet."""
