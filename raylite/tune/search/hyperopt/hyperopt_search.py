@@ -177,6 +177,13 @@ class HyperOptSearch(Searcher):
         if self._space is not None:
             self._domain = hpo.Domain(_identity, self._space)
 
+    def __getstate__(self) -> dict:  # Tune pickles the searcher whole into experiment_state.pkl
+        return self.get_state()
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__["_domain"] = None
+        self.set_state(state)
+
     def save(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "wb") as f:
             pickle.dump(self.get_state(), f)
