@@ -59,7 +59,7 @@ _LAZY = {
     "SyncConfig": "raylite.train",
     "Checkpoint": "raylite.train",
 }
-_SUBMODULES = ("search", "schedulers", "stopper", "utils", "callback", "experiment",
+_SUBMODULES = ("search", "schedulers", "stopper", "utils", "callback", "experiment", "result",
                "logger", "progress_reporter", "result_grid", "trainable", "tuner", "execution",
                "analysis", "integration", "registry", "error", "tune_config", "impl")
 

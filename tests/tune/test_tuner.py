@@ -165,3 +165,28 @@ def test_mode_and_searcher_space_errors():
         tune.TuneConfig(metric="x", mode="maximize")
     with pytest.raises(TypeError, match="trainable"):
         tune.Tuner(None)
+
+
+def test_air_session_report_inside_a_trial(cluster, storage):
+    from raylite.air import session
+
+    def trainable(config):
+        session.report({"trial": session.get_trial_id(), "v": 3})
+
+    result = tune.Tuner(trainable, run_config=_quiet(storage)).fit()[0]
+    assert result.metrics["v"] == 3 and result.metrics["trial"] == result.metrics["trial_id"]
+
+
+def test_ray_names_resolve_to_raylite_tune():
+    import ray
+    import ray.tune
+    from ray import air
+    from ray import tune as ray_tune
+    from ray.tune.schedulers import ASHAScheduler as RayASHA
+    from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter, Searcher  # noqa: F401
+
+    import raylite.tune
+    from raylite.tune.schedulers import ASHAScheduler
+
+    assert ray_tune is raylite.tune and ray.tune is raylite.tune and RayASHA is ASHAScheduler
+    assert air.RunConfig is tune.RunConfig and tune.Checkpoint is train.Checkpoint

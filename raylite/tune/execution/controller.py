@@ -268,10 +268,9 @@ class TuneController:
 
     def _augment(self, trial: Trial, event: TrialReported) -> dict:
         trial.iteration += 1
-        trial.iterations_since_restore = getattr(trial, "iterations_since_restore", 0) + 1
+        trial.iterations_since_restore += 1
         trial.time_total_s += event.time_this_iter_s
-        trial.time_since_restore = getattr(trial, "time_since_restore", 0.0) + \
-            event.time_this_iter_s
+        trial.time_since_restore += event.time_this_iter_s
         result = dict(event.metrics)
         result.setdefault("training_iteration", trial.iteration)
         stamp = event.timestamp

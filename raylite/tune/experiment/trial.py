@@ -48,6 +48,8 @@ class Trial:
         self.num_checkpoints = 0
         self.time_total_s = 0.0
         self.iteration = 0
+        self.iterations_since_restore = 0
+        self.time_since_restore = 0.0
 
     # -- Ray's names --------------------------------------------------------------------
     @property

@@ -23,11 +23,10 @@ class _Bracket:
         self.eta = eta
         self.live: list[Trial] = []
         self.scores: dict[str, float] = {}
+        self.scores_done: set[str] = set()  # trials that left the bracket (ended or failed)
 
     def full(self) -> bool:
         return len(self.live) + len(self.scores_done) >= self.size
-
-    scores_done: set[str] = set()
 
 
 class HyperBandScheduler(FIFOScheduler):
@@ -59,7 +58,6 @@ class HyperBandScheduler(FIFOScheduler):
         size = math.ceil((self._s_max + 1) / (s + 1) * self._eta ** s)
         milestone = self._max_t * self._eta ** (-s)
         bracket = _Bracket(size, milestone, self._max_t, self._eta)
-        bracket.scores_done = set()
         self._brackets.append(bracket)
         return bracket
 

@@ -75,6 +75,8 @@ def trial_resources(trainable: Any, config: dict) -> Any:
     if spec is None and inspect.isclass(trainable) and issubclass(trainable, Trainable):
         spec = trainable.default_resource_request(config)
     if spec is None and hasattr(trainable, "scaling_config"):  # a Train trainer
-        spec = {"CPU": 0}
+        # counted as its workers' bundles (so trials do not oversubscribe the cluster); the
+        # trial's own actor takes nothing, its workers are the trainer's actors
+        spec = config.get("scaling_config", trainable.scaling_config)
     return resource_dict_to_pg_factory(spec)
 
