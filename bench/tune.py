@@ -10,7 +10,7 @@ Two runs (issue 38), each on a local 2-CPU cluster started once per framework:
            synthetic data (one epoch per report): fit() wall time, which is the time to the
            best result
 Peak memory is the process tree's (the driver and everything it started: the cluster's
-daemons and workers), sampled every 0.2 s while the runs go; PSS (shared pages split between
+daemons and workers), sampled every 0.5 s by the parent process while the runs go; PSS (shared pages split between
 their users) where /proc has it, else RSS. Medians over --reps.
 """
 
@@ -79,33 +79,6 @@ def make_trainables(tune):
     return trivial, torch_trial
 
 
-class _PeakSampler:
-    def __init__(self) -> None:
-        self.peak = 0
-        self.window_peak = 0  # since the last reset_window()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            mem = tree_memory(os.getpid())
-            used = mem.pss_bytes or mem.rss_bytes
-            self.peak = max(self.peak, used)
-            self.window_peak = max(self.window_peak, used)
-            self._stop.wait(0.2)
-
-    def reset_window(self) -> None:
-        self.window_peak = 0
-
-    def __enter__(self) -> _PeakSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 def run_worker(name: str, reps: int) -> None:
     if name == "ray":
         import ray
@@ -121,41 +94,40 @@ def run_worker(name: str, reps: int) -> None:
 
     storage = tempfile.mkdtemp(prefix=f"bench-tune-{name}-")
     samples: dict[str, list[float]] = {"trivial_wall_s": [], "trivial_trials_per_s": [],
-                                       "asha_wall_s": [], "trivial_peak_mib": []}
-    with _PeakSampler() as peak:
+                                       "asha_wall_s": []}
+    # the parent samples this process tree's memory (a sampler here would slow it)
+    start = time.perf_counter()
+    ray.init(num_cpus=2, include_dashboard=False)
+    init_s = time.perf_counter() - start
+    for rep in range(reps):
+        emit({"phase": "trivial"})
         start = time.perf_counter()
-        ray.init(num_cpus=2, include_dashboard=False)
-        init_s = time.perf_counter() - start
-        for rep in range(reps):
-            peak.reset_window()
-            start = time.perf_counter()
-            grid = tune.Tuner(
-                trivial, param_space={"x": tune.uniform(0, 1)},
-                tune_config=tune.TuneConfig(num_samples=100, metric="score", mode="max"),
-                run_config=tune.RunConfig(storage_path=storage, name=f"trivial{rep}",
-                                          verbose=0)).fit()
-            wall = time.perf_counter() - start
-            assert len(grid) == 100 and not grid.errors, grid.errors
-            samples["trivial_wall_s"].append(wall)
-            samples["trivial_trials_per_s"].append(100 / wall)
-            samples["trivial_peak_mib"].append(peak.window_peak / MIB)
-            start = time.perf_counter()
-            grid = tune.Tuner(
-                torch_trial,
-                param_space={"lr": tune.loguniform(1e-3, 1.0),
-                             "hidden": tune.choice([8, 32, 64])},
-                tune_config=tune.TuneConfig(
-                    num_samples=16, metric="acc", mode="max",
-                    scheduler=ASHAScheduler(max_t=8, grace_period=1, reduction_factor=2)),
-                run_config=tune.RunConfig(storage_path=storage, name=f"asha{rep}",
-                                          verbose=0)).fit()
-            best = grid.get_best_result()
-            samples["asha_wall_s"].append(time.perf_counter() - start)
-            emit({"framework": name, "metric": "asha_best_acc", "value": best.metrics["acc"]})
-        ray.shutdown()
+        grid = tune.Tuner(
+            trivial, param_space={"x": tune.uniform(0, 1)},
+            tune_config=tune.TuneConfig(num_samples=100, metric="score", mode="max"),
+            run_config=tune.RunConfig(storage_path=storage, name=f"trivial{rep}",
+                                      verbose=0)).fit()
+        wall = time.perf_counter() - start
+        assert len(grid) == 100 and not grid.errors, grid.errors
+        samples["trivial_wall_s"].append(wall)
+        samples["trivial_trials_per_s"].append(100 / wall)
+        emit({"phase": "asha"})
+        start = time.perf_counter()
+        grid = tune.Tuner(
+            torch_trial,
+            param_space={"lr": tune.loguniform(1e-3, 1.0),
+                         "hidden": tune.choice([8, 32, 64])},
+            tune_config=tune.TuneConfig(
+                num_samples=16, metric="acc", mode="max",
+                scheduler=ASHAScheduler(max_t=8, grace_period=1, reduction_factor=2)),
+            run_config=tune.RunConfig(storage_path=storage, name=f"asha{rep}",
+                                      verbose=0)).fit()
+        best = grid.get_best_result()
+        samples["asha_wall_s"].append(time.perf_counter() - start)
+        emit({"framework": name, "metric": "asha_best_acc", "value": best.metrics["acc"]})
+    ray.shutdown()
     for metric, values in samples.items():
         emit({"framework": name, "metric": metric, "value": median(values), "samples": values})
-    emit({"framework": name, "metric": "peak_mib", "value": peak.peak / MIB})
     emit({"framework": name, "metric": "init_s", "value": init_s})
 
 
@@ -171,18 +143,44 @@ def run_framework(name: str, python: str, reps: int, timeout_s: float) -> dict[s
         env.setdefault("RAY_raylet_start_wait_time_s", "300")
     cmd = [python, os.path.abspath(__file__), "--worker", name, "--reps", str(reps)]
     results: dict[str, float] = {}
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        print(f"bench: {name} ran past {timeout_s:.0f} s", file=sys.stderr)
-        return results
-    for line in proc.stdout.splitlines():
-        if line.startswith("{"):
+    peaks = {"all": 0, "trivial": 0}
+    phase = {"now": ""}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    stderr: list[str] = []
+    threading.Thread(target=lambda: stderr.extend(proc.stderr), daemon=True).start()
+
+    def read_stdout() -> None:
+        for line in proc.stdout:
+            if not line.startswith("{"):
+                continue
             record = json.loads(line)
+            if "phase" in record:
+                phase["now"] = record["phase"]
+                continue
             print(json.dumps(record), flush=True)
             results[record["metric"]] = record["value"]
-    if proc.returncode != 0:
-        print(f"bench: {name} exited with {proc.returncode}:\n{proc.stderr[-3000:]}",
+
+    reader = threading.Thread(target=read_stdout, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        mem = tree_memory(proc.pid)  # from this process: sampling costs the worker nothing
+        used = mem.pss_bytes or mem.rss_bytes
+        peaks["all"] = max(peaks["all"], used)
+        if phase["now"] == "trivial":
+            peaks["trivial"] = max(peaks["trivial"], used)
+        time.sleep(0.5)
+    if proc.poll() is None:
+        proc.kill()
+        print(f"bench: {name} ran past {timeout_s:.0f} s", file=sys.stderr)
+    reader.join(timeout=10)
+    for metric, key in (("trivial_peak_mib", "trivial"), ("peak_mib", "all")):
+        if peaks[key]:
+            results[metric] = peaks[key] / MIB
+            emit({"framework": name, "metric": metric, "value": results[metric]})
+    if proc.returncode:
+        print(f"bench: {name} exited with {proc.returncode}:\n{''.join(stderr)[-3000:]}",
               file=sys.stderr)
     return results
 

@@ -3,6 +3,7 @@ trial's checkpoint into a bad one and continues it with mutated hyperparameters.
 
 import json
 import os
+import time
 
 from raylite import tune
 from raylite.tune import Checkpoint
@@ -30,12 +31,19 @@ def test_asha_stops_bad_trials_early(cluster, storage):
 
 def test_pbt_copies_a_good_trials_checkpoint(cluster, storage, tmp_path):
     def trainable(config):
+        # both trials must run side by side for one to exploit the other: meet first
+        (tmp_path / f"started-{tune.get_context().get_trial_id()}").touch()
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("started-*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
         value, step = 0.0, 0
         checkpoint = tune.get_checkpoint()
         if checkpoint is not None:
             with checkpoint.as_directory() as d:
                 state = json.load(open(os.path.join(d, "state.json")))
             value, step = state["value"], state["step"]
+            with open(tmp_path / f"restored-{tune.get_context().get_trial_id()}", "a") as f:
+                f.write(f"{value}\n")  # what this trial resumed from (its own or a donor's)
         while step < 8:
             step += 1
             value += config["lr"]
@@ -57,6 +65,6 @@ def test_pbt_copies_a_good_trials_checkpoint(cluster, storage, tmp_path):
     assert grid.num_errors == 0
     assert pbt.exploits, "the bad trial never exploited the good one"
     bad_id, good_id = pbt.exploits[0]
-    bad = next(r for r in grid if r.metrics["trial_id"] == bad_id)
-    # lr 0.0 alone never gains value; after copying the good trial's state it has some
-    assert bad.metrics["value"] > 0
+    # lr 0.0 alone never gains value: the trial resumed from the good trial's state, which had
+    restored = (tmp_path / f"restored-{bad_id}").read_text().split()
+    assert float(restored[0]) > 0
