@@ -352,7 +352,10 @@ class TuneController:
         effects: list[Effect] = [StopTrial(trial), Notify("on_trial_error", trial),
                                  SaveExperiment()]
         if self.settings.fail_fast:
-            self.error = RuntimeError(f"Trial {trial} failed and fail_fast is set:\n{error}")
+            # Ray: fail_fast=True stops the experiment and fit() returns the ResultGrid with the
+            # error in it; only fail_fast="raise" raises from fit()
+            if self.settings.fail_fast == "raise":
+                self.error = RuntimeError(f"Trial {trial} failed and fail_fast='raise' is set:\n{error}")
             effects += self.stop_all()
         return effects
 

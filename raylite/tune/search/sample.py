@@ -60,6 +60,26 @@ class _Rng:
     def choice(self, n: int, size: int) -> np.ndarray:
         return self._source.choice(np.arange(n), size=size)
 
+    # Ray's spelling of this class, `_BackwardsCompatibleNumpyRng`, is built by FLAML's searchers
+    # and passed back as a random_state; they may also call any numpy method on it.
+    @property
+    def legacy_rng(self) -> bool:
+        return self._legacy()
+
+    @property
+    def rng(self) -> Any:
+        return self._source
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # never for our own fields (unpickling looks them up first)
+            raise AttributeError(name)
+        if self._legacy():
+            name = {"integers": "randint", "random": "rand"}.get(name, name)
+        return getattr(self._source, name)
+
+
+_BackwardsCompatibleNumpyRng = _Rng
+
 
 def _as_rng(random_state: RandomState) -> _Rng:
     return random_state if isinstance(random_state, _Rng) else _Rng(random_state)
@@ -492,6 +512,14 @@ def qrandn(mean: float, sd: float, q: float) -> Float:
     """A normal float rounded to a multiple of q."""
     return Float(None, None).normal(mean, sd).quantized(q)
 
+
+# `is_valid`'s annotation is read at run time: FLAML checks a starting value with
+# `isinstance(value, inspect.signature(domain.is_valid).parameters["value"].annotation)`, so it
+# must be the type itself, not the string `from __future__ import annotations` leaves.
+for _cls in (Domain, Float, Integer, Categorical, Function):
+    _cls.is_valid.__annotations__.update({"value": {"float": float, "int": int}.get(
+        _cls.is_valid.__annotations__.get("value"), Any), "return": bool})
+del _cls
 
 __all__ = [
     "BaseSampler", "Categorical", "Domain", "Float", "Function", "Grid", "Integer", "LogUniform",
