@@ -126,7 +126,7 @@ def fit_once(ray, library: str, df, storage: str) -> float:
         loop,
         datasets={"train": ray.data.from_pandas(df)},
         scaling_config=ScalingConfig(num_workers=WORKERS),
-        run_config=RunConfig(storage_path=storage, verbose=0),
+        run_config=RunConfig(storage_path=storage),  # Ray 2.60 refuses verbose=
     )
     result = trainer.fit()
     booster = module.RayTrainReportCallback.get_model(result.checkpoint)
@@ -230,6 +230,8 @@ def main() -> None:
         "raylite", [sys.executable, here, "--worker", "raylite", *common], names, args.timeout_s)}
     frameworks = ["raylite"]
     if not args.no_ray and os.path.exists(args.ray_python):
+        # a loaded shared machine starts Ray's raylet slowly; its default 60 s wait then fails
+        os.environ.setdefault("RAY_raylet_start_wait_time_s", "600")
         results["ray"] = collect_worker_metrics(
             "ray", [args.ray_python, here, "--worker", "ray", *common], names, args.timeout_s)
         frameworks.append("ray")
