@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from raylite.data._connectors.api import ConnectorMethods
+from raylite.data._connectors.methods import ConnectorMethods
 from raylite.data._internal import logical as L
 from raylite.data._internal.datasink import FileDatasink, WriteStage
 from raylite.data._internal.executor import StreamingExecutor

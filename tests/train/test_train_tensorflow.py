@@ -76,6 +76,7 @@ def keras_fit_loop(config):
               callbacks=[ReportCheckpointCallback(metrics={"mse": "loss"})])
 
 
+@pytest.mark.slow  # two TensorFlow imports and a gRPC mesh: minutes on a loaded 2-core machine
 @pytest.mark.usefixtures("cluster")
 def test_multi_worker_mirrored_strategy_over_tf_config(tmp_path):
     rng = np.random.default_rng(0)
@@ -103,6 +104,7 @@ def test_multi_worker_mirrored_strategy_over_tf_config(tmp_path):
     assert model.layers[0].kernel.numpy().ravel().tolist() == pytest.approx(seen[0]["kernel"])
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("cluster")
 def test_keras_callback_reports_each_epoch_with_the_model(tmp_path):
     result = TensorflowTrainer(
