@@ -5,6 +5,17 @@ This module is a facade: the implementation lives in ``dataset.py``,
 ``read_api.py``, ``block.py``, ``iterator.py`` and ``_internal/``.
 """
 
+from raylite.data._connectors.api import (
+    from_daft,
+    from_dask,
+    from_modin,
+    read_iceberg,
+    read_lance,
+    read_sql,
+    read_tfrecords,
+    read_webdataset,
+)
+from raylite.data._connectors.delta import read_delta
 from raylite.data._internal.logical import ActorPoolStrategy, TaskPoolStrategy
 from raylite.data.aggregate import AbsMax, AggregateFn, Count, Max, Mean, Min, Std, Sum, Unique
 from raylite.data.block import Block, BlockAccessor, BlockMetadata
@@ -86,6 +97,15 @@ __all__ = [
     "read_orc",
     "read_parquet",
     "read_text",
+    "from_daft",
+    "from_dask",
+    "from_modin",
+    "read_delta",
+    "read_iceberg",
+    "read_lance",
+    "read_sql",
+    "read_tfrecords",
+    "read_webdataset",
 ]
 
 

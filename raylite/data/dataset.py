@@ -19,6 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from raylite.data._connectors.methods import ConnectorMethods
 from raylite.data._internal import logical as L
 from raylite.data._internal.datasink import FileDatasink, WriteStage
 from raylite.data._internal.executor import StreamingExecutor
@@ -93,7 +94,7 @@ class Schema:
         return "\n".join(lines)
 
 
-class Dataset:
+class Dataset(ConnectorMethods):
     """A distributed collection of rows, computed lazily from a logical plan."""
 
     def __init__(self, logical: L.LogicalOperator) -> None:

@@ -39,7 +39,7 @@ from raylite.train.data_parallel_trainer import DataParallelTrainer
 from raylite.train.error import ControllerError, TrainingFailedError, WorkerGroupError
 from raylite.train.result import Result
 
-_SUBMODULES = ("torch", "lightning", "huggingface")
+_SUBMODULES = ("torch", "lightning", "huggingface", "xgboost", "lightgbm", "tensorflow")
 
 __all__ = [
     "BackendConfig",

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from raylite.train._internal.messages import RankInfo, WorkerReport
+from raylite.train._internal.messages import RankInfo, WorkerMetadata, WorkerReport
 from raylite.train._internal.reported import CheckpointConsistencyMode, ReportedCheckpoint
 from raylite.train._internal.storage import StorageContext, checkpoint_dir_name, pack_directory
 from raylite.train.checkpoint import Checkpoint
@@ -37,6 +37,9 @@ class WorkerSpec:
     trial_resources: dict[str, float] = field(default_factory=dict)
     use_gpu: bool = False
     backend: Any = None  # an object with on_start(spec) / on_shutdown(), or None
+    # every rank's metadata in rank order (set by the worker group): backends whose
+    # ranks connect to each other (LightGBM's socket network) read addresses here
+    peers: tuple[WorkerMetadata, ...] = ()
 
 
 class TrainContext:

@@ -102,6 +102,8 @@ class ActorWorkerGroup:
             )
         payload_ref = raylite.put(payload)
         specs = [(actors[i], make_spec(info, metas[i], rank0)) for i, info in order]
+        for _, spec in specs:
+            spec.peers = tuple(self._metas)
         # rank 0 first: its start opens what the others connect to (the rendezvous store),
         # so none of them reaches a port that is not listening yet and backs off
         raylite.get(specs[0][0].start.remote(specs[0][1], payload_ref))

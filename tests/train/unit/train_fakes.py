@@ -35,6 +35,7 @@ class ThreadWorkerGroup:
             rt = WorkerRuntime(thread_local_session=True)
             info = RankInfo(rank, rank, 0, self.n, self.n)
             spec = make_spec(info, metas[rank], metas[0])
+            spec.peers = tuple(metas)
             self.specs.append(spec)
             rt.start(spec, payload)
             self.runtimes.append(rt)
