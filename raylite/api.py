@@ -17,7 +17,7 @@ from raylite._core import config as config_mod
 from raylite._core import resources as R
 from raylite._core import runtime
 from raylite._core.client.refs import DynamicObjectRefGenerator, ObjectRef, ObjectRefGenerator
-from raylite._core.config import env_address  # noqa: F401  (libraries read the address through here)
+from raylite._core.config import env_address, env_storage_path  # noqa: F401  (libraries read these through here)
 from raylite._runtime_env import merge_runtime_env
 from raylite.experimental.compiled_dag_ref import CompiledDAGRef
 

@@ -164,10 +164,10 @@ def describe_placement_group_wait(placement_group: PlacementGroup) -> str:
     from raylite._core import scheduling as S
 
     client = api.ensure_initialized()
-    groups = PW.waiting_groups([g for g in client.head_request(P.ListPlacementGroups()).groups
+    groups = PW.waiting_groups([g for g in client.list_placement_groups()
                                 if g["pg_id"] == bytes(placement_group.id)])
     if not groups:
         return ""
     nodes = [S.NodeView(n["node_id"], n["total"], n["available"])
-             for n in client.head_request(P.GetClusterInfo()).nodes if n.get("alive")]
+             for n in client.cluster_info().nodes if n.get("alive")]
     return PW.describe_wait(groups[0], nodes)

@@ -292,6 +292,12 @@ def env_token() -> str:
     return os.environ.get(_ENV_PREFIX + "TOKEN", "")
 
 
+def env_storage_path() -> str:
+    """Ray's RAY_STORAGE: where Tune and Train keep results when RunConfig names no storage_path
+    ("" if unset)."""
+    return os.environ.get("RAY_STORAGE", "")
+
+
 def job_submission_id() -> str:
     """The submitted job this driver runs (RAYLITE_JOB_SUBMISSION_ID, set by its supervisor), or ""."""
     return os.environ.get(_ENV_PREFIX + "JOB_SUBMISSION_ID", "")

@@ -41,7 +41,9 @@ from raylite.tune.tune_config import TuneConfig
 
 
 def _default_storage_path() -> str:
-    return os.path.expanduser(os.environ.get("RAY_STORAGE", "~/ray_results"))
+    from raylite.api import env_storage_path
+
+    return os.path.expanduser(env_storage_path() or "~/ray_results")
 
 
 def trainable_name(trainable: Any) -> str:

