@@ -11,6 +11,12 @@ import pytest
 # free port unless the test picks one: 8265 may be held by anything else on the machine. Tests
 # of the default port set RAYLITE_DASHBOARD_PORT themselves.
 os.environ.setdefault("RAYLITE_DASHBOARD_PORT", "0")
+# A local cluster's zygote preloads the heavy libraries its driver has imported (torch, pandas,
+# pyarrow: launch.heavy_modules_in_use), so a user's workers start warm. In one long test
+# process that has imported all of them, every later cluster would pay that (19 s against 1 s
+# for init and a first task, measured in CI's virtualenv): the suite's clusters preload numpy
+# only, and a test that uses torch in its workers imports it there.
+os.environ.setdefault("RAYLITE_PRELOAD_MODULES", "numpy")
 
 import raylite  # noqa: E402
 
