@@ -16,7 +16,7 @@ endif
 # pip draws a progress bar when asked; uv draws its own and knows no such flag
 PROGRESS := $(if $(findstring uv pip,$(PIP)),,--progress-bar on)
 
-.PHONY: install install-test run test test-random lint bench dashboard-assets
+.PHONY: install install-test run test test-slow test-random lint bench dashboard-assets
 
 # raylite's core: what examples/demo.py and the Core API, the CLI and the dashboard need. The
 # libraries' heavier dependencies come with their extras (docs/: pip install -e '.[data]', ...).
@@ -60,13 +60,22 @@ run: install
 # file order (pyproject's addopts: -p no:randomly); `make test-random` shuffles the order.
 # `make test INSTALL_STEP=` runs the tests without the install step (.ci/run installs first, timed).
 INSTALL_STEP ?= install-test
+# Two pytest-xdist workers (TEST_WORKERS=0: one process); a test file stays on one worker, and
+# tests/conftest.py keeps the files that cannot run side by side (netns, vLLM) in one group.
+# PYTHONDONTWRITEBYTECODE is unset for the run: with it, every process a test starts (head,
+# node, zygote, CLI) compiles raylite from source again, and pytest rewrites every test module.
+TEST_WORKERS ?= 2
 test: $(INSTALL_STEP)
-	$(PYTHON) -m pytest -q --timeout=300 -m "not slow" tests
+	PYTHONDONTWRITEBYTECODE= $(PYTHON) -m pytest -q --timeout=300 -m "not slow" -n $(TEST_WORKERS) --dist loadgroup tests
+
+# the tests marked slow (long e2e runs: vLLM engines, every module imported, big objects), apart
+test-slow: $(INSTALL_STEP)
+	PYTHONDONTWRITEBYTECODE= $(PYTHON) -m pytest -q --timeout=1200 -m slow tests
 
 SEED ?= $(shell date +%s)
 test-random: $(INSTALL_STEP)
 	@echo "== tests in random order, seed $(SEED) (make test-random SEED=$(SEED) repeats this order)"
-	$(PYTHON) -m pytest -q --timeout=300 -m "not slow" -p randomly --randomly-seed=$(SEED) tests
+	PYTHONDONTWRITEBYTECODE= $(PYTHON) -m pytest -q --timeout=300 -m "not slow" -n $(TEST_WORKERS) --dist loadgroup -p randomly --randomly-seed=$(SEED) tests
 
 lint:
 	@$(PYTHON) -m ruff --version >/dev/null 2>&1 || { echo "== installing ruff, the linter"; $(PIP) install 'ruff>=0.4'; }

@@ -18,7 +18,39 @@ os.environ.setdefault("RAYLITE_DASHBOARD_PORT", "0")
 # only, and a test that uses torch in its workers imports it there.
 os.environ.setdefault("RAYLITE_PRELOAD_MODULES", "numpy")
 
+# Under pytest-xdist (`make test` runs two workers), each worker's clusters live in a temp dir
+# of its own: `init(address="auto")` and `raylite status` in one worker never find the other's.
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _XDIST_WORKER:
+    os.environ["RAYLITE_TEMP_DIR"] = f"{os.environ.get('RAYLITE_TEMP_DIR', '/tmp/raylite')}-{_XDIST_WORKER}"
+
 import raylite  # noqa: E402
+
+
+def _share_httpx_default_ssl_context() -> None:
+    """httpx builds a fresh SSL context, loading the whole CA bundle (80-100 ms of CPU here), for
+    every `httpx.get()` and `httpx.Client()`, even for a plain-HTTP URL; the tests call them in
+    polling loops against loopback servers, where this was a fifth of the suite's CPU. The
+    default context (no custom CA or client certificate, same certificate env) is built once."""
+    try:
+        import httpx._transports.default as transport
+    except ImportError:
+        return
+    build = transport.create_ssl_context
+    built: dict = {}
+
+    def shared(verify=True, cert=None, trust_env=True):
+        if verify is not True or cert is not None:
+            return build(verify=verify, cert=cert, trust_env=trust_env)
+        key = (trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+        if key not in built:
+            built[key] = build(verify=verify, cert=cert, trust_env=trust_env)
+        return built[key]
+
+    transport.create_ssl_context = shared
+
+
+_share_httpx_default_ssl_context()
 
 
 @pytest.fixture(scope="package", autouse=True)
@@ -68,3 +100,28 @@ def process_gone(pid: int) -> bool:
         return psutil.Process(pid).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
     except psutil.NoSuchProcess:
         return True
+
+
+# Test files that must never run at the same time as each other on two xdist workers:
+# netns-hosts shares one bridge between host sets (a test's `down` takes it away), vLLM engines
+# take every core and GBs while they start, and tests/state shares one cluster between modules.
+_SERIAL_GROUPS = {
+    "netns": ("tests/autoscaler/test_local_provider.py", "tests/client/test_netns.py",
+              "tests/cluster/test_netns.py", "tests/kubernetes/", "tests/serve_llm/test_netns_engine.py",
+              "tests/train/test_train_netns.py"),
+    "vllm": ("tests/serve_llm/", "tests/data_llm/"),
+    "state": ("tests/state/",),
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """With `--dist loadgroup`, every test gets a group: its file (a module's tests share their
+    module-scoped cluster, so they stay on one worker), or one of _SERIAL_GROUPS."""
+    if not config.pluginmanager.hasplugin("xdist") or config.getoption("dist", "no") != "loadgroup":
+        return
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        group = next((name for name, prefixes in _SERIAL_GROUPS.items()
+                      if any(path.startswith(p) for p in prefixes)), path)
+        item.add_marker(pytest.mark.xdist_group(group))

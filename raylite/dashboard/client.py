@@ -125,6 +125,8 @@ class ApiClient:
         self.headers = {str(k): str(v) for k, v in (headers or {}).items()}
         if token and not any(k.lower() == "authorization" for k in self.headers):
             self.headers["Authorization"] = f"Bearer {token}"
+        if verify is True and not self.url.startswith("https:"):
+            verify = False  # plain HTTP: loading the CA bundle (~50 ms a CLI call) would check nothing
         self._http = httpx.Client(base_url=self.url, headers=self.headers, timeout=timeout_s, verify=verify,
                                   cookies=cookies)
 

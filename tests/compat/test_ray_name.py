@@ -129,6 +129,7 @@ def test_importing_a_submodule_keeps_the_name_its_package_rebound(ray_alias):
     assert not isinstance(raylite.cli.ray_start_flags, type(sys))
 
 
+@pytest.mark.slow  # imports every module (torch, vLLM, transformers, TensorFlow...): 80 s here
 def test_every_submodule_import_leaves_raylites_bindings_alone():
     """Import every raylite module by its `ray.` name, in a fresh interpreter: no attribute of any
     raylite package changes (the import system binds each loaded submodule on its parent)."""

@@ -31,6 +31,7 @@ def _config(model: str, **overrides):
     return vLLMEngineProcessorConfig(**kw)
 
 
+@pytest.mark.slow  # a vLLM engine in a Data actor: ~150 s here
 def test_rows_stream_through_the_stages_with_their_own_sampling_params(cluster, tiny_model):
     from transformers import AutoTokenizer
 

@@ -172,6 +172,8 @@ def serve_served(info: dict, token: bytes, unix: bool) -> bool:
         meta = ("rid", "/sec", "sec", "", False, "__call__")
         proto.send((wire.REQ, 1, wire.KIND_CALL, meta, cloudpickle.dumps((("ping",), {}))))
         rid, code, payload, _ = await asyncio.wait_for(replies.get(), 10)
+        while code == wire.R_STARTED:  # the replica's "entering user code" notice comes first
+            rid, code, payload, _ = await asyncio.wait_for(replies.get(), 10)
         proto.close()
         assert code == wire.R_OK, code
         return cloudpickle.loads(payload)

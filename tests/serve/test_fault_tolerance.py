@@ -201,7 +201,10 @@ def test_a_request_that_kills_its_replica_runs_at_most_twice(serve_instance, tmp
     runs.unlink()
     with pytest.raises(Exception, match="died while running this request"):
         handle.die.remote().result()
-    assert len(runs.read_text().split()) == 2
+    # one run where the replica it reached acknowledges requests (the survivor's moving average
+    # of a request's time may be over _ACK_AFTER_S after its first request), two where it does
+    # not: never more
+    assert len(runs.read_text().split()) in (1, 2)
     serve.delete("fragile")
 
 

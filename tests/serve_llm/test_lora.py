@@ -5,6 +5,7 @@ max_num_adapters_per_replica adapters (the least recently used goes)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -17,8 +18,9 @@ import pytest
 from tests.s3_server import s3_env, s3_server  # noqa: F401 - fixtures
 from tests.serve_llm.conftest import llm_app, vllm_skip_reason
 
-pytest.importorskip("peft")
+# find_spec, not importorskip: importing peft (transformers, torch) at collection cost ~45 s
 pytestmark = [pytest.mark.timeout(1200),
+              pytest.mark.skipif(importlib.util.find_spec("peft") is None, reason="peft is not installed"),
               pytest.mark.skipif(vllm_skip_reason() is not None, reason=str(vllm_skip_reason()))]
 
 PROMPT = [1, 17, 42, 99, 7, 256]
@@ -60,6 +62,7 @@ def _complete(base_url: str, model: str) -> httpx.Response:
         "model": model, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0})
 
 
+@pytest.mark.slow  # a vLLM app with adapters and a reference engine: ~65 s
 def test_adapters_from_s3_match_vllm_and_stay_within_the_limit(tiny_model, adapters, s3_env, monkeypatch):  # noqa: F811
     # a cluster of our own, even where `raylite start` left one running on this machine
     monkeypatch.setenv("RAYLITE_TEMP_DIR", tempfile.mkdtemp(prefix="rllora", dir="/tmp"))

@@ -119,6 +119,7 @@ def _assert_engine_on_both(cluster, other) -> dict[str, list[int]]:
     return procs
 
 
+@pytest.mark.slow  # two vLLM engines (TP=2 over two nodes) and a reference run: ~100 s
 def test_tensor_parallel_across_two_nodes(two_nodes, tiny_model, reference):
     cluster, other = two_nodes
     base_url = _deploy(_config(tiny_model, tensor_parallel_size=2))

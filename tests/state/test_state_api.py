@@ -73,9 +73,15 @@ def test_list_actors_nodes_workers_pgs(api, work):
 
 
 def test_tasks_have_states_nodes_pids_times_and_errors(api, work):
-    tasks = state.list_tasks(limit=10000)
+    # the owner's FINISHED and the worker's RUNNING (with its node and pid) reach the head in two
+    # batches, in either order: the rows are whole once both have (Ray's state API is as eventual)
+    def whole():
+        rows = state.list_tasks(limit=10000)
+        squares = [t for t in rows if t.name == "square"]
+        return rows if len(squares) == 5 and all(t.worker_pid for t in squares) else None
+
+    tasks = wait_for(whole, timeout_s=30, what="both events of every square task")
     done = [t for t in tasks if t.name == "square"]
-    assert len(done) == 5
     for t in done:
         assert t.state == "FINISHED" and t.type == "NORMAL_TASK" and t.node_id and t.worker_pid
         assert t.creation_time_ms <= t.start_time_ms <= t.end_time_ms
