@@ -160,3 +160,32 @@ def test_without_a_cluster_the_default_put_writes_nothing():
     if raylite.is_initialized():
         raylite.shutdown()
     F._default_put("experiment:x", b"{}")  # no cluster: returns quietly
+
+
+def test_feed_for_names_the_scheduler_and_searcher_and_replays_a_restored_trials_history():
+    from raylite.tune.execution.controller import ControllerSettings, TuneController
+    from raylite.tune.execution.dashboard_feed import _searcher_name, feed_for
+    from raylite.tune.schedulers import ASHAScheduler
+    from raylite.tune.search import BasicVariantGenerator, ConcurrencyLimiter, Searcher
+    from raylite.tune.search.search_generator import SearchGenerator
+    from raylite.tune.stopper import NoopStopper
+
+    class MySearch(Searcher):
+        def suggest(self, trial_id):
+            return {"x": 1}
+
+    assert _searcher_name(SearchGenerator(ConcurrencyLimiter(MySearch(), 2))) == "ConcurrencyLimiter(MySearch)"
+    scheduler = ASHAScheduler(metric="score", mode="min")
+    restored = _trial(0)
+    for score in (3.0, 2.0):
+        restored.iteration += 1
+        restored.update_last_result({"score": score, "training_iteration": restored.iteration})
+    controller = TuneController(ControllerSettings(trainable_name="f", experiment_path="/x/exp"),
+                                BasicVariantGenerator(), scheduler, NoopStopper(), [restored])
+    feed = feed_for("exp", controller, "/x/exp")
+    assert (feed.doc["metric"], feed.doc["mode"]) == ("score", "min")  # as the scheduler took them
+    assert (feed.doc["scheduler"], feed.doc["searcher"]) == ("AsyncHyperBandScheduler", "BasicVariantGenerator")  # ASHA is its alias, as in Ray
+    put = Recorder()
+    feed._put = put
+    feed.publish(controller.get_trials(), force=True)
+    assert put.doc["trials"][0]["history"] == [[1, 3.0], [2, 2.0]] and put.doc["best"]["value"] == 2.0

@@ -57,9 +57,10 @@ function drawExperiment(exp) {
   const metricKeys = columnKeys(trials.map(t => t.metrics || {}), TUNE_METRIC_COLUMNS, exp.metric);
   const columns = [["trial", t => `<span class="mono">${esc(t.trial_id)}</span>${t.trial_id === best ? ' <span class="badge best">best</span>' : ""}`],
     ["status", t => badge(t.status)]];
-  configKeys.forEach(k => columns.push([k, t => cell((t.config || {})[k]), { num: true }]));
+  const numeric = (pick, k) => trials.every(t => ["number", "undefined"].includes(typeof (pick(t) || {})[k]));
+  configKeys.forEach(k => columns.push([k, t => cell((t.config || {})[k]), { num: numeric(t => t.config, k) }]));
   columns.push(["iter", t => esc(t.iterations), { num: true }], ["total time", t => fmtDur(t.time_total_s), { num: true }]);
-  metricKeys.forEach(k => columns.push([k, t => cell((t.metrics || {})[k]), { num: true }]));
+  metricKeys.forEach(k => columns.push([k, t => cell((t.metrics || {})[k]), { num: numeric(t => t.metrics, k) }]));
   if (exp.metric && exp.mode) columns.push([`best ${exp.metric}`, t => cell(t.best), { num: true }]);
   columns.push(["error", t => (t.error ? `<span class="mono">${esc(t.error)}</span>` : "")]);
   const left = exp.trials_left_out ? `<div class="sub">${esc(exp.trials_left_out)} more trials are left out: the page keeps

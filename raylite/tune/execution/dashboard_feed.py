@@ -220,15 +220,19 @@ class ExperimentFeed:
 
 
 def feed_for(name: str, controller: Any, path: str) -> ExperimentFeed:
-    """The experiment's page on the dashboard; metric and mode as the scheduler or searcher
-    took them when TuneConfig has none."""
+    """The feed of the experiment `controller` runs; metric and mode as the scheduler or
+    searcher took them when TuneConfig has none."""
     settings, scheduler, search = controller.settings, controller.scheduler, controller.search_alg
     metric = settings.metric or getattr(scheduler, "metric", None) or getattr(search, "metric", None)
     mode = settings.mode or getattr(scheduler, "_mode", None) or getattr(search, "mode", None)
-    return ExperimentFeed(name, metric=metric if isinstance(metric, str) else None,
+    feed = ExperimentFeed(name, metric=metric if isinstance(metric, str) else None,
                           mode=mode if mode in ("min", "max") else None,
                           scheduler=type(scheduler).__name__, searcher=_searcher_name(search),
                           storage_path=path)
+    for trial in controller.get_trials():  # a restored experiment's charts start from the beginning
+        for result in trial.results:
+            feed.result(trial, result)
+    return feed
 
 
 def _searcher_name(search_alg: Any) -> str:
