@@ -187,5 +187,28 @@ def test_feed_for_names_the_scheduler_and_searcher_and_replays_a_restored_trials
     assert (feed.doc["scheduler"], feed.doc["searcher"]) == ("AsyncHyperBandScheduler", "BasicVariantGenerator")  # ASHA is its alias, as in Ray
     put = Recorder()
     feed._put = put
-    feed.publish(controller.get_trials(), force=True)
+    feed.finished(controller.get_trials(), "FINISHED")
     assert put.doc["trials"][0]["history"] == [[1, 3.0], [2, 2.0]] and put.doc["best"]["value"] == 2.0
+
+
+def test_in_the_background_publish_does_not_wait_for_the_head_and_the_last_write_wins():
+    import threading
+
+    release, writes = threading.Event(), []
+
+    def slow_put(key, value):
+        release.wait(10)  # the head answers late
+        writes.append(json.loads(value)["status"])
+
+    now = [0.0]
+    feed = ExperimentFeed("exp", put=slow_put, clock=lambda: now[0], background=True)
+    trial = _trial(0)
+    feed.publish([trial], force=True)  # returns while the write waits for the head
+    now[0] = 5.0
+    feed.changed()
+    feed.publish([trial])
+    assert writes == []
+    threading.Timer(0.2, release.set).start()
+    feed.finished([trial], "FINISHED")  # waits for the write under way, then writes the end
+    assert writes[-1] == "FINISHED" and len(writes) == 2  # the waiting middle write was dropped
+    assert not any(t.name == "raylite-tune-feed" and t.is_alive() for t in threading.enumerate())

@@ -15,13 +15,17 @@ JSON (config objects become their repr), so the page can show any user's config.
 
 It uses only the public KV API and does nothing when the process is not connected to a
 cluster. A failed write never touches the experiment. Recording a result costs one list
-append; the document is built only when it is written.
+append; the document is built only when it is written, and with `background=True` (as Tune
+runs it) the write itself, a round trip to the head, happens on a thread of its own: the
+runner's loop never waits for the head, except for the last write, which fit() waits for so
+the page shows the end as soon as fit() returns.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -51,6 +55,49 @@ def _default_put(key: str, value: bytes) -> None:
 
     if kv._internal_kv_initialized():
         kv._internal_kv_put(key, value, namespace=NAMESPACE)
+
+
+class _BackgroundPut:
+    """Writes the newest document on a daemon thread (an older one not yet written is
+    dropped); close() drops what waits, lets the write under way finish and ends the thread."""
+
+    def __init__(self, put: Callable[[str, bytes], None]) -> None:
+        self._put = put
+        self._cv = threading.Condition()
+        self._pending: tuple[str, bytes] | None = None
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def __call__(self, key: str, value: bytes) -> None:
+        with self._cv:
+            if self._closed:
+                return
+            self._pending = (key, value)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="raylite-tune-feed",
+                                                daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: self._pending is not None or self._closed)
+                if self._pending is None:
+                    return
+                (key, value), self._pending = self._pending, None
+            try:
+                self._put(key, value)
+            except Exception:  # noqa: BLE001 - the dashboard feed never fails an experiment
+                pass
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        with self._cv:
+            self._closed, self._pending = True, None
+            self._cv.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout_s)
 
 
 class _History:
@@ -89,8 +136,9 @@ class ExperimentFeed:
                  scheduler: str = "", searcher: str = "", storage_path: str = "",
                  put: Callable[[str, bytes], None] = _default_put,
                  clock: Callable[[], float] = time.monotonic,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time, background: bool = False) -> None:
         self._put = put
+        self._background = _BackgroundPut(put) if background else None
         self._clock = clock
         self._wall = wall_clock
         self._last_publish = -math.inf
@@ -135,19 +183,25 @@ class ExperimentFeed:
         if not self._dirty or (not force and now - self._last_publish < self._interval_s):
             return
         self._last_publish, self._dirty = now, False
+        self._write(trials, self._background or self._put)
+
+    def finished(self, trials: list[Trial], status: str, error: str | None = None) -> None:
+        """The experiment ended: FINISHED, ERROR (with the error's headline) or INTERRUPTED.
+        This last write is made here, after any background write, so it is the one kept."""
+        self.doc["status"], self.doc["error"] = status, _headline(error)
+        if self._background is not None:
+            self._background.close()
+        self._dirty = False
+        self._write(trials, self._put)
+
+    def _write(self, trials: list[Trial], put: Callable[[str, bytes], None]) -> None:
         try:
             self._fill(trials)
             body = json.dumps(self.doc, default=str, allow_nan=False).encode()
             self._interval_s = PUBLISH_INTERVAL_S + len(body) / 100_000
-            self._put(f"{KEY_PREFIX}{self.doc['name']}", body)
+            put(f"{KEY_PREFIX}{self.doc['name']}", body)
         except Exception:  # noqa: BLE001 - the dashboard feed never fails an experiment
             pass
-
-    def finished(self, trials: list[Trial], status: str, error: str | None = None) -> None:
-        """The experiment ended: FINISHED, ERROR (with the error's headline) or INTERRUPTED."""
-        self.doc["status"], self.doc["error"] = status, _headline(error)
-        self._dirty = True
-        self.publish(trials, force=True)
 
     # -- building the document ---------------------------------------------------------------
     def _fill(self, trials: list[Trial]) -> None:
@@ -228,7 +282,7 @@ def feed_for(name: str, controller: Any, path: str) -> ExperimentFeed:
     feed = ExperimentFeed(name, metric=metric if isinstance(metric, str) else None,
                           mode=mode if mode in ("min", "max") else None,
                           scheduler=type(scheduler).__name__, searcher=_searcher_name(search),
-                          storage_path=path)
+                          storage_path=path, background=True)
     for trial in controller.get_trials():  # a restored experiment's charts start from the beginning
         for result in trial.results:
             feed.result(trial, result)
