@@ -60,3 +60,45 @@ def test_the_tune_feed_needs_the_token(dashboard, experiment):
     assert httpx.get(dashboard.url + "/api/dashboard/tune", timeout=30).status_code == 401
     wrong = {"Authorization": "Bearer " + "0" * len(dashboard.token)}
     assert httpx.get(dashboard.url + "/api/dashboard/tune", headers=wrong, timeout=30).status_code == 401
+
+
+def _fails_for_two(config):
+    if config["x"] == 2:
+        raise ValueError("x=2 is not allowed here")
+    tune.report({"score": config["x"]})
+
+
+def _experiment(dashboard, name):
+    [exp] = dashboard.get("/api/dashboard/tune", params={"name": name}).json()
+    return exp
+
+
+def test_a_failed_trial_shows_its_error_line_and_a_failed_experiment_ends_in_error(dashboard, tmp_path):
+    storage = str(tmp_path)
+    grid = tune.Tuner(_fails_for_two, param_space={"x": tune.grid_search([1, 2])},
+                      run_config=tune.RunConfig(name="dash_tune_trial_error", storage_path=storage,
+                                                verbose=0)).fit()
+    assert len(grid.errors) == 1
+    exp = _experiment(dashboard, "dash_tune_trial_error")
+    assert exp["status"] == "FINISHED" and exp["trial_counts"] == {"TERMINATED": 1, "ERROR": 1}
+    failed = next(t for t in exp["trials"] if t["status"] == "ERROR")
+    assert failed["error"] == "ValueError: x=2 is not allowed here"
+    with pytest.raises(ValueError, match="without the metric"):
+        tune.Tuner(objective, tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                   param_space={"x": 1, "label": ""},
+                   run_config=tune.RunConfig(name="dash_tune_error", storage_path=storage, verbose=0)).fit()
+    exp = _experiment(dashboard, "dash_tune_error")
+    assert exp["status"] == "ERROR" and exp["error"].startswith("MetricNotReportedError: Trial")
+
+
+class _Interrupt(tune.Callback):
+    def on_trial_result(self, **info):
+        raise KeyboardInterrupt
+
+
+def test_an_interrupted_experiment_says_so(dashboard, tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        tune.Tuner(objective, param_space={"x": 1, "label": ""},
+                   run_config=tune.RunConfig(name="dash_tune_interrupted", storage_path=str(tmp_path),
+                                             verbose=0, callbacks=[_Interrupt()])).fit()
+    assert _experiment(dashboard, "dash_tune_interrupted")["status"] == "INTERRUPTED"
