@@ -42,8 +42,7 @@ function trialCounts(counts) {
 function drawExperiment(exp) {
   const holder = document.getElementById("experiment");
   if (!holder.querySelector("#expinfo")) {
-    holder.innerHTML = `<div class="card" id="expinfo"></div><div class="card" id="trials"></div>
-      <h2 id="charttitle"></h2><div class="grid wide" id="tunecharts"></div>`;
+    holder.innerHTML = `<div class="card" id="expinfo"></div><div class="card" id="trials"></div><div id="tunecharts"></div>`;
   }
   const trials = exp.trials || [];
   const best = exp.best ? exp.best.trial_id : null;
@@ -98,9 +97,8 @@ function drawTrialChart(exp, trials) {
   const holder = document.getElementById("tunecharts");
   const metric = exp.chart_metric;
   const withPoints = trials.filter(t => (t.history || []).length);
-  document.getElementById("charttitle").textContent = metric ? `${metric} per trial` : "Metric per trial";
   if (!withPoints.length) {
-    holder.innerHTML = `<div class="empty">${esc(metric
+    holder.innerHTML = `<div class="card empty">${esc(metric
       ? `The chart appears with the first result that reports ${metric}.`
       : "The chart appears with the first numeric result (tune.report({...}))."
     )}</div>`;
@@ -113,7 +111,8 @@ function drawTrialChart(exp, trials) {
     const m = new Map(t.history.map(([x, y]) => [x, y]));
     return xs.map(x => (m.has(x) ? m.get(x) : null));
   })];
-  const title = shown.length < withPoints.length ? `${metric} (${shown.length} of ${withPoints.length} trials: the best and the running)` : metric;
+  const title = `${metric} per trial` + (shown.length < withPoints.length
+    ? ` (${shown.length} of ${withPoints.length}: the best and the running)` : "");
   liveChart(holder, `tune:${metric}`, title, shown.map(t => t.trial_id), data,
     { time: false, xLabel: "training_iteration" });
 }
