@@ -17,6 +17,7 @@ from raylite.tune import _storage
 from raylite.tune.analysis.experiment_analysis import ExperimentAnalysis
 from raylite.tune.callback import CallbackList
 from raylite.tune.execution.controller import ControllerSettings, TuneController
+from raylite.tune.execution.dashboard_feed import feed_for
 from raylite.tune.execution.experiment_state import (
     STATE_FILE,
     TUNER_FILE,
@@ -174,7 +175,8 @@ class Tuner:
         if reuse is None:  # Ray's default: reuse for function trainables
             reuse = not inspect.isclass(self._trainable)
         runner = TrialRunner(controller, self._trainable, writer, reporter, callbacks, name,
-                             rc.checkpoint_config, reuse_actors=bool(reuse))
+                             rc.checkpoint_config, reuse_actors=bool(reuse),
+                             feed=feed_for(name, controller, experiment_path))
         runner.run()
         reporter.end(controller.get_trials())
         if controller.error is not None:

@@ -21,7 +21,7 @@ from tests.conftest import wait_for
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-PAGES = ["overview", "nodes", "actors", "tasks", "jobs", "train", "serve", "metrics", "logs"]
+PAGES = ["overview", "nodes", "actors", "tasks", "jobs", "train", "tune", "serve", "metrics", "logs"]
 
 if not os.path.exists(CHROMIUM):
     pytest.skip(f"{CHROMIUM} is absent (apt-get install -y chromium, or `make install-test` as root)",
@@ -175,6 +175,37 @@ def test_train_loss_chart_shows_both_ranks_and_grows_while_training(browser, das
     finally:
         fit.join(timeout=300)
     assert result["r"].error is None
+
+
+def _tune_objective(config):
+    from raylite import tune
+
+    for step in range(1, 6):
+        tune.report({"score": config["x"] * step})
+
+
+XSS = "<img src=x onerror=\"window.__xss=1\"><script>window.__xss=2</script>"
+
+
+def test_tune_page_shows_the_trials_the_best_one_and_the_chart(browser, artifacts, tmp_path):
+    from raylite import tune
+
+    tune.Tuner(_tune_objective, param_space={"x": tune.grid_search([1, 2, 3]), "label": XSS},
+               tune_config=tune.TuneConfig(metric="score", mode="max"),
+               run_config=tune.RunConfig(name="dash_tune_page", storage_path=str(tmp_path), verbose=0)).fit()
+    browser.open("tune")
+    browser.page.wait_for_selector("#experiments tr.selected:has-text('dash_tune_page') .badge.FINISHED")
+    rows = browser.page.locator("#trials tr[data-trial]")
+    wait_for(lambda: rows.count() == 3, timeout_s=30, what="three trial rows")
+    assert browser.page.locator("#trials .badge.TERMINATED").count() == 3
+    best = browser.page.wait_for_selector("#trials tr.best")
+    assert "15" in best.inner_text()  # x=3 reported 3 * 5
+    assert XSS in browser.page.inner_text("#trials")  # the config's markup shows as text
+    assert browser.page.evaluate("window.__xss") is None
+    chart = browser.page.wait_for_selector("#tunecharts [data-key='tune:score']")
+    assert len(chart.get_attribute("data-series").split(",")) == 3
+    assert chart.get_attribute("data-points") == "15"  # 3 trials x 5 iterations
+    browser.shot(artifacts, "tune")
 
 
 def test_serve_app_shows_its_replicas(browser, artifacts):

@@ -3,7 +3,7 @@
 Each feed is one or two head requests shaped for one page, so the page's JavaScript
 stays simple: ids as hex, times in seconds, byte counts as integers (the page adds the
 units). Jobs and logs come from the Ray-shaped REST routes (/api/jobs/, /api/v0/logs)
-of their own modules; Serve and Train come from the KV feeds their libraries publish.
+of their own modules; Serve, Train and Tune come from the KV feeds their libraries publish.
 """
 
 from __future__ import annotations
@@ -91,6 +91,21 @@ async def train_runs(ctx: Any) -> list[dict[str, Any]]:
     return sorted((r for r in runs if isinstance(r, dict)), key=lambda r: r.get("started_at", 0), reverse=True)
 
 
+async def tune_experiments(ctx: Any, name: str | None = None, trials: bool = True) -> list[dict[str, Any]]:
+    """Tune experiments newest first (raylite/tune/execution/dashboard_feed.py writes them);
+    one by name, and without their trials for a summary."""
+    from raylite._core import protocol as P
+
+    if name is not None:
+        keys = [f"experiment:{name}".encode()]
+    else:
+        keys = (await ctx.head.request(P.KvKeys("tune", b"experiment:"))).value or []
+    docs = [d for d in [await _kv_json(ctx, "tune", k) for k in keys] if isinstance(d, dict)]
+    if not trials:
+        docs = [{k: v for k, v in d.items() if k != "trials"} for d in docs]
+    return sorted(docs, key=lambda d: d.get("started_at", 0), reverse=True)
+
+
 async def timeseries(ctx: Any, names: list[str], prefix: str, since: float) -> dict[str, Any]:
     from raylite._core import protocol as P
 
@@ -113,6 +128,10 @@ def routes(ctx: Any) -> list:
 
     async def get_train(request: Request) -> JSONResponse:
         return JSONResponse(await train_runs(ctx))
+
+    async def get_tune(request: Request) -> JSONResponse:
+        q = request.query_params
+        return JSONResponse(await tune_experiments(ctx, q.get("name"), q.get("trials", "1") not in ("0", "false")))
 
     async def get_series(request: Request) -> JSONResponse:
         q = request.query_params
@@ -155,6 +174,8 @@ def routes(ctx: Any) -> list:
             "actors": _count(actor_rows), "tasks": task_counts, "drivers": jobs,
             "train": [{k: r.get(k) for k in ("name", "status", "attempt", "num_workers", "reports")}
                       for r in await train_runs(ctx)],
+            "tune": [{k: d.get(k) for k in ("name", "status", "metric", "mode", "num_trials", "trial_counts", "best")}
+                     for d in await tune_experiments(ctx, trials=False)],
             "serve": await serve_snapshot(ctx), "failures": failures,
         })
 
@@ -165,7 +186,7 @@ def routes(ctx: Any) -> list:
     prefix = "/api/dashboard"
     return [Route(f"{prefix}/routes", get_routes), Route(f"{prefix}/overview", get_overview), Route(f"{prefix}/nodes", get_nodes),
             Route(f"{prefix}/actors", get_actors), Route(f"{prefix}/tasks", get_tasks),
-            Route(f"{prefix}/serve", get_serve), Route(f"{prefix}/train", get_train),
+            Route(f"{prefix}/serve", get_serve), Route(f"{prefix}/train", get_train), Route(f"{prefix}/tune", get_tune),
             Route(f"{prefix}/timeseries", get_series)]
 
 

@@ -3,7 +3,7 @@
 
 const PAGES = {
   overview: pageOverview, nodes: pageNodes, actors: pageActors, tasks: pageTasks, jobs: pageJobs,
-  train: pageTrain, serve: pageServe, metrics: pageMetrics, logs: pageLogs,
+  train: pageTrain, tune: pageTune, serve: pageServe, metrics: pageMetrics, logs: pageLogs,
 };
 
 function route() {

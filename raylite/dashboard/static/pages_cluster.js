@@ -48,6 +48,10 @@ function pageOverview(main) {
           ["run", r => esc(r.name)], ["status", r => badge(r.status)], ["attempt", r => esc(r.attempt), { num: true }],
           ["workers", r => esc(r.num_workers), { num: true }], ["reports", r => esc(r.reports), { num: true }]],
           o.train || [], { empty: "No Train runs yet." })}</div>
+        <div class="card"><h2><a href="#/tune">Tune experiments</a></h2>${table([
+          ["experiment", e => esc(e.name)], ["status", e => badge(e.status)], ["trials", e => esc(e.num_trials), { num: true }],
+          ["metric", e => esc(e.metric || "–")], ["best", e => (e.best ? esc(fmtNum(e.best.value, 4)) : "–"), { num: true }]],
+          o.tune || [], { empty: "No Tune experiments yet." })}</div>
         <div class="card"><h2><a href="#/serve">Serve applications</a></h2>${table([
           ["application", ([n]) => esc(n)], ["status", ([, a]) => badge(a.status || "RUNNING")],
           ["route", ([, a]) => `<span class="mono">${esc(a.route_prefix || "")}</span>`],

@@ -23,6 +23,7 @@ from raylite.tune.execution.controller import (
     TrialReported,
     TuneController,
 )
+from raylite.tune.execution.dashboard_feed import ExperimentFeed
 from raylite.tune.execution.experiment_state import ExperimentWriter
 from raylite.tune.execution.trial_actor import TrialRunnerActor, _is_trainer
 from raylite.tune.experiment.trial import Trial
@@ -53,7 +54,8 @@ class TrialRunner:
 
     def __init__(self, controller: TuneController, trainable: Any, writer: ExperimentWriter,
                  reporter: TuneReporter, callbacks: CallbackList, experiment_name: str,
-                 checkpoint_config: Any = None, reuse_actors: bool = True) -> None:
+                 checkpoint_config: Any = None, reuse_actors: bool = True,
+                 feed: ExperimentFeed | None = None) -> None:
         self._controller = controller
         self._trainable = trainable
         self._writer = writer
@@ -68,11 +70,14 @@ class TrialRunner:
         self._trainable_ref: Any = None
         self._reuse = reuse_actors
         self._idle: dict[Any, list[Any]] = {}  # resources -> actors kept for the next trial
+        self._feed = feed or ExperimentFeed(experiment_name, put=lambda key, value: None)
 
     def run(self) -> None:
         c = self._controller
         self._trainable_ref = raylite.put(self._trainable)
         c.settings.start_s = time.monotonic()
+        self._feed.publish(c.get_trials(), force=True)
+        status, error = "FINISHED", None
         try:
             while True:
                 self._iteration += 1
@@ -92,11 +97,21 @@ class TrialRunner:
                 if self._save_wanted:
                     self._save(force=False)
                 self._reporter.maybe_print(c.get_trials(), self._resources_text())
+                self._feed.publish(c.get_trials())
+        except KeyboardInterrupt:
+            status = "INTERRUPTED"
+            raise
+        except BaseException as exc:
+            status, error = "ERROR", f"{type(exc).__name__}: {exc}"
+            raise
         finally:
             for handle in list(self._running.values()):
                 self._stop(handle, save=False, keep=False)
             self._drop_idle()
             self._save(force=True)
+            if c.error is not None and status == "FINISHED":
+                status, error = "ERROR", f"{type(c.error).__name__}: {c.error}"
+            self._feed.finished(c.get_trials(), status, error)
         self._callbacks.call("on_experiment_end", trials=c.get_trials())
 
     def _nothing_can_run(self) -> bool:
@@ -135,6 +150,8 @@ class TrialRunner:
 
     # -- effects -----------------------------------------------------------------------------
     def _apply(self, effects: list) -> None:
+        if effects:
+            self._feed.changed()
         for effect in effects:
             if isinstance(effect, StartTrial):
                 self._start(effect.trial, effect.checkpoint)
@@ -154,6 +171,7 @@ class TrialRunner:
         kwargs: dict[str, Any] = {"iteration": self._iteration, "trials": trials,
                                   "trial": effect.trial}
         if effect.hook == "on_trial_result":
+            self._feed.result(effect.trial, effect.result or {})
             self._reporter.result(effect.trial, effect.result or {})
             self._callbacks.call("on_trial_result", result=effect.result, **kwargs)
             if (effect.result or {}).get("checkpoint_dir_name"):
