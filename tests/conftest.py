@@ -102,6 +102,28 @@ def process_gone(pid: int) -> bool:
         return True
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """Under xdist, pytest's temp dirs gain a `popen-gwN/` level, which took some tests' session
+    directories past the 107 characters a unix socket path may have: the workers' temp dirs go
+    under a short directory of their own (made here, by the controller) instead."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or config.option.basetemp:
+        return
+    if getattr(config.option, "numprocesses", None):
+        import tempfile
+
+        config.option.basetemp = config._raylite_basetemp = tempfile.mkdtemp(prefix="rlpt", dir="/tmp")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The short temp dir made above goes when every test passed (a failure's files stay to read)."""
+    made = getattr(session.config, "_raylite_basetemp", None)
+    if made and exitstatus == 0:
+        import shutil
+
+        shutil.rmtree(made, ignore_errors=True)
+
+
 # Test files that must never run at the same time as each other on two xdist workers:
 # netns-hosts shares one bridge between host sets (a test's `down` takes it away), vLLM engines
 # take every core and GBs while they start, and tests/state shares one cluster between modules.

@@ -5,7 +5,9 @@ can get from them and cost them. A head started as `ray start` under KubeRay sta
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -23,23 +25,26 @@ HANDSHAKE_TIMEOUT_S = 2.0
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    temp_dir = str(tmp_path_factory.mktemp("health"))
+def node():
+    temp_dir = tempfile.mkdtemp(prefix="rlh", dir="/tmp")  # short: the session's sockets live in it
     saved = dict(os.environ)
-    os.environ.update({"RAYLITE_TEMP_DIR": temp_dir, "RAYLITE_HANDSHAKE_TIMEOUT_S": str(HANDSHAKE_TIMEOUT_S)})
-    config_mod._CONFIG = None
-    config = config_mod.get_config()
-    agent, metrics, dash = free_port(), free_port(), free_port()
-    started = C.start_node(config, head=True, port=free_port(), node_ip="127.0.0.1", num_cpus=1,
-                           token=TOKEN, agent_port=agent, metrics_port=metrics, include_dashboard=True,
-                           dashboard_port=dash)
-    try:
+    config = None
+    try:  # the environment comes back even when the node fails to start
+        os.environ.update({"RAYLITE_TEMP_DIR": temp_dir, "RAYLITE_HANDSHAKE_TIMEOUT_S": str(HANDSHAKE_TIMEOUT_S)})
+        config_mod._CONFIG = None
+        config = config_mod.get_config()
+        agent, metrics, dash = free_port(), free_port(), free_port()
+        started = C.start_node(config, head=True, port=free_port(), node_ip="127.0.0.1", num_cpus=1,
+                               token=TOKEN, agent_port=agent, metrics_port=metrics, include_dashboard=True,
+                               dashboard_port=dash)
         yield {"pid": started.pid, "agent": agent, "metrics": metrics, "dashboard": dash, "temp_dir": temp_dir}
     finally:
-        C.stop_nodes(config)
+        if config is not None:
+            C.stop_nodes(config)
         os.environ.clear()
         os.environ.update(saved)
         config_mod._CONFIG = None
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _get(port: int, path: str, headers: dict | None = None, method: str = "GET") -> tuple[int, bytes]:
