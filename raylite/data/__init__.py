@@ -6,9 +6,11 @@ This module is a facade: the implementation lives in ``dataset.py``,
 """
 
 from raylite.data._connectors.api import (
+    from_blocks,
     from_daft,
     from_dask,
     from_modin,
+    from_tf,
     read_iceberg,
     read_lance,
     read_sql,
@@ -97,9 +99,11 @@ __all__ = [
     "read_orc",
     "read_parquet",
     "read_text",
+    "from_blocks",
     "from_daft",
     "from_dask",
     "from_modin",
+    "from_tf",
     "read_delta",
     "read_iceberg",
     "read_lance",

@@ -483,6 +483,29 @@ class Dataset(ConnectorMethods):
             collate_fn=collate_fn, drop_last=drop_last, local_shuffle_buffer_size=local_shuffle_buffer_size,
             local_shuffle_seed=local_shuffle_seed)
 
+    def iter_tf_batches(self, *, prefetch_batches: int = 1, batch_size: int | None = 256,
+                        dtypes: Any = None, drop_last: bool = False,
+                        local_shuffle_buffer_size: int | None = None,
+                        local_shuffle_seed: int | None = None) -> EpochIterable[Any]:
+        """Batches as dicts of ``tf.Tensor`` (re-iterable per epoch); needs TensorFlow."""
+        return self.iterator().iter_tf_batches(
+            prefetch_batches=prefetch_batches, batch_size=batch_size, dtypes=dtypes, drop_last=drop_last,
+            local_shuffle_buffer_size=local_shuffle_buffer_size, local_shuffle_seed=local_shuffle_seed)
+
+    def to_tf(self, feature_columns: str | list[str], label_columns: str | list[str], *,
+              additional_columns: str | list[str] | None = None, prefetch_batches: int = 1,
+              batch_size: int = 1, drop_last: bool = False, local_shuffle_buffer_size: int | None = None,
+              local_shuffle_seed: int | None = None, feature_type_spec: Any = None,
+              label_type_spec: Any = None, additional_type_spec: Any = None) -> Any:
+        """A ``tf.data.Dataset`` of ``(features, labels[, additional])`` batches, for Keras ``fit``;
+        each pass over it runs the plan again."""
+        return self.iterator().to_tf(
+            feature_columns, label_columns, additional_columns=additional_columns,
+            prefetch_batches=prefetch_batches, batch_size=batch_size, drop_last=drop_last,
+            local_shuffle_buffer_size=local_shuffle_buffer_size, local_shuffle_seed=local_shuffle_seed,
+            feature_type_spec=feature_type_spec, label_type_spec=label_type_spec,
+            additional_type_spec=additional_type_spec)
+
     def take(self, limit: int = 20) -> list[dict[str, Any]]:
         """Up to ``limit`` rows as dicts."""
         return list(self.limit(limit).iter_rows()) if limit > 0 else []
@@ -622,6 +645,18 @@ class Dataset(ConnectorMethods):
                       arrow_parquet_args: dict[str, Any] | None = None, **kwargs: Any) -> None:
         """One Parquet file per write task in directory ``path``."""
         self._write(path, "parquet", filesystem, try_create_dir, **(arrow_parquet_args or {}))
+
+    def write_orc(self, path: str, *, filesystem: Any = None, try_create_dir: bool = True,
+                  arrow_open_stream_args: dict[str, Any] | None = None, filename_provider: Any = None,
+                  arrow_orc_args_fn: Callable[[], dict[str, Any]] | None = None,
+                  min_rows_per_file: int | None = None, ray_remote_args: dict[str, Any] | None = None,
+                  concurrency: int | None = None, mode: Any = "append", **arrow_orc_args: Any) -> None:
+        """One ORC file per write task in directory ``path`` (``pyarrow.orc.write_table``;
+        ``arrow_orc_args`` such as ``compression="zstd"`` pass through to it)."""
+        if filename_provider is not None:
+            raise NotImplementedError("write_orc(filename_provider=...) is not in raylite yet.")
+        options = {**(arrow_orc_args_fn() if arrow_orc_args_fn else {}), **arrow_orc_args}
+        self._write(path, "orc", filesystem, try_create_dir, **options)
 
     def write_csv(self, path: str, *, filesystem: Any = None, try_create_dir: bool = True,
                   arrow_csv_args: dict[str, Any] | None = None, **kwargs: Any) -> None:
