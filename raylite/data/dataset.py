@@ -634,9 +634,15 @@ class Dataset(ConnectorMethods):
 
     # ================================================================ writes
 
-    def _write(self, path: str, fmt: str, filesystem: Any, try_create_dir: bool, **options: Any) -> None:
+    def _write(self, path: str, fmt: str, filesystem: Any, try_create_dir: bool, *,
+               _task_args: tuple[int | None, dict[str, Any] | None, int | None] = (None, None, None),
+               **options: Any) -> None:
+        """``_task_args``: (concurrency, ray_remote_args, min_rows_per_file) for the write tasks."""
         sink = FileDatasink.create(path, fmt, filesystem, try_create_dir, **options)
-        ds = self._map_like(f"Write{fmt.capitalize()}", WriteStage(sink, name=f"Write{fmt.capitalize()}"), None, {})
+        concurrency, remote_args, min_rows = _task_args
+        compute = L.TaskPoolStrategy(size=int(concurrency)) if concurrency else None
+        ds = self._map_like(f"Write{fmt.capitalize()}", WriteStage(sink, name=f"Write{fmt.capitalize()}"),
+                            compute, dict(remote_args or {}), min_rows=min_rows)
         for _ in ds._iter_bundles():
             pass
         self._last_stats = ds._last_stats
@@ -653,10 +659,15 @@ class Dataset(ConnectorMethods):
                   concurrency: int | None = None, mode: Any = "append", **arrow_orc_args: Any) -> None:
         """One ORC file per write task in directory ``path`` (``pyarrow.orc.write_table``;
         ``arrow_orc_args`` such as ``compression="zstd"`` pass through to it)."""
-        if filename_provider is not None:
-            raise NotImplementedError("write_orc(filename_provider=...) is not in raylite yet.")
+        from raylite.data._connectors import save_mode
+
+        if filename_provider is not None or arrow_open_stream_args:
+            raise NotImplementedError("write_orc(filename_provider=..., arrow_open_stream_args=...) is not in "
+                                      "raylite yet.")
+        save_mode(mode, ("append",), "write_orc")
         options = {**(arrow_orc_args_fn() if arrow_orc_args_fn else {}), **arrow_orc_args}
-        self._write(path, "orc", filesystem, try_create_dir, **options)
+        self._write(path, "orc", filesystem, try_create_dir,
+                    _task_args=(concurrency, ray_remote_args, min_rows_per_file), **options)
 
     def write_csv(self, path: str, *, filesystem: Any = None, try_create_dir: bool = True,
                   arrow_csv_args: dict[str, Any] | None = None, **kwargs: Any) -> None:

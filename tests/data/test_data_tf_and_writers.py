@@ -113,6 +113,10 @@ def test_write_orc_files_read_back_with_pyarrow(tmp_path):
     back = pads.dataset(str(tmp_path / "orc"), format="orc").to_table().sort_by("id")
     assert back.equals(table(50))
     assert rd.read_orc(str(tmp_path / "orc")).count() == 50
+    rd.from_arrow(table(50)).repartition(5).write_orc(str(tmp_path / "big"), min_rows_per_file=25)
+    assert len(list((tmp_path / "big").iterdir())) == 2
+    with pytest.raises(ValueError, match="mode="):
+        rd.from_arrow(table(1)).write_orc(str(tmp_path / "orc"), mode="overwrite")
 
 
 def test_write_delta_creates_appends_and_overwrites_a_table(tmp_path):
