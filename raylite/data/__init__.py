@@ -17,6 +17,7 @@ from raylite.data._connectors.api import (
     read_tfrecords,
     read_webdataset,
 )
+from raylite.data._connectors.audio import read_audio
 from raylite.data._connectors.delta import read_delta
 from raylite.data._internal.logical import ActorPoolStrategy, TaskPoolStrategy
 from raylite.data.aggregate import AbsMax, AggregateFn, Count, Max, Mean, Min, Std, Sum, Unique
@@ -104,6 +105,7 @@ __all__ = [
     "from_dask",
     "from_modin",
     "from_tf",
+    "read_audio",
     "read_delta",
     "read_iceberg",
     "read_lance",

@@ -150,3 +150,24 @@ def test_write_delta_partitions_by_a_column(tmp_path):
     assert sorted(got["v"]) == [1, 3]
     with pytest.raises(ValueError, match="no column"):
         rd.from_arrow(rows).write_delta(str(tmp_path / "bad"), partition_by=["zz"])
+
+
+# ------------------------------------------------------------------ readers
+
+
+def test_read_audio_decodes_each_file_like_soundfile(tmp_path):
+    soundfile = pytest.importorskip("soundfile")
+    t = np.linspace(0, 1, 800, dtype=np.float32)
+    stereo = np.stack([np.sin(2 * np.pi * 5 * t), np.cos(2 * np.pi * 3 * t)], axis=1) * 0.5
+    soundfile.write(tmp_path / "a.wav", stereo, 8000, subtype="FLOAT")
+    soundfile.write(tmp_path / "b.flac", stereo[:400, :1], 16000)
+    (tmp_path / "notes.txt").write_text("not audio")
+    rows = sorted(rd.read_audio(str(tmp_path), include_paths=True).take_all(), key=lambda r: r["path"])
+    assert [r["sample_rate"] for r in rows] == [8000, 16000]
+    assert rows[0]["amplitude"].shape == (2, 800) and rows[1]["amplitude"].shape == (1, 400)
+    expected, _ = soundfile.read(tmp_path / "b.flac", always_2d=True, dtype="float32")
+    assert np.array_equal(rows[1]["amplitude"], expected.T)
+    assert np.allclose(rows[0]["amplitude"], stereo.T)
+    (tmp_path / "bad.wav").write_bytes(b"RIFF garbage")
+    with pytest.raises(Exception, match="bad.wav could not be decoded"):
+        rd.read_audio(str(tmp_path / "bad.wav")).take_all()
