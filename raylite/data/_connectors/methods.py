@@ -91,7 +91,7 @@ class ConnectorMethods:
                     description: str | None = None, ray_remote_args: dict[str, Any] | None = None,
                     concurrency: int | None = None) -> None:
         """Write a Delta Lake table (new or existing): Parquet files from every task, one commit."""
-        from raylite.data._connectors.delta import DeltaDatasink
+        from raylite.data._connectors.delta_sink import DeltaDatasink
 
         if catalog is not None:
             raise NotImplementedError("write_delta(catalog=...) is not in raylite yet; pass the table's path.")
