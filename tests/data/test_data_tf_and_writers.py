@@ -32,6 +32,9 @@ def test_iter_tf_batches_gives_tensors_of_the_rows_every_epoch():
         assert np.concatenate([b["id"].numpy() for b in seen]).tolist() == list(range(10))
         assert seen[0]["name"].numpy().tolist() == [b"r0", b"r1", b"r2", b"r3"]
     assert len(list(ds.iterator().iter_tf_batches(batch_size=3, drop_last=True))) == 3
+    ragged = rd.from_items([{"v": [1, 2]}, {"v": [3]}])
+    with pytest.raises(ValueError, match="'v' cannot become one tf.Tensor"):
+        next(iter(ragged.iter_tf_batches()))
 
 
 def test_to_tf_pairs_features_with_labels_for_keras():

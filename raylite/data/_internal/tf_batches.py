@@ -38,9 +38,14 @@ def numpy_batch_to_tf(batch: dict[str, np.ndarray], dtypes: Any = None) -> dict[
     tf = import_tf()
     out: dict[str, Any] = {}
     for name, arr in batch.items():
-        if isinstance(arr, np.ndarray) and arr.dtype == object:
-            arr = arr.astype(str) if all(isinstance(v, str) for v in arr) else np.stack(list(arr))
-        out[name] = tf.convert_to_tensor(arr, dtype=_dtype_for(dtypes, name))
+        try:
+            if isinstance(arr, np.ndarray) and arr.dtype == object:
+                arr = arr.astype(str) if all(isinstance(v, str) for v in arr) else np.stack(list(arr))
+            out[name] = tf.convert_to_tensor(arr, dtype=_dtype_for(dtypes, name))
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"Column {name!r} cannot become one tf.Tensor ({e}); rows of different "
+                             "shapes (ragged lists) need map_batches to pad them, or drop the column "
+                             "with select_columns.") from e
     return out
 
 
