@@ -129,6 +129,12 @@ def keras_fit_loop(config):
     from raylite.train.tensorflow.keras import ReportCheckpointCallback
 
     x = np.arange(40, dtype=np.float32).reshape(20, 2) / 40
+    if config.get("from_shard"):  # the rank's Data shard (a streaming split) straight into fit
+        model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+        data = train.get_dataset_shard("train").to_tf("x", "y", batch_size=4)
+        model.fit(data, epochs=3, verbose=0, callbacks=[ReportCheckpointCallback(metrics={"mse": "loss"})])
+        return
     if config.get("strategy"):
         with tf.distribute.MultiWorkerMirroredStrategy().scope():
             model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
@@ -154,6 +160,19 @@ def test_keras_callback_reports_each_epoch_with_the_model(tmp_path):
         from raylite.train.tensorflow.keras import ReportCheckpointCallback
 
         ReportCheckpointCallback(checkpoint_on="epoch_finish")
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("cluster")
+def test_keras_fit_reads_the_data_shard_through_to_tf_every_epoch(tmp_path):
+    x = np.arange(40, dtype=np.float32).reshape(20, 2) / 40
+    rows = pa.table({"x": pa.FixedShapeTensorArray.from_numpy_ndarray(x), "y": x.sum(1)})
+    result = TensorflowTrainer(
+        keras_fit_loop, train_loop_config={"from_shard": True}, scaling_config=ScalingConfig(num_workers=1),
+        datasets={"train": raylite.data.from_arrow(rows)},
+        run_config=RunConfig(storage_path=str(tmp_path), name="shard")).fit()
+    history = result.metrics_dataframe["mse"].tolist()
+    assert len(history) == 3 and history[-1] < history[0]  # three full epochs, each over the shard
 
 
 @pytest.mark.slow
