@@ -185,3 +185,44 @@ def test_keras3_fit_under_multi_worker_strategy_is_an_upstream_limitation(tmp_pa
     with pytest.raises(Exception, match="PerReplica"):
         trainer.fit()
     pytest.xfail(KERAS3_MWMS_FIT)
+
+
+def legacy_keras_fit_loop(config):
+    """Ray's documented TensorFlow recipe: tf-keras (Keras 2) through TF_USE_LEGACY_KERAS=1, set
+    before this worker imports TensorFlow, then Keras fit under the multi-worker strategy."""
+    import os
+
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    import tensorflow as tf_legacy
+
+    from raylite.train.tensorflow.keras import ReportCheckpointCallback
+
+    rng = np.random.default_rng(train.get_context().get_world_rank())
+    x = rng.normal(size=(64, 2)).astype(np.float32)
+    y = x @ np.array([[3.0], [-2.0]], np.float32)
+    with tf_legacy.distribute.MultiWorkerMirroredStrategy().scope():
+        model = tf_legacy.keras.Sequential([tf_legacy.keras.layers.Dense(1, input_shape=(2,))])
+        model.compile(optimizer=tf_legacy.keras.optimizers.SGD(0.1), loss="mse")
+    data = prepare_dataset_shard(tf_legacy.data.Dataset.from_tensor_slices((x, y)).batch(16))
+    model.fit(data, epochs=3, verbose=0, callbacks=[ReportCheckpointCallback(metrics={"mse": "loss"})])
+    with open(os.path.join(config["out"], f"rank{train.get_context().get_world_rank()}.json"), "w") as f:
+        json.dump({"keras": type(model).__module__, "kernel": model.layers[0].kernel.numpy().ravel().tolist()}, f)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("cluster")
+def test_keras2_fit_under_multi_worker_strategy_through_tf_keras(tmp_path):
+    """The form Ray's TensorFlow guide uses; runs where tf-keras is installed (it is not in
+    raylite's extras: it depends on the full `tensorflow` wheel)."""
+    pytest.importorskip("tf_keras", reason="tf-keras is not installed: pip install tf-keras")
+    result = TensorflowTrainer(
+        legacy_keras_fit_loop, train_loop_config={"out": str(tmp_path)}, scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=str(tmp_path / "runs"), name="tf-keras")).fit()
+    seen = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert all(s["keras"].startswith("tf_keras") for s in seen)
+    assert seen[0]["kernel"] == seen[1]["kernel"]  # different data per rank, mirrored weights
+    losses = result.metrics_dataframe["mse"].tolist()
+    assert len(losses) == 3 and losses[-1] < losses[0] / 4
+    # a tf-keras model loads back under tf-keras (this driver's tf.keras is Keras 3)
+    assert os.path.exists(os.path.join(result.checkpoint.path, "model.keras"))
+
