@@ -6,15 +6,18 @@ This module is a facade: the implementation lives in ``dataset.py``,
 """
 
 from raylite.data._connectors.api import (
+    from_blocks,
     from_daft,
     from_dask,
     from_modin,
+    from_tf,
     read_iceberg,
     read_lance,
     read_sql,
     read_tfrecords,
     read_webdataset,
 )
+from raylite.data._connectors.audio import read_audio
 from raylite.data._connectors.delta import read_delta
 from raylite.data._internal.logical import ActorPoolStrategy, TaskPoolStrategy
 from raylite.data.aggregate import AbsMax, AggregateFn, Count, Max, Mean, Min, Std, Sum, Unique
@@ -97,9 +100,12 @@ __all__ = [
     "read_orc",
     "read_parquet",
     "read_text",
+    "from_blocks",
     "from_daft",
     "from_dask",
     "from_modin",
+    "from_tf",
+    "read_audio",
     "read_delta",
     "read_iceberg",
     "read_lance",

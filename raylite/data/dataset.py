@@ -483,6 +483,29 @@ class Dataset(ConnectorMethods):
             collate_fn=collate_fn, drop_last=drop_last, local_shuffle_buffer_size=local_shuffle_buffer_size,
             local_shuffle_seed=local_shuffle_seed)
 
+    def iter_tf_batches(self, *, prefetch_batches: int = 1, batch_size: int | None = 256,
+                        dtypes: Any = None, drop_last: bool = False,
+                        local_shuffle_buffer_size: int | None = None,
+                        local_shuffle_seed: int | None = None) -> EpochIterable[Any]:
+        """Batches as dicts of ``tf.Tensor`` (re-iterable per epoch); needs TensorFlow."""
+        return self.iterator().iter_tf_batches(
+            prefetch_batches=prefetch_batches, batch_size=batch_size, dtypes=dtypes, drop_last=drop_last,
+            local_shuffle_buffer_size=local_shuffle_buffer_size, local_shuffle_seed=local_shuffle_seed)
+
+    def to_tf(self, feature_columns: str | list[str], label_columns: str | list[str], *,
+              additional_columns: str | list[str] | None = None, prefetch_batches: int = 1,
+              batch_size: int = 1, drop_last: bool = False, local_shuffle_buffer_size: int | None = None,
+              local_shuffle_seed: int | None = None, feature_type_spec: Any = None,
+              label_type_spec: Any = None, additional_type_spec: Any = None) -> Any:
+        """A ``tf.data.Dataset`` of ``(features, labels[, additional])`` batches, for Keras ``fit``;
+        each pass over it runs the plan again."""
+        return self.iterator().to_tf(
+            feature_columns, label_columns, additional_columns=additional_columns,
+            prefetch_batches=prefetch_batches, batch_size=batch_size, drop_last=drop_last,
+            local_shuffle_buffer_size=local_shuffle_buffer_size, local_shuffle_seed=local_shuffle_seed,
+            feature_type_spec=feature_type_spec, label_type_spec=label_type_spec,
+            additional_type_spec=additional_type_spec)
+
     def take(self, limit: int = 20) -> list[dict[str, Any]]:
         """Up to ``limit`` rows as dicts."""
         return list(self.limit(limit).iter_rows()) if limit > 0 else []
@@ -611,9 +634,15 @@ class Dataset(ConnectorMethods):
 
     # ================================================================ writes
 
-    def _write(self, path: str, fmt: str, filesystem: Any, try_create_dir: bool, **options: Any) -> None:
+    def _write(self, path: str, fmt: str, filesystem: Any, try_create_dir: bool, *,
+               _task_args: tuple[int | None, dict[str, Any] | None, int | None] = (None, None, None),
+               **options: Any) -> None:
+        """``_task_args``: (concurrency, ray_remote_args, min_rows_per_file) for the write tasks."""
         sink = FileDatasink.create(path, fmt, filesystem, try_create_dir, **options)
-        ds = self._map_like(f"Write{fmt.capitalize()}", WriteStage(sink, name=f"Write{fmt.capitalize()}"), None, {})
+        concurrency, remote_args, min_rows = _task_args
+        compute = L.TaskPoolStrategy(size=int(concurrency)) if concurrency else None
+        ds = self._map_like(f"Write{fmt.capitalize()}", WriteStage(sink, name=f"Write{fmt.capitalize()}"),
+                            compute, dict(remote_args or {}), min_rows=min_rows)
         for _ in ds._iter_bundles():
             pass
         self._last_stats = ds._last_stats
@@ -622,6 +651,23 @@ class Dataset(ConnectorMethods):
                       arrow_parquet_args: dict[str, Any] | None = None, **kwargs: Any) -> None:
         """One Parquet file per write task in directory ``path``."""
         self._write(path, "parquet", filesystem, try_create_dir, **(arrow_parquet_args or {}))
+
+    def write_orc(self, path: str, *, filesystem: Any = None, try_create_dir: bool = True,
+                  arrow_open_stream_args: dict[str, Any] | None = None, filename_provider: Any = None,
+                  arrow_orc_args_fn: Callable[[], dict[str, Any]] | None = None,
+                  min_rows_per_file: int | None = None, ray_remote_args: dict[str, Any] | None = None,
+                  concurrency: int | None = None, mode: Any = "append", **arrow_orc_args: Any) -> None:
+        """One ORC file per write task in directory ``path`` (``pyarrow.orc.write_table``;
+        ``arrow_orc_args`` such as ``compression="zstd"`` pass through to it)."""
+        from raylite.data._connectors import save_mode
+
+        if filename_provider is not None or arrow_open_stream_args:
+            raise NotImplementedError("write_orc(filename_provider=..., arrow_open_stream_args=...) is not in "
+                                      "raylite yet.")
+        save_mode(mode, ("append",), "write_orc")
+        options = {**(arrow_orc_args_fn() if arrow_orc_args_fn else {}), **arrow_orc_args}
+        self._write(path, "orc", filesystem, try_create_dir,
+                    _task_args=(concurrency, ray_remote_args, min_rows_per_file), **options)
 
     def write_csv(self, path: str, *, filesystem: Any = None, try_create_dir: bool = True,
                   arrow_csv_args: dict[str, Any] | None = None, **kwargs: Any) -> None:

@@ -151,6 +151,58 @@ class DataIterator:
             local_shuffle_seed=local_shuffle_seed, _collate_fn=conv,
         )
 
+    def iter_tf_batches(
+        self,
+        *,
+        prefetch_batches: int = 1,
+        batch_size: int | None = 256,
+        dtypes: Any = None,
+        drop_last: bool = False,
+        local_shuffle_buffer_size: int | None = None,
+        local_shuffle_seed: int | None = None,
+    ) -> EpochIterable[Any]:
+        """Batches as dicts of ``tf.Tensor`` (``dtypes``: one dtype or a dict by column);
+        re-iterable, one epoch per ``for``."""
+        from raylite.data._internal.tf_batches import import_tf, numpy_batch_to_tf
+
+        import_tf()
+        return self.iter_batches(
+            prefetch_batches=prefetch_batches, batch_size=batch_size, batch_format="numpy",
+            drop_last=drop_last, local_shuffle_buffer_size=local_shuffle_buffer_size,
+            local_shuffle_seed=local_shuffle_seed, _collate_fn=lambda b: numpy_batch_to_tf(b, dtypes),
+        )
+
+    def to_tf(
+        self,
+        feature_columns: str | list[str],
+        label_columns: str | list[str],
+        *,
+        additional_columns: str | list[str] | None = None,
+        prefetch_batches: int = 1,
+        batch_size: int = 1,
+        drop_last: bool = False,
+        local_shuffle_buffer_size: int | None = None,
+        local_shuffle_seed: int | None = None,
+        feature_type_spec: Any = None,
+        label_type_spec: Any = None,
+        additional_type_spec: Any = None,
+    ) -> Any:
+        """A ``tf.data.Dataset`` yielding ``(features, labels)`` (and ``additional`` when asked):
+        a string names one column (one tensor), a list several (a dict of tensors). Each pass over
+        it (each Keras epoch) reads this iterator again."""
+        from raylite.data._internal.tf_batches import to_tf
+
+        def batches() -> Any:
+            return self.iter_batches(
+                prefetch_batches=prefetch_batches, batch_size=batch_size, batch_format="numpy",
+                drop_last=drop_last, local_shuffle_buffer_size=local_shuffle_buffer_size,
+                local_shuffle_seed=local_shuffle_seed)
+
+        schema = self.schema()
+        base = getattr(schema, "base_schema", schema)
+        return to_tf(batches, base, feature_columns, label_columns, additional_columns,
+                     feature_type_spec, label_type_spec, additional_type_spec)
+
     def to_torch(self, **kwargs: Any) -> Any:  # pragma: no cover - legacy Ray API
         raise NotImplementedError("to_torch() was removed in Ray 2.x; use iter_torch_batches().")
 

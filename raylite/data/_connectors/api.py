@@ -12,9 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 from raylite.data._connectors.interop_from import (  # noqa: F401 - re-exported
+    from_blocks,
     from_daft,
     from_dask,
     from_modin,
+    from_tf,
 )
 
 

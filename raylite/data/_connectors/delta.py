@@ -39,3 +39,4 @@ def read_delta(path: str | list[str], version: int | None = None, *,
                         override_num_blocks=override_num_blocks,
                         parallelism=None if parallelism == -1 else parallelism,
                         ray_remote_args=ray_remote_args, **options)
+

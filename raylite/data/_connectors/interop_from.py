@@ -46,3 +46,33 @@ def from_daft(df: Any) -> Any:
     from raylite.data.read_api import from_arrow
 
     return from_arrow(df.to_arrow())
+
+
+def from_tf(dataset: Any) -> Any:
+    """A MaterializedDataset of a ``tf.data.Dataset``'s elements, read on the driver as Ray
+    does: a dict element is a row, any other element the row ``{"item": element}``."""
+    from raylite.data._internal.tf_batches import import_tf
+    from raylite.data.read_api import from_items
+
+    tf = import_tf()
+    if not isinstance(dataset, tf.data.Dataset):
+        raise TypeError(f"from_tf expects a tf.data.Dataset, got {type(dataset).__name__}.")
+    return from_items(list(dataset.as_numpy_iterator()))
+
+
+def from_blocks(blocks: list[Any]) -> Any:
+    """A MaterializedDataset with one block per given pyarrow Table or pandas DataFrame."""
+    import pyarrow as pa
+
+    from raylite.data.read_api import from_arrow
+
+    tables = []
+    for i, block in enumerate(blocks):
+        if isinstance(block, pa.Table):
+            tables.append(block)
+        elif type(block).__name__ == "DataFrame" and hasattr(block, "to_dict"):
+            tables.append(pa.Table.from_pandas(block, preserve_index=False))
+        else:
+            raise TypeError(f"from_blocks: block {i} is a {type(block).__name__}; give pyarrow Tables or "
+                            "pandas DataFrames.")
+    return from_arrow(tables)

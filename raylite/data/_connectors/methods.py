@@ -85,6 +85,21 @@ class ConnectorMethods:
                                             overwrite_filter=overwrite_filter),
                             ray_remote_args=ray_remote_args, concurrency=concurrency)
 
+    def write_delta(self, path: str, *, catalog: Any = None, mode: Any = "append",
+                    partition_by: list[str] | None = None, storage_options: dict[str, str] | None = None,
+                    schema_mode: str = "merge", filesystem: Any = None, name: str | None = None,
+                    description: str | None = None, ray_remote_args: dict[str, Any] | None = None,
+                    concurrency: int | None = None) -> None:
+        """Write a Delta Lake table (new or existing): Parquet files from every task, one commit."""
+        from raylite.data._connectors.delta_sink import DeltaDatasink
+
+        if catalog is not None:
+            raise NotImplementedError("write_delta(catalog=...) is not in raylite yet; pass the table's path.")
+        self.write_datasink(DeltaDatasink(path, mode=mode, partition_by=partition_by,
+                                          storage_options=storage_options, schema_mode=schema_mode,
+                                          filesystem=filesystem, name=name, description=description),
+                            ray_remote_args=ray_remote_args, concurrency=concurrency)
+
     def to_dask(self, meta: Any = None, verify_meta: bool = True) -> Any:
         """A Dask DataFrame, one partition per block."""
         from raylite.data._connectors.interop_to import to_dask

@@ -46,7 +46,7 @@ class FileDatasink:
 
     @property
     def ext(self) -> str:
-        return {"parquet": "parquet", "csv": "csv", "json": "json", "numpy": "npy"}[self.fmt]
+        return {"parquet": "parquet", "csv": "csv", "json": "json", "numpy": "npy", "orc": "orc"}[self.fmt]
 
     def write(self, table: Block, task_index: int) -> str:
         name = f"{self.write_uuid}_{task_index:06d}_000000.{self.ext}"
@@ -62,6 +62,11 @@ class FileDatasink:
         import pyarrow.parquet as pq
 
         pq.write_table(table, f, **self.options)
+
+    def _write_orc(self, table: Block, f: Any) -> None:
+        import pyarrow.orc as paorc
+
+        paorc.write_table(table, f, **self.options)
 
     def _write_csv(self, table: Block, f: Any) -> None:
         import pyarrow.csv as pacsv

@@ -104,10 +104,15 @@ class ActorWorkerGroup:
         specs = [(actors[i], make_spec(info, metas[i], rank0)) for i, info in order]
         for _, spec in specs:
             spec.peers = tuple(self._metas)
-        # rank 0 first: its start opens what the others connect to (the rendezvous store),
-        # so none of them reaches a port that is not listening yet and backs off
-        raylite.get(specs[0][0].start.remote(specs[0][1], payload_ref))
-        raylite.get([actor.start.remote(spec, payload_ref) for actor, spec in specs[1:]])
+        if getattr(specs[0][1].backend, "start_ranks_together", False):
+            # a backend whose first collective call blocks until every rank has joined (and may
+            # hold the GIL meanwhile, so rank 0's start could not even return): all at once
+            raylite.get([actor.start.remote(spec, payload_ref) for actor, spec in specs])
+        else:
+            # rank 0 first: its start opens what the others connect to (the rendezvous store),
+            # so none of them reaches a port that is not listening yet and backs off
+            raylite.get(specs[0][0].start.remote(specs[0][1], payload_ref))
+            raylite.get([actor.start.remote(spec, payload_ref) for actor, spec in specs[1:]])
         for rank in range(self._n):
             self._issue_poll(rank)
 

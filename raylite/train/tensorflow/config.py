@@ -48,6 +48,13 @@ class TensorflowConfig(BackendConfig):
 
 @dataclass
 class TensorflowBackend:
+    """Every rank is started at once (``start_ranks_together``): building
+    ``MultiWorkerMirroredStrategy`` waits in TensorFlow's C++ for all ranks to join the
+    coordination service while holding the GIL, so a rank-0-first start deadlocks: rank 0's
+    ``start`` call cannot return (its thread is stuck) and rank 1 is never started."""
+
+    start_ranks_together: bool = True
+
     def on_start(self, spec: WorkerSpec) -> None:
         os.environ["TF_CONFIG"] = json.dumps(tf_config_for(spec))
 
