@@ -109,6 +109,12 @@ if "--libraries" in sys.argv:
         def __call__(self):
             return fn()
 
+    import socket
+
+    with socket.socket() as s:  # not Serve's default 8000: another test may hold it
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
     handle = serve.run(Replica.bind(), name="tb", route_prefix=None)
     check("serve", "cell", lambda: handle.remote().result())
     serve.shutdown()

@@ -10,6 +10,7 @@ environment the engine would start with.
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 
@@ -55,11 +56,20 @@ def _probe(config: LLMConfig, world_size: int, num_replicas: int = 1) -> list[di
     return list(seen.values())
 
 
+def _start_serve() -> None:
+    """Serve on a free port, not its default 8000: a test on another worker may hold that."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+
+
 @pytest.fixture
 def four_gpu_node():
     if raylite.is_initialized():
         raylite.shutdown()
     raylite.init(num_cpus=2, num_gpus=4, resources={"accelerator_type:A100": 1})
+    _start_serve()
     try:
         yield
     finally:
@@ -110,6 +120,7 @@ def test_an_engine_across_two_gpu_nodes_gets_each_nodes_gpus():
     cluster.add_node(num_cpus=1, num_gpus=2)
     cluster.wait_for_nodes()
     cluster.connect()
+    _start_serve()
     try:
         config = LLMConfig(model_loading_config={"model_id": "m", "model_source": "/m"},
                            engine_kwargs={"tensor_parallel_size": 2, "pipeline_parallel_size": 2},

@@ -123,7 +123,7 @@ def test_serve_run_serve_config_app(tiny_model, tmp_path):
 @pytest.mark.skipif(vllm_skip_reason() is not None, reason=str(vllm_skip_reason()))
 def test_vllm_pooling_runner_embeddings(tiny_model):
     cfg = {"model_loading_config": {"model_id": "embed", "model_source": tiny_model},
-           "engine_kwargs": {"max_model_len": 256, "enforce_eager": True, "runner": "pooling",
+           "engine_kwargs": {"max_model_len": 256, "enforce_eager": True, "dtype": "float32", "runner": "pooling",
                              "convert": "embed"}}
     with llm_app([cfg]) as base_url:
         client = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0, timeout=300)
