@@ -1,4 +1,4 @@
-"""Reading and writing experiment files on local disk or any fsspec URI (s3://, gs://,
+"""Reading and writing experiment files on local disk or a storage URI (s3://, gs://,
 file://, memory://), so one code path serves both."""
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ def is_uri(path: str) -> bool:
 
 
 def _fs(path: str) -> tuple[Any, str]:
-    import fsspec
+    """The filesystem Train resolves for `path` (s3:// through pyarrow's S3, which needs no
+    s3fs; other schemes through fsspec), so Tune reads and writes wherever Train does."""
+    from raylite.util._storage import fsspec_filesystem
 
-    return fsspec.core.url_to_fs(path)
+    return fsspec_filesystem(path)
 
 
 def join(base: str, *parts: str) -> str:
