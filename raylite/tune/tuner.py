@@ -201,6 +201,10 @@ class Tuner:
             cluster_resources=cluster,
             resources=lambda config: trial_resources(trainable, config),
             trial_dirname_creator=tc.trial_dirname_creator,
+            trial_name_creator=tc.trial_name_creator,
+            checkpoint_num_to_keep=getattr(rc.checkpoint_config, "num_to_keep", None),
+            checkpoint_score_attribute=getattr(rc.checkpoint_config, "checkpoint_score_attribute", None),
+            checkpoint_score_order=getattr(rc.checkpoint_config, "checkpoint_score_order", "max") or "max",
             id_prefix=uuid.uuid4().hex[:5])
         if self._restored is not None:
             state = self._restored

@@ -44,8 +44,19 @@ def test_pbt_copies_a_good_trials_checkpoint(cluster, storage, tmp_path):
             value, step = state["value"], state["step"]
             with open(tmp_path / f"restored-{tune.get_context().get_trial_id()}", "a") as f:
                 f.write(f"{value}\n")  # what this trial resumed from (its own or a donor's)
+        me = tune.get_context().get_trial_id()
+
+        def others_step() -> int:  # how far the other trial got (0 before its first step)
+            return max([int(f.name.split("-")[-1]) for f in tmp_path.glob("at-*") if f"at-{me}-" not in f.name],
+                       default=0)
+
         while step < 8:
             step += 1
+            # lockstep: PBT compares the trials at each perturbation interval, so neither may
+            # finish before the other reaches it (under load one raced through all 8 steps)
+            while others_step() < step - 1 and time.monotonic() < deadline + 60:
+                time.sleep(0.01)
+            (tmp_path / f"at-{me}-{step}").touch()
             value += config["lr"]
             d = tmp_path / f"{tune.get_context().get_trial_id()}-{step}-{os.urandom(4).hex()}"
             d.mkdir()

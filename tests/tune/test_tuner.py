@@ -190,3 +190,40 @@ def test_ray_names_resolve_to_raylite_tune():
 
     assert ray_tune is raylite.tune and ray.tune is raylite.tune and RayASHA is ASHAScheduler
     assert air.RunConfig is tune.RunConfig and tune.Checkpoint is train.Checkpoint
+
+
+def test_trial_name_creator_names_each_trial(cluster, storage):
+    def named(config):
+        tune.report({"name": tune.get_context().get_trial_name()})
+
+    grid = tune.Tuner(named, param_space={"lr": tune.grid_search([0.1, 0.01])},
+                      tune_config=tune.TuneConfig(trial_name_creator=lambda t: f"lr={t.config['lr']}"),
+                      run_config=train.RunConfig(storage_path=storage, name="names")).fit()
+    assert sorted(r.metrics["name"] for r in grid) == ["lr=0.01", "lr=0.1"]
+    # the directories keep Ray's default names: only the trial's name changes
+    assert all(os.path.basename(r.path).startswith("named_") for r in grid)
+
+
+def _five_checkpoints(config):
+    import tempfile
+
+    for step, score in enumerate([1, 5, 2, 4, 3]):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "step"), "w") as f:
+                f.write(str(step))
+            tune.report({"score": score, "step": step}, checkpoint=Checkpoint.from_directory(d))
+
+
+@pytest.mark.parametrize("attribute, kept_steps", [(None, [3, 4]), ("score", [1, 3, 4])])
+def test_num_to_keep_removes_the_other_checkpoints_from_storage(cluster, storage, attribute, kept_steps):
+    """The best `num_to_keep` by the score attribute stay (the newest without one), and always
+    the latest, as in Ray; the others' directories are gone."""
+    config = train.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=attribute)
+    grid = tune.Tuner(_five_checkpoints, run_config=train.RunConfig(
+        storage_path=storage, name="keep", checkpoint_config=config)).fit()
+    (result,) = list(grid)
+    on_disk = sorted(int(open(os.path.join(result.path, d, "step")).read())
+                     for d in os.listdir(result.path) if d.startswith("checkpoint_"))
+    assert on_disk == kept_steps
+    assert sorted(metrics["step"] for _, metrics in result.best_checkpoints) == kept_steps
+    assert result.checkpoint.path.endswith("checkpoint_000004")

@@ -79,8 +79,16 @@ class SaveExperiment:
     pass
 
 
+@dataclass(frozen=True)
+class DeleteCheckpoints:
+    """A trial's checkpoints past CheckpointConfig(num_to_keep=...): remove them from storage."""
+
+    trial: Trial
+    checkpoints: tuple[Checkpoint, ...]
+
+
 Event = TrialReported | TrialFinished | TrialFailed | TimePassed
-Effect = StartTrial | ContinueTrial | StopTrial | Notify | SaveExperiment
+Effect = StartTrial | ContinueTrial | StopTrial | Notify | SaveExperiment | DeleteCheckpoints
 
 
 class MetricNotReportedError(ValueError):
@@ -108,6 +116,10 @@ class ControllerSettings:
     id_prefix: str = "00000"
     start_s: float = 0.0
     strict_metric_checking: bool = True
+    # RunConfig(checkpoint_config=CheckpointConfig(...)): how many of a trial's checkpoints stay
+    checkpoint_num_to_keep: int | None = None
+    checkpoint_score_attribute: str | None = None
+    checkpoint_score_order: str = "max"
 
 
 class TuneController:
@@ -208,6 +220,8 @@ class TuneController:
                       experiment_tag=suggestion.tag, resources=resources,
                       max_failures=self.settings.max_failures)
         trial.evaluated_params = _flat_params(suggestion.config)
+        if self.settings.trial_name_creator is not None:
+            trial.custom_trial_name = str(self.settings.trial_name_creator(trial))
         trial.path = os.path.join(self.settings.experiment_path, self._dirname(trial))
         self._trials.append(trial)
         self._by_id[trial_id] = trial
@@ -315,6 +329,9 @@ class TuneController:
             trial.checkpoints.append((checkpoint, result))
         trial.update_last_result(result)
         effects: list[Effect] = [Notify("on_trial_result", trial, result)]
+        dropped = self._checkpoints_past_limit(trial)
+        if dropped:
+            effects.append(DeleteCheckpoints(trial, tuple(dropped)))
         self.search_alg.on_trial_result(trial.trial_id, result)
         decision = self.scheduler.on_trial_result(self, trial, result)
         if self.stopper.stop_all():
@@ -327,6 +344,29 @@ class TuneController:
             trial.status = Trial.PAUSED
             return effects + [StopTrial(trial, save=True), SaveExperiment()]
         return effects + [ContinueTrial(trial)]
+
+    def _checkpoints_past_limit(self, trial: Trial) -> list[Checkpoint]:
+        """Take the checkpoints past `checkpoint_num_to_keep` off the trial, as Ray does: the
+        best ones by `checkpoint_score_attribute` (the newest without one), and always the
+        latest, which a retry or a PBT exploit resumes from."""
+        keep = self.settings.checkpoint_num_to_keep
+        if keep is None or len(trial.checkpoints) <= keep:
+            return []
+        attr = self.settings.checkpoint_score_attribute
+        if attr is None:
+            kept = trial.checkpoints[-keep:]
+        else:
+            sign = 1.0 if self.settings.checkpoint_score_order == "max" else -1.0
+
+            def score(entry: tuple[Checkpoint, dict]) -> float:
+                value = entry[1].get(attr)
+                return sign * value if isinstance(value, int | float) else -float("inf")  # unscored go first
+
+            kept = sorted(trial.checkpoints, key=score, reverse=True)[:keep]
+        kept_ids = {id(entry) for entry in kept} | {id(trial.checkpoints[-1])}
+        dropped = [c for entry in trial.checkpoints if id(entry) not in kept_ids for c in (entry[0],)]
+        trial.checkpoints = [entry for entry in trial.checkpoints if id(entry) in kept_ids]
+        return dropped
 
     def _complete(self, trial: Trial, result: dict, stop_actor: bool) -> list[Effect]:
         trial.status = Trial.TERMINATED

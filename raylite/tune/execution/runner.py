@@ -6,6 +6,7 @@ prints progress. Every decision is the controller's; this module only does what 
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any
 
 import raylite
@@ -13,6 +14,7 @@ from raylite.train import Checkpoint
 from raylite.tune.callback import CallbackList
 from raylite.tune.execution.controller import (
     ContinueTrial,
+    DeleteCheckpoints,
     Notify,
     SaveExperiment,
     StartTrial,
@@ -165,6 +167,19 @@ class TrialRunner:
                 self._notify(effect)
             elif isinstance(effect, SaveExperiment):
                 self._save_wanted = True
+            elif isinstance(effect, DeleteCheckpoints):
+                self._delete_checkpoints(effect)
+
+    def _delete_checkpoints(self, effect: DeleteCheckpoints) -> None:
+        """Remove checkpoints past num_to_keep; one that cannot be removed is left, with a warning."""
+        for checkpoint in effect.checkpoints:
+            try:
+                checkpoint.filesystem.rm(checkpoint.path, recursive=True)
+            except FileNotFoundError:
+                pass
+            except Exception as exc:  # noqa: BLE001 - a leftover checkpoint never fails the experiment
+                warnings.warn(f"Tune could not delete trial {effect.trial}'s checkpoint {checkpoint.path} "
+                              f"(past CheckpointConfig(num_to_keep=...)): {exc}", stacklevel=2)
 
     def _notify(self, effect: Notify) -> None:
         trials = self._controller.get_trials()

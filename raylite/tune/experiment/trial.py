@@ -36,6 +36,7 @@ class Trial:
         self.path = path  # the trial's directory (local path or URI)
         self.evaluated_params = evaluated_params or {}
         self.max_failures = max_failures
+        self.custom_trial_name: str | None = None  # set from TuneConfig.trial_name_creator
         self.status = Trial.PENDING
         self.last_result: dict[str, Any] = {}
         self.metric_analysis: dict[str, dict[str, float]] = {}
@@ -94,7 +95,9 @@ class Trial:
                         avg=seen["avg"] + (value - seen["avg"]) / count, count=count)
 
     def __str__(self) -> str:
-        return f"{self.trainable_name}_{self.trial_id}"
+        """The trial's name: TuneConfig(trial_name_creator=...)'s, else `<trainable>_<id>`."""
+        custom = getattr(self, "custom_trial_name", None)  # absent from older experiment states
+        return custom if custom else f"{self.trainable_name}_{self.trial_id}"
 
     def __repr__(self) -> str:
         return str(self)
