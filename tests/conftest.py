@@ -25,6 +25,7 @@ if _XDIST_WORKER:
     os.environ["RAYLITE_TEMP_DIR"] = f"{os.environ.get('RAYLITE_TEMP_DIR', '/tmp/raylite')}-{_XDIST_WORKER}"
 
 import raylite  # noqa: E402
+from tests.s3_server import s3_cluster, s3_env, s3_server  # noqa: E402, F401 - fixtures for every test
 
 
 def _share_httpx_default_ssl_context() -> None:

@@ -120,3 +120,16 @@ def s3_env(s3_server):
         for key, value in s3_server.env().items():
             mp.setenv(key, value)
         yield s3_server
+
+
+@pytest.fixture(scope="module")
+def s3_cluster(request, s3_env):
+    """A local cluster started after s3_env, so its daemons and workers see the S3 server; the
+    module's S3_CLUSTER_CPUS (default 2) sets its CPUs. Yields the server."""
+    import raylite
+
+    if raylite.is_initialized():
+        raylite.shutdown()
+    raylite.init(num_cpus=getattr(request.module, "S3_CLUSTER_CPUS", 2))
+    yield s3_env
+    raylite.shutdown()

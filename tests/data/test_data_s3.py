@@ -14,21 +14,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import raylite
 import raylite.data as rd
-from tests.s3_server import s3_env, s3_server, start_s3_server  # noqa: F401 - fixtures
+from tests.s3_server import start_s3_server
 
 pytestmark = pytest.mark.timeout(180)
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-
-@pytest.fixture(scope="module")
-def s3_cluster(s3_env):  # noqa: F811 - the fixture imported above
-    if raylite.is_initialized():
-        raylite.shutdown()
-    raylite.init(num_cpus=2)
-    yield s3_env
-    raylite.shutdown()
 
 
 @pytest.fixture(scope="module")

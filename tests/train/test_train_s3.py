@@ -18,20 +18,13 @@ from raylite import train
 from raylite.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from raylite.train.torch import TorchTrainer
 from tests.cluster.conftest import make_cluster, wait_until  # noqa: F401 - make_cluster is a fixture
-from tests.s3_server import s3_env, s3_server, start_s3_server  # noqa: F401 - fixtures
+from tests.s3_server import start_s3_server
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.timeout(240)
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-
-@pytest.fixture(scope="module")
-def s3_cluster(s3_env):  # noqa: F811 - the fixture imported above
-    if raylite.is_initialized():
-        raylite.shutdown()
-    raylite.init(num_cpus=4)
-    yield s3_env
-    raylite.shutdown()
+S3_CLUSTER_CPUS = 4
 
 
 def counting_loop(config):

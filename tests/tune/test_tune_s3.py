@@ -9,22 +9,12 @@ import sys
 import cloudpickle
 import pytest
 
-import raylite
 from raylite import train, tune
 from raylite.train import Checkpoint
-from tests.s3_server import s3_env, s3_server  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.timeout(240)
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-
-@pytest.fixture(scope="module")
-def s3_cluster(s3_env):  # noqa: F811 - the fixture imported above
-    if raylite.is_initialized():
-        raylite.shutdown()
-    raylite.init(num_cpus=2)
-    yield s3_env
-    raylite.shutdown()
 
 
 def trainable(config):
