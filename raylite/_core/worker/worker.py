@@ -416,7 +416,11 @@ class Worker:
         return self._graph_host().abort(graph_id)
 
     def _terminate_actor(self) -> None:
-        """`handle.__ray_terminate__.remote()`: end this actor for good (no restart)."""
+        """`handle.__ray_terminate__.remote()`: end this actor for good (no restart).
+
+        The atexit handlers run before the head hears of it: once it has, the node may end
+        this process at any moment (on a loaded machine that came first, and they never ran)."""
+        _run_atexit_handlers()
         with contextlib.suppress(Exception):
             self.client.run_sync(self.client.head.request(P.KillActor(self.actor_spec.actor_id, True, False)),
                                  timeout=5)
@@ -425,10 +429,7 @@ class Worker:
     def exit_gracefully(self) -> None:
         """End this actor's process on purpose: its atexit handlers run first, as in Ray (a
         kill does not run them), then the output is flushed."""
-        import atexit
-
-        with contextlib.suppress(BaseException):
-            atexit._run_exitfuncs()
+        _run_atexit_handlers()
         self._drain_output()
         os._exit(0)
 
@@ -681,3 +682,11 @@ def _send_quietly(conn, msg: P.Message) -> None:
 def main(request: dict) -> None:
     Worker(request).run()
 
+
+def _run_atexit_handlers() -> None:
+    """Run the process's atexit handlers now, once (they are cleared after): os._exit skips them."""
+    import atexit
+
+    with contextlib.suppress(BaseException):
+        atexit._run_exitfuncs()
+    atexit._clear()
