@@ -434,6 +434,9 @@ class Worker:
         os._exit(0)
 
     def _exit_actor(self, conn, spec: TaskSpec) -> None:
+        # its atexit handlers run now, while the process is whole: once the actor's end is known
+        # the node may end the process before the interpreter's own exit would run them
+        _run_atexit_handlers()
         err = E.ActorDiedError("The actor exited on purpose (exit_actor() was called).")
         self.client.loop.call_soon_threadsafe(lambda: None)
         raise SystemExit(0) from err
