@@ -90,6 +90,23 @@ def wait_for(predicate, timeout_s: float = 30.0, interval_s: float = 0.02, what:
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
+def hide_module(monkeypatch, name: str, error: type[ImportError] = ModuleNotFoundError) -> None:
+    """Make `import name` (and its submodules) fail for the rest of the test, as on a machine
+    without that package: for the tests of the errors that name the pip command."""
+    import builtins
+    import sys
+
+    real_import = builtins.__import__
+
+    def refuse(module, *args, **kwargs):
+        if module == name or module.startswith(name + "."):
+            raise error(f"No module named '{name}'")
+        return real_import(module, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", refuse)
+    monkeypatch.delitem(sys.modules, name, raising=False)
+
+
 def process_gone(pid: int) -> bool:
     """The process exited: its pid is free, or it is a zombie its parent has not reaped yet.
 

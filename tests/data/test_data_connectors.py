@@ -235,17 +235,9 @@ def test_dask_modin_daft_round_trips():
 
 
 def test_missing_package_names_the_pip_command(monkeypatch):
-    import builtins
+    from tests.conftest import hide_module
 
-    real_import = builtins.__import__
-
-    def no_lance(name, *args, **kwargs):
-        if name == "lance" or name.startswith("lance."):
-            raise ImportError("No module named 'lance'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_lance)
-    monkeypatch.delitem(__import__("sys").modules, "lance", raising=False)
+    hide_module(monkeypatch, "lance", ImportError)
     with pytest.raises(ImportError, match="pip install pylance"):
         rd.read_lance("/nowhere")
 

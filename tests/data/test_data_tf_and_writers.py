@@ -80,16 +80,9 @@ def test_from_tf_reads_each_element_as_a_row():
 
 
 def test_tf_views_name_the_pip_command_without_tensorflow(monkeypatch):
-    import builtins
+    from tests.conftest import hide_module
 
-    real_import = builtins.__import__
-
-    def no_tf(name, *args, **kwargs):
-        if name == "tensorflow" or name.startswith("tensorflow."):
-            raise ModuleNotFoundError("No module named 'tensorflow'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_tf)
+    hide_module(monkeypatch, "tensorflow")
     with pytest.raises(ModuleNotFoundError, match="pip install tensorflow"):
         rd.from_arrow(table(3)).iter_tf_batches()
 
