@@ -426,6 +426,11 @@ class Worker:
                                  timeout=5)
         self.exit_gracefully()
 
+    def run_exit_handlers(self) -> None:
+        """Run the process's atexit handlers now, once: before the actor's end is reported,
+        after which the node may end this process before they could run."""
+        _run_atexit_handlers()
+
     def exit_gracefully(self) -> None:
         """End this actor's process on purpose: its atexit handlers run first, as in Ray (a
         kill does not run them), then the output is flushed."""
