@@ -5,11 +5,18 @@ DeepSpeed runs on its CPU accelerator over the gloo group raylite sets up (no la
 `init_distributed`): the same code runs on GPUs with `use_gpu=True` and NCCL. DeepSpeed's fused
 CPU Adam needs a compiled extension, so the config asks for torch's Adam
 (`torch_adam`, with `zero_force_ds_cpu_optimizer` off), as raylite's TorchTrainer docs say.
+
+On CPU, DeepSpeed's communication backend JIT-compiles a shared-memory op (`deepspeed_shm_comm`,
+50-125 s on 2 cores) under a lock file in torch's extension cache. Every rank waits on that lock
+with no timeout, and a build killed half-way leaves the lock behind for good (a stale one in
+`~/.cache/torch_extensions` hung both ranks of a CI run). So the test builds the op once, in a
+subprocess with a deadline, into a directory it owns, and the ranks load it from there.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -42,6 +49,7 @@ ZERO3 = {
 
 
 def zero3_loop(config):
+    os.environ["TORCH_EXTENSIONS_DIR"] = config["extensions_dir"]  # the op the fixture built
     import deepspeed
     import torch
     from transformers import AutoModelForCausalLM
@@ -81,9 +89,32 @@ def tiny_causal_lm(tmp_path_factory):
     return str(path)
 
 
-def test_zero3_with_cpu_offload_trains_checkpoints_and_resumes(cluster, tiny_causal_lm, tmp_path):
+BUILD_SHM_OP = """
+from deepspeed.accelerator import get_accelerator
+builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+if builder is not None:
+    builder.load()
+"""
+
+
+@pytest.fixture(scope="module")
+def extensions_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("torch-extensions")
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(path)}
+    try:
+        built = subprocess.run([sys.executable, "-c", BUILD_SHM_OP], env=env, capture_output=True,
+                               text=True, timeout=360)
+    except subprocess.TimeoutExpired:
+        pytest.fail("building DeepSpeed's CPU shared-memory op took over 360 s")
+    assert built.returncode == 0, f"building DeepSpeed's CPU shared-memory op failed:\n{built.stderr[-3000:]}"
+    return str(path)
+
+
+@pytest.mark.timeout(720)  # the op's build (fixture) and two trainings
+def test_zero3_with_cpu_offload_trains_checkpoints_and_resumes(cluster, tiny_causal_lm, extensions_dir, tmp_path):
     def trainer(epochs, resume_from=None):
-        return TorchTrainer(zero3_loop, train_loop_config={"model_dir": tiny_causal_lm, "epochs": epochs},
+        return TorchTrainer(zero3_loop, train_loop_config={"model_dir": tiny_causal_lm, "epochs": epochs,
+                                                           "extensions_dir": extensions_dir},
                             scaling_config=ScalingConfig(num_workers=2),
                             run_config=RunConfig(storage_path=str(tmp_path), name=f"zero3-{epochs}", verbose=0),
                             resume_from_checkpoint=resume_from)
