@@ -45,8 +45,20 @@ class HeadCalls:
         return self.head_request(P.GetClusterInfo())
 
     def local_node_info(self) -> P.GetNodeInfoReply:
-        """This process's node as it sees itself now (no heartbeat lag)."""
-        return self.node_request(P.GetNodeInfo())
+        """This process's node as it sees itself now (no heartbeat lag).
+
+        The leases this process keeps idle for a moment, to reuse their workers for the next
+        task, go back first: otherwise `available_resources()` read right after the work would
+        count them as used, where Ray returns an idle worker at once. The return travels on the
+        same connection as the question, so the node has it before it answers.
+        """
+        async def ask() -> P.GetNodeInfoReply:
+            release = getattr(self, "return_idle_leases", None)
+            if release is not None:
+                release()
+            return await self.node.request(P.GetNodeInfo())
+
+        return self.run_sync(ask())
 
     def object_tables(self, timeout_s: float | None = None) -> tuple[list[tuple[dict, Any]], dict[str, Any]]:
         """For list_objects(): [(node, its NodeInfo)] for every alive node that answered, and

@@ -280,8 +280,12 @@ class TaskSubmitter:
                     self.loop.call_later(0.1, self._pump, q)
                     return
             else:
-                reply = await self.node.request(
-                    P.RequestLease(lease_id, q.resources, q.strategy, q.runtime_env, q.description))
+                q.asking[lease_id] = self.node
+                try:
+                    reply = await self.node.request(
+                        P.RequestLease(lease_id, q.resources, q.strategy, q.runtime_env, q.description))
+                finally:
+                    q.asking.pop(lease_id, None)
             if reply.spillback_address:  # another node has room: lease from it directly
                 try:
                     node_conn = await self.connection(reply.spillback_address)
@@ -358,6 +362,19 @@ class TaskSubmitter:
             pass
 
     def _on_release_idle_leases(self, conn, msg, rid):
+        self.return_idle_leases()
+
+    def return_idle_leases(self) -> None:
+        """Give back every lease with nothing running and nothing queued (on the I/O loop).
+
+        Lease requests still waiting at the node for a queue that has run dry are cancelled
+        first: else the CPU a return frees goes straight to one of them, for no task.
+        """
+        for q in self._queues.values():
+            if not q.tasks:
+                for lease_id, conn in list(q.asking.items()):
+                    with contextlib.suppress(Exception):
+                        conn.send(P.CancelLease(lease_id))
         for lease in list(self._leases.values()):
             if lease.in_flight == 0 and not lease.queue.tasks:
                 if lease.idle_handle is not None:
