@@ -45,7 +45,7 @@ from raylite._core.task_spec import (
     PackedArgs,
     TaskSpec,
 )
-from raylite._core.worker import actor_groups
+from raylite._core.worker import actor_groups, proctitle
 from raylite._core.worker.cgraph_runner import GraphHost
 from raylite._core.worker.output import OutputForwarder
 
@@ -316,6 +316,7 @@ class Worker:
         events.record(spec.task_id, spec.attempt, spec.job_id, state, time.time(), extra)
 
     def _record_end(self, spec: TaskSpec, reply: Any) -> None:
+        self._idle_title()
         kind = getattr(reply, "error_kind", "")
         if not kind and getattr(reply, "ok", True):
             self._record(spec, "FINISHED")
@@ -325,10 +326,16 @@ class Worker:
                                       "TASK_EXECUTION_EXCEPTION", "error_message": error,
                                       "traceback": getattr(self._last_error, "traceback", "")})
 
+    def _idle_title(self) -> None:
+        spec = self.actor_spec
+        proctitle.set_title(f"ray::{spec.function.qualname.rsplit('.', 1)[-1]}" if spec is not None
+                            else proctitle.IDLE)
+
     def _enter(self, spec: TaskSpec) -> None:
         self._record(spec, "RUNNING")
         self.ctx.task_id = spec.task_id
         self.ctx.task_name = spec.display_name()
+        proctitle.set_title(f"ray::{self.ctx.task_name}")
         self.ctx.current_spec = spec
         self.ctx.job_id = spec.job_id
         self.client.job_id = spec.job_id
@@ -605,6 +612,7 @@ class Worker:
             self._reply(conn, rid, P.CreateActorReply(False, ser.serialize(err).to_inline()))
             return
         self._record(spec, "FINISHED")
+        self._idle_title()
         self._reply(conn, rid, P.CreateActorReply(True))
 
     async def _run_async_call(self, conn, rid: int, spec: TaskSpec, sema: asyncio.Semaphore) -> None:
@@ -688,7 +696,9 @@ def _send_quietly(conn, msg: P.Message) -> None:
 
 
 def main(request: dict) -> None:
-    Worker(request).run()
+    worker = Worker(request)
+    proctitle.set_title(proctitle.IDLE)
+    worker.run()
 
 
 def _run_atexit_handlers() -> None:

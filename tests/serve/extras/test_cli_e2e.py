@@ -161,16 +161,21 @@ def serve_run(args, env, cwd, log_path):
 
 
 def processes_using(path: str) -> list[int]:
-    """Pids whose command line mentions `path` (the private session dir: the cluster's daemons)."""
+    """Pids whose command line or environment mentions `path` (the private session dir, or the
+    RAYLITE_TEMP_DIR every process of the cluster inherits: workers retitle themselves ray::...)."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if path.encode() in f.read():
-                        found.append(int(entry))
+                    mentions = path.encode() in f.read()
+                if not mentions:
+                    with open(f"/proc/{entry}/environ", "rb") as f:
+                        mentions = path.encode() in f.read()
             except OSError:
                 continue
+            if mentions and int(entry) != os.getpid():
+                found.append(int(entry))
     return found
 
 
