@@ -233,8 +233,10 @@ class ActorClass(ExportedCode):
             handle = ActorHandle(reply.actor_id, existing.function.qualname, existing.method_meta,
                                  existing.max_task_retries, owned=False)
         else:
+            # Named or not, a non-detached actor ends with its creator's last handle, as in Ray;
+            # handles from get_actor() are weak (they do not keep it alive)
             handle = ActorHandle(actor_id, self._cls.__qualname__, self._meta, spec.max_task_retries,
-                                 owned=not detached and not name)
+                                 owned=not detached)
         if handle._meta == self._meta:  # the same class: its signatures check calls made here
             handle._signatures = self._signatures
         return handle

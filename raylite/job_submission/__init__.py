@@ -166,7 +166,8 @@ class JobSubmissionClient:
         from websockets.exceptions import ConnectionClosed
 
         async with connect(self._api.ws_url(f"/api/jobs/{job_id}/logs/tail"),
-                           additional_headers=self._api.headers, max_size=None) as ws:
+                           additional_headers=self._api.headers, max_size=None,
+                           close_timeout=2) as ws:  # Ctrl-C's teardown waits at most this for the head
             while True:
                 try:
                     message = await ws.recv()

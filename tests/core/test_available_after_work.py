@@ -32,3 +32,22 @@ def test_a_finished_task_no_longer_holds_its_cpu_and_an_actor_still_does(cluster
     assert ray.get(one.remote()) == 1  # tasks still run after their leases went back
     assert ray.available_resources()["CPU"] == 1.0
     ray.kill(holder)
+
+
+@ray.remote
+def pause(seconds: float) -> float:
+    import time
+
+    time.sleep(seconds)
+    return seconds
+
+
+def test_tasks_submitted_around_the_cancelled_lease_requests_all_run(cluster):
+    """Reading the resources cancels the lease requests of a queue that ran dry; tasks queued
+    while those cancels travel must still get workers (they had counted on those requests)."""
+    for _ in range(15):
+        first = [pause.remote(0.005) for _ in range(6)]  # 2 leases granted, the other asks wait
+        ray.get(first[0])
+        ray.available_resources()  # cancels whatever asks are still waiting
+        second = [pause.remote(0.0) for _ in range(6)]
+        assert len(ray.get(first + second, timeout=60)) == 12

@@ -302,6 +302,9 @@ class TaskSubmitter:
         q.requesting -= 1
         if reply.error_type:
             if reply.error_type == "Cancelled":
+                # tasks queued after the cancel was sent counted on this request: ask anew
+                if q.tasks:
+                    self._pump(q)
                 return
             err_cls = getattr(E, reply.error_type, E.RaySystemError)
             self._fail_queue(q, err_cls(reply.error))

@@ -1,0 +1,47 @@
+"""A named actor that is not detached ends with its creator's last handle, as in Ray: a handle
+from `get_actor()` is weak (it does not keep the actor alive). A detached one lives on."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+import raylite as ray
+from tests.conftest import wait_for
+
+
+@ray.remote
+class Greeter:
+    def hello(self) -> str:
+        return "hello"
+
+
+def gone(name: str) -> bool:
+    try:
+        ray.get_actor(name)
+    except ValueError:
+        return True
+    return False
+
+
+def test_dropping_the_creators_handle_ends_a_named_actor_even_with_get_actor_handles(cluster):
+    actor = Greeter.options(name="weakly-held").remote()
+    assert ray.get(actor.hello.remote()) == "hello"
+    looked_up = [ray.get_actor("weakly-held") for _ in range(3)]
+    assert ray.get(looked_up[0].hello.remote()) == "hello"
+    del actor
+    gc.collect()
+    wait_for(lambda: gone("weakly-held"), what="the named actor to end with its creator's handle")
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(looked_up[1].hello.remote(), timeout=30)
+    Greeter.options(name="weakly-held").remote()  # the name is free again
+
+
+def test_a_detached_named_actor_outlives_its_handles(cluster):
+    actor = Greeter.options(name="lives-on", lifetime="detached").remote()
+    ray.get(actor.hello.remote())
+    del actor
+    gc.collect()
+    assert ray.get(ray.get_actor("lives-on").hello.remote()) == "hello"  # no wait: it never ends
+    ray.kill(ray.get_actor("lives-on"))
