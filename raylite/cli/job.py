@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sys
 import time
 from typing import Any
@@ -119,21 +120,48 @@ def _load_yaml(path: str) -> dict[str, Any]:
 
 
 def _follow(client: Any, sid: str) -> None:
-    async def run() -> None:
+    """Print the job's output until it ends; Ctrl-C stops the following, not the job.
+
+    Ctrl-C is caught by a handler of this loop, not by asyncio.run's cancel-the-main-task:
+    the stream's task is cancelled and given 2 s to close, and the command exits either way.
+    (Once in CI, under load, Ctrl-C left the command following for over a minute: a library
+    that swallows a cancellation must not keep the user's terminal.)
+    """
+    async def stream() -> None:
         async for chunk in client.tail_job_logs(sid):
             sys.stdout.write(chunk)
             sys.stdout.flush()
 
+    async def run() -> bool:  # True when Ctrl-C ended it
+        loop = asyncio.get_running_loop()
+        interrupted = loop.create_future()
+        loop.add_signal_handler(signal.SIGINT, lambda: interrupted.done() or interrupted.set_result(None))
+        task = asyncio.ensure_future(stream())
+        try:
+            await asyncio.wait({task, interrupted}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+        if task.done():
+            task.result()  # the stream's own error (a RuntimeError naming it), if any
+            return False
+        task.cancel()
+        await asyncio.wait({task}, timeout=2.0)
+        return True
+
+    loop = asyncio.new_event_loop()
     try:
-        asyncio.run(run())
+        interrupted = loop.run_until_complete(run())
     except RuntimeError as e:
         _fail(str(e))
-    except KeyboardInterrupt:  # Ctrl-C stops the following, not the job: say so, and how to go on
+    except KeyboardInterrupt:  # a Ctrl-C before the loop's handler was in place
+        interrupted = True
+    if interrupted:  # say the job goes on, and how to go on
         ctx = click.get_current_context(silent=True)
         cmd = "ray" if ctx is not None and ctx.find_root().info_name == "ray" else "raylite"
         click.echo(f"\nStopped following job '{sid}'; it keeps running. Stop it with `{cmd} job stop "
                    f"{sid}`, follow it again with `{cmd} job logs {sid} --follow`.", err=True)
         sys.exit(130)
+    loop.close()
 
 
 def _exit_with_status(client: Any, sid: str) -> None:
