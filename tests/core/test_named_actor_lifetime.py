@@ -45,3 +45,36 @@ def test_a_detached_named_actor_outlives_its_handles(cluster):
     gc.collect()
     assert ray.get(ray.get_actor("lives-on").hello.remote()) == "hello"  # no wait: it never ends
     ray.kill(ray.get_actor("lives-on"))
+
+
+@ray.remote
+class Pid:
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+
+def try_create(name: str):
+    try:
+        return Pid.options(name=name).remote()
+    except ValueError:
+        return None
+
+
+def test_a_crashed_named_actor_keeps_its_name_while_its_creator_holds_a_handle(cluster):
+    import psutil
+
+    first = Pid.options(name="held-name", max_restarts=0).remote()
+    psutil.Process(ray.get(first.pid.remote())).kill()
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(first.pid.remote(), timeout=30)
+    with pytest.raises(ValueError, match="still belongs to an actor that died.*Drop those handles"):
+        Pid.options(name="held-name").remote()
+    del first
+    gc.collect()
+    second = wait_for(lambda: try_create("held-name"), what="the name to be free once the handle is dropped")
+    assert ray.get(second.pid.remote()) > 0
+    ray.kill(second)  # a kill frees the name at once
+    third = wait_for(lambda: try_create("held-name"), what="the name to be free after raylite.kill()")
+    assert ray.get(third.pid.remote()) > 0

@@ -115,6 +115,10 @@ class ActorRecord:
     death_cause: str = ""
     creation_error: object = None
     no_restart: bool = False
+    # a named, non-detached actor that died on its own keeps its name while its creator's
+    # handles live, as in Ray; a kill (raylite.kill, or the last handle dropped) or the
+    # owner's exit frees it. Not persisted: a restarted head frees such names.
+    name_held: bool = False
 
 
 @dataclass
@@ -514,9 +518,14 @@ class ControlStore:
                 raise NameTakenError(f"The name {spec.actor_name!r} (namespace={spec.namespace!r}) is "
                                      "already taken by a live actor. Pick another name, kill the existing "
                                      "actor, or pass get_if_exists=True to reuse it.")
+            if existing is not None and self.actors[existing].name_held:
+                raise NameTakenError(
+                    f"The name {spec.actor_name!r} (namespace={spec.namespace!r}) still belongs to an actor "
+                    f"that died ({self.actors[existing].death_cause}) while its creator holds handles to "
+                    "it. Drop those handles or call raylite.kill() on one to free the name, or pick another.")
             self.named[key] = spec.actor_id
             effects.append(Persist("named", _key(*key), spec.actor_id))
-        rec = ActorRecord(spec)
+        rec = ActorRecord(spec, name_held=bool(spec.actor_name) and not spec.detached)
         self.actors[spec.actor_id] = rec
         effects += [self._persist_actor(rec), ScheduleActor(spec.actor_id)]
         return rec, False, effects
@@ -591,6 +600,7 @@ class ControlStore:
         rec = self.actors.get(actor_id)
         if rec is None:
             return []
+        rec.name_held = False  # killed on purpose (or its last handle went): the name is free once dead
         if no_restart:
             rec.no_restart = True
         node = self.nodes.get(rec.node_id)
@@ -608,6 +618,8 @@ class ControlStore:
             if rec is not None and rec.worker_id == worker_id:
                 effects += self._actor_died(actor_id, reason)
         for owned_id, rec in list(self.actors.items()):
+            if rec.spec.owner_worker_id == worker_id and not rec.spec.detached:
+                rec.name_held = False  # its creator's handles are gone with it
             if (rec.spec.owner_worker_id == worker_id and not rec.spec.detached
                     and rec.state is not ActorState.DEAD):
                 rec.no_restart = True
@@ -772,6 +784,7 @@ class ControlStore:
         for actor_id, rec in list(self.actors.items()):
             if rec.state is not ActorState.DEAD and any(hexid in k for k in rec.spec.resources):
                 rec.no_restart = True
+                rec.name_held = False
                 effects += self._kill_everywhere(rec)
                 effects += self._actor_dead(actor_id, "Its placement group was removed.")
         return effects + self._pg_changed(pg)
