@@ -387,7 +387,8 @@ class NodeDaemon:
         return P.WorkerExitReply()
 
     def _worker_gone(self, rec: WorkerRecord, why: str) -> None:
-        self._lease(LT.WorkerGone(rec, why, LT.lease_cause(rec.lease_id or rec.actor_id or rec.worker_id)))
+        held = rec.lease_id or rec.actor_id  # an actor's lease id is its actor id
+        self._lease(LT.WorkerGone(rec, why, LT.lease_cause(held) if held else "worker-" + rec.worker_id.hex()))
 
     def _on_log_lines(self, conn, msg: P.LogLines, rid):
         for dconn in list(self.drivers.values()):
@@ -428,14 +429,12 @@ class NodeDaemon:
 
     def _carry_out(self, event: LT.Event, effects: list[LT.Effect]) -> object:
         """Do what the table decided; the log lines carry the event's cause id (lease_table.py)."""
-        debug = log.isEnabledFor(logging.DEBUG)
-        if debug:
-            log.debug("[%s] %s", event.cause, _describe(event))
+        if log.isEnabledFor(logging.DEBUG):
+            _log_lease(event, effects)
         answer = None
+        handlers = self._effects
         for effect in effects:
-            if debug:
-                log.debug("[%s] -> %s", effect.cause, _describe(effect))
-            done = self._effects[type(effect)](effect)
+            done = handlers[type(effect)](effect)
             if done is not None:
                 answer = done
         return answer
@@ -858,6 +857,13 @@ async def run_node_forever(node: NodeDaemon) -> None:
 def remove_session_dir(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
+
+
+def _log_lease(event: LT.Event, effects: list[LT.Effect]) -> None:
+    """The lease decisions, one line for the event and one per effect, each under its cause id."""
+    log.debug("[%s] %s", event.cause, _describe(event))
+    for effect in effects:
+        log.debug("[%s] -> %s", effect.cause, _describe(effect))
 
 
 def _describe(item: object) -> str:

@@ -32,7 +32,7 @@ def untracked(object_id: bytes) -> Freed:
 
 
 # ------------------------------------------------------------------ events
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class CreateRequested:
     """`writer` (a client's connection, opaque here) asks for room to write an object."""
 
@@ -44,7 +44,7 @@ class CreateRequested:
     cause: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Sealed:
     object_id: bytes
     size: int
@@ -53,13 +53,13 @@ class Sealed:
     cause: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class FreeRequested:
     object_ids: list[bytes]
     cause: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class WriterGone:
     """A writer's connection closed: objects it never sealed give their room back."""
 
@@ -67,7 +67,7 @@ class WriterGone:
     cause: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class OwnerGone:
     """An owner exited: no one can resolve its objects any more (refs go through the owner)."""
 
@@ -75,7 +75,7 @@ class OwnerGone:
     cause: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SpillFinished:
     """A spill's copy ended: ok, failed (False), or raised (None: only the bookkeeping ends)."""
 
@@ -84,7 +84,7 @@ class SpillFinished:
     cause: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RestoreRequested:
     """Bring a spilled object back (no spill or restore of it is in flight: the shell waited)."""
 
@@ -93,7 +93,7 @@ class RestoreRequested:
     cause: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RestoreFinished:
     object_id: bytes
     ok: bool
@@ -105,7 +105,7 @@ Event = (CreateRequested | Sealed | FreeRequested | WriterGone | OwnerGone | Spi
 
 
 # ------------------------------------------------------------------ effects
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Answer:
     """Answer the request: ok, or the error that says why not."""
 
@@ -114,7 +114,7 @@ class Answer:
     cause: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class WatchWriter:
     """The first object this writer writes: tell the table (WriterGone) when its link closes."""
 
@@ -122,7 +122,7 @@ class WatchWriter:
     cause: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ReleaseFiles:
     """Recycle or delete the files of these freed objects."""
 
@@ -130,13 +130,13 @@ class ReleaseFiles:
     cause: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class DropPoolFiles:
     paths: list[str]
     cause: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class StartSpill:
     """Copy this object to disk in the background (then SpillFinished)."""
 
@@ -144,7 +144,7 @@ class StartSpill:
     cause: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class TakeSegment:
     """Give the writer its segment (`reuse`: a recycled file, or "" for a new one), after this
     event's spills if `after_spills` (too many bytes are being spilled already); then Answer ok."""
@@ -155,7 +155,7 @@ class TakeSegment:
     cause: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class CopyBack:
     """Copy a spilled object back into shared memory (after this event's spills if
     `after_spills`), then RestoreFinished."""
@@ -166,7 +166,7 @@ class CopyBack:
     cause: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SpillFailed:
     object_id: bytes
     cause: str
