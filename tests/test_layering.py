@@ -32,7 +32,7 @@ KNOWN_CROSSINGS = {
 }
 ROLES = {"head", "node", "worker", "client"}
 PURE = {"control_store": "head", "object_store": "node", "reference_counter": "client",
-        "scheduling": None}
+        "lease_table": "node", "object_plane": "node", "worker_index": "node", "scheduling": None}
 
 
 def _room(module: str) -> str | None:

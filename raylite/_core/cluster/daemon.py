@@ -153,10 +153,7 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool, 
                       labels=json.loads(args.labels), session_dir=args.session_dir, token=token,
                       head_address=head_address, address=node_address, tcp_address=tcp_address,
                       tcp_sock=tcp_sock, exit_with_creator=args.exit_with_creator)
-    node.pool.workers = pool.workers
-    pool.on_exit = node._on_worker_exit
-    pool.node_address = node_address
-    node.pool = pool
+    node.adopt_pool(pool)
     loop = asyncio.get_running_loop()
     stop = loop.create_future()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -14,49 +14,26 @@ import logging
 import os
 import shutil
 import socket
-from dataclasses import dataclass
 
-from raylite._core import labels
 from raylite._core import protocol as P
 from raylite._core import resources as R
-from raylite._core import scheduling as S
 from raylite._core.clock import MonotonicClock
 from raylite._core.config import Config
+from raylite._core.node import lease_table as LT
 from raylite._core.node import log_files, shm_files
 from raylite._core.node import memory_monitor as MM
-from raylite._core.node.gpu_ids import GpuIds, gpu_amount, node_device_ids
-from raylite._core.node.object_store import Freed, ObjectStore, default_capacity_bytes
+from raylite._core.node import object_plane as OP
+from raylite._core.node.gpu_ids import GpuIds, node_device_ids
+from raylite._core.node.lease_table import PendingLease, worker_key
+from raylite._core.node.object_store import ObjectStore, default_capacity_bytes
 from raylite._core.node.stats import NodeStats
 from raylite._core.node.worker_pool import WorkerPool, WorkerRecord
-from raylite._core.strategy import decode as decode_strategy
 from raylite._core.task_spec import _FIELDS as TASK_SPEC_FIELDS
-from raylite._core.task_spec import env_key
 from raylite._core.transport import rpc
 
 log = logging.getLogger("raylite.node")
 
-
-def _only_group_resources_missing(request: dict, total: dict) -> bool:
-    """The request lacks only placement-group bundle resources here: the group's bundle is not
-    reserved on this node yet (a task can arrive first), so the lease waits for it."""
-    return all("_group_" in k for k, v in request.items() if v > total.get(k, 0))
-
-
-def worker_key(runtime_env: dict, resources: dict) -> str:
-    """Which idle workers a lease may reuse: the same runtime environment, and, as in Ray, a
-    task that asks for GPUs never gets a worker started for CPU-only work (nor the reverse:
-    CUDA state set up in a process stays with it)."""
-    key = env_key(runtime_env)
-    return key + "|gpu" if resources.get("GPU") else key
-
-
-@dataclass
-class PendingLease:
-    msg: P.RequestLease
-    conn: rpc.Connection
-    rid: int
-    key: str
-    actor: tuple | None = None  # (actor_id, spec, future) for actor starts
+__all__ = ["NodeDaemon", "PendingLease", "worker_key", "run_node_forever", "remove_session_dir"]
 
 
 class NodeDaemon:
@@ -67,11 +44,7 @@ class NodeDaemon:
         self.config = config
         self.node_id = node_id
         self.ip = ip
-        self.total = dict(resources)
-        self.available = dict(resources)
         self._exits: dict[bytes, tuple] = {}  # worker id -> (exit info, pid, kill reason)
-        self.gpus = GpuIds(node_device_ids(self.total.get("GPU", 0), os.environ.get("CUDA_VISIBLE_DEVICES")))
-        self.base_total = dict(resources)  # restored when the node fences itself
         self.bulk = None  # multi-node: serves object bytes to other nodes (transport/bulk.py)
         self._fenced = False
         self.labels = labels
@@ -91,32 +64,30 @@ class NodeDaemon:
             spill_capacity_bytes=config.object_spill_bytes)
         shm_files.make_dirs(self.store)
         # reported like Ray's (cluster_resources()["object_store_memory"]); nothing requests it
-        store_fixed = R.to_fixed({"object_store_memory": self.store.capacity_bytes})
-        for table in (self.total, self.available, self.base_total):
-            table.update(store_fixed)
-        self._spilling: dict[bytes, asyncio.Future] = {}  # object id -> copy to disk in flight
-        self._writers: dict[bytes, rpc.Connection] = {}  # object reserved, not sealed -> its writer
-        self._spill_inflight_bytes = 0
-        self._spill_ahead_bytes = min(self.store.capacity_bytes // 16, 64 << 20)
+        total = dict(resources)
+        total.update(R.to_fixed({"object_store_memory": self.store.capacity_bytes}))
+        # the pure part of the objects: writers, spills in flight, what a free may delete (object_plane.py)
+        self.objects = OP.ObjectPlane(self.store, spill_ahead_bytes=min(self.store.capacity_bytes // 16, 64 << 20))
+        self._spilling: dict[bytes, asyncio.Future] = {}  # object id -> its copy to disk, ends when done
         self._restoring: dict[bytes, asyncio.Future] = {}
         self.pool = WorkerPool(address, token, session_dir, self._on_worker_exit)
         # forked workers register over the node's socket: starting thousands at once (a burst
         # of actors) only queues them behind each other and the registrations they wait for
-        self._start_limit = config.worker_start_concurrency or max(8, 4 * (os.cpu_count() or 1))
+        start_limit = config.worker_start_concurrency or max(8, 4 * (os.cpu_count() or 1))
+        gpus = GpuIds(node_device_ids(resources.get("GPU", 0), os.environ.get("CUDA_VISIBLE_DEVICES")))
+        # the pure part: resources, the lease queue, leases, bundles (lease_table.py)
+        self.table = LT.LeaseTable(node_id=node_id, total=total, labels=labels, workers=self.pool, gpus=gpus,
+                                   clock=self.clock, start_limit=start_limit)
         self._stats = NodeStats()
-        self.pending: list[PendingLease] = []
-        self.leases: dict[bytes, WorkerRecord] = {}
         self.clients: dict[bytes, rpc.Connection] = {}  # worker_id -> conn (drivers and workers)
         self.drivers: dict[bytes, rpc.Connection] = {}
         self.head: rpc.Connection | None = None
         self.stopped: asyncio.Event | None = None
         self._servers: list[asyncio.AbstractServer] = []
         self._bg: set[asyncio.Task] = set()
-        self._release_asked = 0.0
-        self._bundles: dict[str, dict[int, dict]] = {}  # placement group hex -> bundle index -> offered
         self._report_handle: asyncio.TimerHandle | None = None
+        self._effects = self._effect_handlers()
         self._report_sent: asyncio.Future | None = None
-        self._lease_events = 0  # lease requests and returns seen (a heartbeat goes out after any)
         self.handlers = {
             P.RegisterClient: self._on_register_client,
             P.RequestLease: self._on_request_lease,
@@ -142,6 +113,34 @@ class NodeDaemon:
                 self.session_dir, msg.name, msg.offset, min(msg.length, 8 << 20), msg.tail_lines)),
         }
 
+    def _effect_handlers(self) -> dict:
+        """How the shell carries out each of the lease table's effects (lease_table.py)."""
+        return {
+            LT.Reply: self._do_reply, LT.Granted: self._do_granted, LT.LaunchActor: self._launch_actor,
+            LT.FailActorStart: self._do_fail_actor_start,
+            LT.StartWorker: lambda e: self._start_worker(e.key, e.runtime_env),
+            LT.SpillBack: lambda e: self._spill(e.lease.conn, e.lease.msg, e.lease.rid),
+            LT.KillWorker: self._do_kill, LT.AskToRelease: self._do_ask_to_release,
+            LT.ActorWorkerDied: self._do_actor_worker_died, LT.ReportResources: self._do_report,
+        }
+
+    # the lease table's tables, under the names the rest of the shell reads
+    @property
+    def total(self) -> dict:
+        return self.table.total
+
+    @property
+    def available(self) -> dict:
+        return self.table.available
+
+    @property
+    def pending(self) -> list[PendingLease]:
+        return self.table.pending
+
+    @property
+    def leases(self) -> dict[bytes, WorkerRecord]:
+        return self.table.leases
+
     # ------------------------------------------------------------ life cycle
     async def start(self) -> None:
         self.stopped = asyncio.Event()
@@ -160,6 +159,14 @@ class NodeDaemon:
         self._spawn(self._heartbeat_loop())
         self._spawn(self._memory_monitor_loop())
         self._spawn(self._pool_trim_loop())
+
+    def adopt_pool(self, pool: WorkerPool) -> None:
+        """Use `pool` (its zygote forked before any thread or loop existed: cluster/daemon.py)
+        instead of the one made here; the lease table hands out its workers from then on."""
+        pool.on_exit = self._on_worker_exit
+        pool.node_address = self.address
+        self.pool = pool
+        self.table.workers = pool
 
     def prestart_workers(self) -> None:
         """Start idle workers ahead of demand; called once this node has announced itself,
@@ -231,22 +238,8 @@ class NodeDaemon:
             return
         log.error("fencing this node: %s; its workers are stopped and it rejoins as a new node", why)
         self._fenced = True
-        for rec in list(self.pool.workers.values()):
-            self._release_held(rec, give_back=False)
-            self.pool.kill(rec, "its node was declared dead")
-        for p in self.pending:
-            if p.actor is not None and not p.actor[2].done():
-                p.actor[2].set_result(P.StartActorReply(False, system_error="its node was declared dead"))
-            elif p.rid:
-                with contextlib.suppress(Exception):
-                    p.conn.send(P.RequestLeaseReply(p.msg.lease_id, error_type="RaySystemError",
-                                                    error="the node was declared dead"), -p.rid)
-        self.pending = []
-        self.leases.clear()
-        self._bundles.clear()
+        self._lease(LT.Fenced("fence-" + self.node_id.hex()))
         self._on_free_objects(None, P.FreeObjects(list(self.store.objects)), 0)
-        self.total = dict(self.base_total)
-        self.available = dict(self.base_total)
         if self.head is not None and not self.head.is_closed():
             self.head.abort()  # _head_lost reconnects under a new node id
 
@@ -254,6 +247,7 @@ class NodeDaemon:
         if self.stopped.is_set():
             return
         self.stopped.set()
+        self.table.stopped = True
         for s in self._servers:
             s.close()
         self.pool.shutdown()
@@ -289,7 +283,7 @@ class NodeDaemon:
             # lease traffic since the last report counts as a change even if `available` is back
             # where it was: the head subtracted its picks and learns of the returns only so
             report = (dict(self.available), [p.msg.resources for p in self.pending], dict(self.total),
-                      self._lease_events)
+                      self.table.lease_events)
             stats = self._stats_if_due(now)
             ask = now - asked >= ack_every
             if report == sent and stats is None and not ask:
@@ -361,10 +355,8 @@ class NodeDaemon:
         for oid in conn.context.get("mapped", ()):  # its mappings went with it
             self.store.unmapped(oid)
         # leases held by this client: its tasks' owner is gone, stop those workers
-        if conn.context.get("lessee"):
-            self._stop_orphans(conn, "the task's owner exited")
-        if conn.context.get("requested"):
-            self.pending = [p for p in self.pending if p.conn is not conn]
+        if conn.context.get("lessee") or conn.context.get("requested"):
+            self._lease(LT.RequesterGone(conn, "the task's owner exited", "client-" + worker_id.hex()))
         rec = self.pool.workers.get(worker_id)
         if rec is not None:
             self._worker_gone(rec, rec.exit_info or "its connection to the node closed")
@@ -394,30 +386,9 @@ class NodeDaemon:
             await asyncio.sleep(0.025)
         return P.WorkerExitReply()
 
-    def _release_held(self, rec: WorkerRecord, give_back: bool = True) -> None:
-        """Drop what a lease or actor holds: its GPU devices, and (give_back) its resources
-        to `available` (a worker blocked in get() already lent its CPU back)."""
-        if give_back and rec.held:
-            held = rec.held if not rec.blocked else {k: v for k, v in rec.held.items() if not _lent(k)}
-            R.add(self.available, held)
-        self.gpus.release(rec.gpu_ids, gpu_amount(rec.held))
-        rec.gpu_ids = []
-        rec.held = {}
-
     def _worker_gone(self, rec: WorkerRecord, why: str) -> None:
-        if rec.state == "DEAD":
-            return
-        prev = rec.state
-        self.pool.set_state(rec, "DEAD")
-        if prev in ("LEASED", "ACTOR"):
-            self._release_held(rec)
-        if rec.lease_id:
-            self.leases.pop(rec.lease_id, None)
-        if prev == "ACTOR" and rec.actor_id:
-            reason = rec.kill_reason or f"its worker process (pid {rec.pid}) {why or 'died'}"
-            with contextlib.suppress(Exception):
-                self.head.send(P.WorkerDied(self.node_id, rec.worker_id, rec.actor_id, reason))
-        self._try_grant()
+        held = rec.lease_id or rec.actor_id  # an actor's lease id is its actor id
+        self._lease(LT.WorkerGone(rec, why, LT.lease_cause(held) if held else "worker-" + rec.worker_id.hex()))
 
     def _on_log_lines(self, conn, msg: P.LogLines, rid):
         for dconn in list(self.drivers.values()):
@@ -450,58 +421,68 @@ class NodeDaemon:
                 await asyncio.wait_for(gone, KILL_CONFIRM_S)
         return P.Ack()
 
-    # ------------------------------------------------------------ leases
+    # ------------------------------------------------------------ leases (the table decides, lease_table.py)
+    def _lease(self, event: LT.Event) -> object:
+        """Hand `event` to the lease table and carry out the effects; returns the direct
+        answer to the request that caused it, if the table gave one (else None)."""
+        return self._carry_out(event, self.table.handle(event))
+
+    def _carry_out(self, event: LT.Event, effects: list[LT.Effect]) -> object:
+        """Do what the table decided; the log lines carry the event's cause id (lease_table.py)."""
+        if log.isEnabledFor(logging.DEBUG):
+            _log_lease(event, effects)
+        answer = None
+        handlers = self._effects
+        for effect in effects:
+            done = handlers[type(effect)](effect)
+            if done is not None:
+                answer = done
+        return answer
+
+    def _do_reply(self, e: LT.Reply) -> object:
+        if e.rid > 0:
+            return e.msg  # the answer to the request being handled: the rpc layer sends it
+        with contextlib.suppress(Exception):
+            e.requester.send(e.msg, e.rid)
+        return None
+
+    def _do_granted(self, e: LT.Granted) -> None:
+        p = e.lease
+        p.conn.context["lessee"] = True
+        p.conn.send(e.reply, -p.rid)
+
+    def _do_fail_actor_start(self, e: LT.FailActorStart) -> None:
+        fut = e.lease.actor[2]
+        if not fut.done():
+            fut.set_result(e.reply)
+
+    def _do_kill(self, e: LT.KillWorker) -> None:
+        if e.flush:
+            asyncio.get_running_loop().create_task(self._flush_then_kill(e.worker, e.reason))
+        else:
+            self.pool.kill(e.worker, e.reason)
+
+    def _do_ask_to_release(self, e: LT.AskToRelease) -> None:
+        for lessee in e.lessees:
+            with contextlib.suppress(Exception):
+                lessee.send(P.ReleaseIdleLeases())
+
+    def _do_actor_worker_died(self, e: LT.ActorWorkerDied) -> None:
+        with contextlib.suppress(Exception):
+            self.head.send(P.WorkerDied(self.node_id, e.worker_id, e.actor_id, e.reason))
+
     def _on_request_lease(self, conn: rpc.Connection, msg: P.RequestLease, rid: int):
-        self._lease_events += 1
-        request = msg.resources
         if "worker_id" not in conn.context and not conn.context.get("lessee_watched"):
             conn.context["lessee_watched"] = True  # a client on another node
             conn.on_close.append(self._on_remote_lessee_closed)
-        if msg.allow_spillback and self._should_spill(msg):
-            return self._spill(conn, msg, rid)
-        if not R.fits(request, self.total) and not _only_group_resources_missing(request, self.total):
-            views = [S.NodeView(self.node_id, self.total, self.available)]
-            return P.RequestLeaseReply(
-                msg.lease_id, error_type="TaskUnschedulableError",
-                error=f"{msg.description} cannot be scheduled: {S.never_fits(request, views)}. {S.FIX_HINT}")
-        how = decode_strategy(msg.strategy)
-        if how.is_labels and not labels.first_matching(msg.strategy, self.labels):
-            wanted = " or ".join(labels.describe(sel) for sel in msg.strategy[1])
-            return P.RequestLeaseReply(msg.lease_id, error_type="TaskUnschedulableError",
-                                       error=f"{msg.description} asks for a node with labels {wanted}; no node "
-                                             f"of this cluster has them (this node's: {self.labels}).")
-        if how.is_node:
-            target = how.node_id_hex
-            if target != self.node_id.hex() and not how.soft:
-                return P.RequestLeaseReply(msg.lease_id, error_type="TaskUnschedulableError",
-                                           error=f"{msg.description} is pinned to node {target[:8]} "
-                                                 "(soft=False), which is not in this cluster.")
+        can_spill = bool(self.tcp_address) and self.head is not None and not self.head.is_closed()
+        p = PendingLease(msg, conn, rid, worker_key(msg.runtime_env, msg.resources))
         conn.context["requested"] = True
-        self.pending.append(PendingLease(msg, conn, rid, worker_key(msg.runtime_env, request)))
-        self._try_grant()
-        return None
-
-    def _should_spill(self, msg: P.RequestLease) -> bool:
-        """Multi-node only: ask the head when this node should not or cannot grant now."""
-        if not self.tcp_address or self.head is None or self.head.is_closed():
-            return False
-        how = decode_strategy(msg.strategy)
-        if how.is_spread:
-            return True
-        if how.is_node:
-            return how.node_id_hex != self.node_id.hex()
-        if how.is_labels:
-            return True  # the head knows every node's labels (and the fallbacks' order)
-        if not R.fits(msg.resources, self.total):
-            return True
-        return not R.fits(msg.resources, self._free_after_queued())
+        return self._lease(LT.LeaseRequested(p, can_spill, p.cause))
 
     def _free_after_queued(self) -> dict:
         """Free resources once the leases queued here are granted."""
-        tentative = dict(self.available)
-        for p in self.pending:
-            R.subtract(tentative, p.msg.resources)
-        return tentative
+        return self.table.free_after_queued()
 
     async def _spill(self, conn: rpc.Connection, msg: P.RequestLease, rid: int):
         while True:  # `wait`: no node fits it yet, the autoscaler is adding one; ask again
@@ -521,22 +502,14 @@ class NodeDaemon:
         if pick.error_type:
             return P.RequestLeaseReply(msg.lease_id, error_type=pick.error_type, error=pick.error)
         if pick.node_id != self.node_id:
+            log.debug("[%s] spilled back to node %s", LT.lease_cause(msg.lease_id), pick.node_id.hex()[:8])
             return P.RequestLeaseReply(msg.lease_id, node_id=pick.node_id, spillback_address=pick.address)
         local = P.RequestLease(msg.lease_id, msg.resources, [], msg.runtime_env, msg.description, False)
         return self._on_request_lease(conn, local, rid)
 
     def _on_remote_lessee_closed(self, conn: rpc.Connection) -> None:
-        self._stop_orphans(conn, "the task's owner on another node went away")
-        self.pending = [p for p in self.pending if p.conn is not conn]
+        self._lease(LT.RequesterGone(conn, "the task's owner on another node went away", "lessee-closed"))
         self._try_grant()
-
-    def _stop_orphans(self, lessee: rpc.Connection, reason: str) -> None:
-        """Stop the workers leased to `lessee`, which went away. Each first hands its task
-        events to the head (bounded wait), so the tasks it ran do not stay unfinished."""
-        for rec in list(self.pool.workers.values()):
-            if rec.lessee is lessee and rec.state == "LEASED":
-                rec.lessee = None  # nobody's lease any more; never granted again
-                asyncio.get_running_loop().create_task(self._flush_then_kill(rec, reason))
 
     async def _flush_then_kill(self, rec: WorkerRecord, reason: str) -> None:
         self.pool.doom(rec, reason)  # a lease returned while it flushes must not hand it out again
@@ -545,72 +518,9 @@ class NodeDaemon:
                 await rec.conn.request(P.FlushTaskEvents(), timeout_s=1.0)
         self.pool.kill(rec, reason)
 
-    def _try_grant(self) -> None:
-        """Grant pending leases (in order) to idle workers; start workers for those that fit
-        but have none, at most `worker_start_concurrency` starting at once.
-
-        Called on every event that may free a worker or resources, so it stops early: once
-        no worker is idle and no more may start, nothing further down can be granted (a
-        burst of thousands of actors costs O(1) per registration, not a scan of them all)."""
-        if not self.pending or self.stopped.is_set():
-            return
-        pool = self.pool
-        limit = self._start_limit
-        pending = self.pending
-        still: list[PendingLease] = []
-        starting: dict[str, int] = {}  # leases of this pass waiting for a starting worker
-        waiting_for_resources = False
-        tentative = dict(self.available)  # leases waiting for a starting worker reserve room here
-        cut = len(pending)
-        for i, p in enumerate(pending):
-            if pool.starting_total >= limit and not pool.has_idle():
-                cut = i
-                break
-            if p.conn.is_closed():
-                continue
-            req = p.msg.resources
-            if not R.fits(req, tentative):
-                still.append(p)
-                waiting_for_resources = True
-                continue
-            rec = pool.idle(p.key)
-            if rec is None:
-                R.subtract(tentative, req)
-                starting[p.key] = starting.get(p.key, 0) + 1
-                if pool.starting(p.key) < starting[p.key] and pool.starting_total < limit:
-                    self._start_worker(p.key, p.msg.runtime_env)
-                still.append(p)
-                continue
-            R.subtract(self.available, req)
-            R.subtract(tentative, req)
-            rec.held = dict(req)
-            rec.gpu_ids = self.gpus.acquire(gpu_amount(req))
-            rec.busy_since = self.clock.monotonic()
-            if p.actor is not None:
-                self._launch_actor(rec, p)
-            else:
-                pool.set_state(rec, "LEASED")
-                rec.lease_id = p.msg.lease_id
-                rec.lessee = p.conn
-                p.conn.context["lessee"] = True
-                self.leases[p.msg.lease_id] = rec
-                p.conn.send(P.RequestLeaseReply(p.msg.lease_id, rec.worker_id, rec.address, self.node_id,
-                                                gpu_ids=rec.gpu_ids), -p.rid)
-        self.pending = still + pending[cut:] if cut < len(pending) else still
-        if waiting_for_resources:
-            self._ask_lessees_to_release()
-
-    def _ask_lessees_to_release(self) -> None:
-        now = self.clock.monotonic()
-        if now - self._release_asked < 0.01:
-            return
-        self._release_asked = now
-        seen = set()
-        for rec in self.leases.values():
-            if rec.lessee is not None and id(rec.lessee) not in seen:
-                seen.add(id(rec.lessee))
-                with contextlib.suppress(Exception):
-                    rec.lessee.send(P.ReleaseIdleLeases())
+    def _try_grant(self, cause: str = "regrant") -> None:
+        """Grant what the queue can now (the table's grant pass: lease_table.py)."""
+        self._lease(LT.Regrant(cause))
 
     def _start_worker(self, key: str, runtime_env: dict) -> None:
         rec = self.pool.start_worker(key, runtime_env, now=self.clock.monotonic())
@@ -624,41 +534,18 @@ class NodeDaemon:
             self._worker_gone(rec, "did not start in time")
 
     def _on_return_lease(self, conn, msg: P.ReturnLease, rid):
-        self._lease_events += 1
-        rec = self.leases.pop(msg.lease_id, None)
-        if rec is None or rec.state != "LEASED":
-            return None
-        self._release_held(rec)
-        rec.blocked = False
-        rec.lease_id = b""
-        rec.lessee = None
-        if msg.disconnect_worker:
-            self.pool.kill(rec, "returned with disconnect")
-        else:
-            self.pool.set_state(rec, "IDLE")
-        self._try_grant()
+        self._lease(LT.LeaseReturned(msg.lease_id, msg.disconnect_worker, LT.lease_cause(msg.lease_id)))
         return None
 
     def _on_cancel_lease(self, conn, msg: P.CancelLease, rid):
-        for p in self.pending:
-            if p.msg.lease_id == msg.lease_id:
-                self.pending.remove(p)
-                with contextlib.suppress(Exception):
-                    p.conn.send(P.RequestLeaseReply(msg.lease_id, error_type="Cancelled", error="cancelled"), -p.rid)
-                break
+        self._lease(LT.LeaseCancelled(msg.lease_id, LT.lease_cause(msg.lease_id)))
         return None
 
     def _on_worker_blocked(self, conn, msg: P.WorkerBlocked, rid):
-        rec = self.pool.workers.get(conn.context.get("worker_id", b""))
-        if rec is None or rec.state not in ("LEASED", "ACTOR") or rec.blocked == msg.blocked:
-            return None
-        # the CPU it holds, plain or from a placement group bundle (a captured child runs there)
-        lent = {k: v for k, v in rec.held.items() if _lent(k) and v}
-        rec.blocked = msg.blocked
-        for key, amount in lent.items():
-            self.available[key] = self.available.get(key, 0) + (amount if msg.blocked else -amount)
-        if lent and msg.blocked:
-            self._try_grant()
+        worker_id = conn.context.get("worker_id", b"")
+        rec = self.pool.workers.get(worker_id)
+        cause = LT.lease_cause(rec.lease_id or rec.actor_id) if rec is not None else "worker-" + worker_id.hex()
+        self._lease(LT.WorkerBlockedChanged(worker_id, msg.blocked, cause))
         return None
 
     # ------------------------------------------------------------ actors
@@ -666,15 +553,14 @@ class NodeDaemon:
         fut = asyncio.get_running_loop().create_future()
         runtime_env = msg.spec[_SPEC_RUNTIME_ENV] or {}
         lease = P.RequestLease(msg.actor_id, msg.resources, [], runtime_env, "actor")
-        self.pending.append(PendingLease(lease, conn, 0, worker_key(runtime_env, msg.resources),
-                                        (msg.actor_id, msg.spec, fut)))
-        self._try_grant()
+        p = PendingLease(lease, conn, 0, worker_key(runtime_env, msg.resources), (msg.actor_id, msg.spec, fut))
+        self._lease(LT.ActorRequested(p, p.cause))
         return await fut
 
-    def _launch_actor(self, rec: WorkerRecord, p: PendingLease) -> None:
-        actor_id, spec, fut = p.actor
-        self.pool.set_state(rec, "ACTOR")
-        rec.actor_id = actor_id
+    def _launch_actor(self, e: LT.LaunchActor) -> None:
+        """The table gave `e.worker` to the actor: create it there and answer the head."""
+        rec = e.worker
+        _actor_id, spec, fut = e.lease.actor
 
         async def create() -> None:
             try:
@@ -694,54 +580,22 @@ class NodeDaemon:
 
     # ------------------------------------------------------------ placement group bundles
     async def _on_reserve_bundles(self, conn, msg: P.ReserveBundles, rid):
-        need: dict = {}
-        for _i, b in msg.bundles:
-            R.add(need, b)
-        if not R.fits(need, self.available):
+        event = LT.BundlesReserved(msg.pg_id, msg.bundles, "pg-" + msg.pg_id.hex())
+        effects = self.table.handle(event)
+        self._carry_out(event, effects)
+        if not any(isinstance(e, LT.ReportResources) for e in effects):  # they did not fit
             return P.ReserveBundlesReply(False)
-        hexid = msg.pg_id.hex()
-        offered_by = self._bundles.setdefault(hexid, {})  # index -> {base resource: amount}
-        for i, b in msg.bundles:
-            R.subtract(self.available, b)
-            offered = dict(b)
-            offered["bundle"] = 1000 * 10000
-            for k, v in offered.items():
-                for name in (S.bundle_resource_names(hexid, i, k), S.bundle_resource_names(hexid, None, k)):
-                    self.total[name] = self.total.get(name, 0) + v
-                    self.available[name] = self.available.get(name, 0) + v
-            offered_by[i] = offered
-        self._try_grant()
         # the head must see the bundles' resources before it hears they are reserved (it may
         # place a task in the group at once): the reply waits for the report that carries them
         await self._report_soon()
         return P.ReserveBundlesReply(True)
 
     def _on_release_bundles(self, conn, msg: P.ReleaseBundles, rid):
-        hexid = msg.pg_id.hex()
-        offered_by = self._bundles.get(hexid, {})
-        for i in msg.indexes:
-            for base, amount in (offered_by.pop(i, None) or {}).items():
-                name = S.bundle_resource_names(hexid, i, base)
-                self.total.pop(name, None)
-                self.available.pop(name, None)
-                wild = S.bundle_resource_names(hexid, None, base)
-                self.total[wild] = self.total.get(wild, 0) - amount
-                self.available[wild] = self.available.get(wild, 0) - amount
-                if self.total[wild] <= 0:
-                    self.total.pop(wild, None)
-                    self.available.pop(wild, None)
-                if base != "bundle":
-                    R.add(self.available, {base: amount})
-        if not offered_by:
-            self._bundles.pop(hexid, None)
-        # workers still running inside the removed bundles are stopped
-        for rec in list(self.pool.workers.values()):
-            if rec.held and any(hexid in k for k in rec.held):
-                self._release_held(rec, give_back=False)
-                self.pool.kill(rec, "its placement group was removed")
-        self._try_grant()
-        self._report_soon()  # the head places the next groups on fresh numbers
+        self._lease(LT.BundlesReleased(msg.pg_id, list(msg.indexes), "pg-" + msg.pg_id.hex()))
         return None
+
+    def _do_report(self, e: LT.ReportResources) -> None:
+        self._report_soon()
 
     def _report_soon(self) -> asyncio.Future:
         """Tell the head our resources a moment after they changed; resolves once it is sent.
@@ -762,76 +616,69 @@ class NodeDaemon:
         if not self._report_sent.done():
             self._report_sent.set_result(None)
 
-    # ------------------------------------------------------------ objects
+    # ------------------------------------------------------------ objects (the plane decides, object_plane.py)
+    def _objects_do(self, event: OP.Event) -> tuple[list[asyncio.Future], OP.Effect | None]:
+        """Hand `event` to the object plane and carry out the effects that need no waiting;
+        returns the futures of the spills it started and its last effect that does wait
+        (an Answer, TakeSegment or CopyBack), for the request handler to finish."""
+        debug = log.isEnabledFor(logging.DEBUG)
+        if debug:
+            log.debug("[%s] %s", event.cause, type(event).__name__)
+        spills: list[asyncio.Future] = []
+        last = None
+        for e in self.objects.handle(event):
+            if debug:
+                log.debug("[%s] -> %s", e.cause, type(e).__name__)
+            kind = type(e)
+            if kind is OP.ReleaseFiles:
+                for freed in e.freed:
+                    shm_files.release(self.store, freed)
+            elif kind is OP.DropPoolFiles:
+                shm_files.drop_pool_files(e.paths)
+            elif kind is OP.StartSpill:
+                spills.append(self._start_spill(e.object_id))
+            elif kind is OP.WatchWriter:
+                e.writer.on_close.append(self._writer_gone)
+            elif kind is OP.SpillFailed:
+                log.warning("spilling object %s failed; it stays in shared memory", e.object_id.hex())
+            else:
+                last = e
+        return spills, last
+
     def _on_object_sealed(self, conn, msg: P.ObjectSealed, rid):
-        self.store.sealed(msg.object_id, msg.size, msg.owner_address, copy=msg.copy)
-        self._written(msg.object_id)
+        self._objects_do(OP.Sealed(msg.object_id, msg.size, msg.owner_address, msg.copy,
+                                   OP.object_cause(msg.object_id)))
         return P.Ack() if rid else None
-
-    def _writing(self, conn: rpc.Connection, oid: bytes) -> None:
-        """`conn` reserved room for `oid` and writes it now (possibly over a client's second,
-        blocking link: node_sync.py); if the link closes before the object is sealed, its
-        room comes back."""
-        writing = conn.context.get("writing")
-        if writing is None:
-            writing = conn.context["writing"] = set()
-            conn.on_close.append(self._writer_gone)
-        writing.add(oid)
-        self._writers[oid] = conn
-
-    def _written(self, oid: bytes) -> None:
-        conn = self._writers.pop(oid, None)
-        if conn is not None:
-            conn.context["writing"].discard(oid)
 
     def _writer_gone(self, conn: rpc.Connection) -> None:
         """Objects it was writing and never sealed (it crashed mid-write): their room comes back."""
-        for oid in list(conn.context.get("writing", ())):
-            self._writers.pop(oid, None)
-            obj = self.store.objects.get(oid)
-            if obj is not None and obj.state == "creating":
-                self._on_free_objects(None, P.FreeObjects([oid]), 0)
+        self._objects_do(OP.WriterGone(conn, "writer-closed"))
 
     def _on_free_objects(self, conn, msg: P.FreeObjects, rid):
-        for oid in msg.object_ids:
-            if oid in self._writers:
-                self._written(oid)
-            freed = self.store.free(oid)
-            if freed is None:
-                shm_files.release(self.store, _untracked(oid))  # pulled copies, old writers
-            elif oid not in self._spilling:  # a spill in flight cleans up when it ends
-                shm_files.release(self.store, freed)
+        self._objects_do(OP.FreeRequested(list(msg.object_ids), "free"))
         return None
 
     def _free_owned_by(self, owner_address: str) -> None:
         """An owner exited: no one can resolve its objects any more (refs go through the
         owner), so their memory and spill files are freed now rather than at session end."""
-        for oid in [oid for oid, o in self.store.objects.items() if o.owner_address == owner_address]:
-            freed = self.store.free(oid)
-            if freed is not None and oid not in self._spilling:
-                shm_files.release(self.store, freed)
+        self._objects_do(OP.OwnerGone(owner_address, "owner-" + owner_address))
 
     def _on_create_object(self, conn, msg: P.CreateObject, rid):
         """Room for a new object: spill LRU objects if needed, hand over a warm segment.
         Answered at once (no task) unless objects must be spilled first."""
-        try:
-            res = self.store.reserve(msg.object_id, msg.size, msg.owner_address,
-                                     spill_free_bytes=self._spill_free(msg.size))
-        except Exception as e:  # noqa: BLE001  ObjectStoreFullError
-            return P.CreateObjectReply(False, str(e))
-        self._writing(conn, msg.object_id)
-        self._drop_evicted(res.evict)
-        shm_files.drop_pool_files(res.drop_pool)
-        if res.spill:
-            spills = self._start_spills(res.spill)
-            if self._spill_inflight_bytes > self._spill_ahead_bytes:
-                return self._spill_then_create(spills, res)
-        shm_files.take_segment(self.store, res.reuse, msg.object_id)
+        spills, last = self._objects_do(OP.CreateRequested(
+            msg.object_id, msg.size, msg.owner_address, conn, self._spill_free(msg.size),
+            OP.object_cause(msg.object_id)))
+        if isinstance(last, OP.Answer):
+            return P.CreateObjectReply(last.ok, last.error)
+        if last.after_spills:
+            return self._spill_then_create(spills, last)
+        shm_files.take_segment(self.store, last.reuse, last.object_id)
         return P.CreateObjectReply(True)
 
-    async def _spill_then_create(self, spills: list, res) -> P.CreateObjectReply:
+    async def _spill_then_create(self, spills: list, take: OP.TakeSegment) -> P.CreateObjectReply:
         await asyncio.gather(*spills)
-        shm_files.take_segment(self.store, res.reuse, res.object_id)
+        shm_files.take_segment(self.store, take.reuse, take.object_id)
         return P.CreateObjectReply(True)
 
     async def _on_restore_object(self, conn, msg: P.RestoreObject, rid):
@@ -841,36 +688,21 @@ class NodeDaemon:
         if oid in self._restoring:
             await asyncio.shield(self._restoring[oid])
         obj = self.store.objects.get(oid)
-        if obj is None:
-            return P.RestoreObjectReply(False, "this node's store no longer has it")
-        if obj.state != "spilled":
-            self.store.accessed(oid)
-            return P.RestoreObjectReply(True)
-        try:
-            res = self.store.restore(oid, spill_free_bytes=self._spill_free(obj.size))
-        except Exception as e:  # noqa: BLE001  ObjectStoreFullError
-            return P.RestoreObjectReply(False, str(e))
+        spill_free = self._spill_free(obj.size) if obj is not None and obj.state == "spilled" else None
+        cause = OP.object_cause(oid)
+        spills, last = self._objects_do(OP.RestoreRequested(oid, spill_free, cause))
+        if isinstance(last, OP.Answer):
+            return P.RestoreObjectReply(last.ok, last.error)
         fut = self._restoring[oid] = asyncio.get_running_loop().create_future()
-        ok = False
         try:
-            self._drop_evicted(res.evict)
-            shm_files.drop_pool_files(res.drop_pool)
-            spills = self._start_spills(res.spill)
-            if self._spill_inflight_bytes > self._spill_ahead_bytes:
+            if last.after_spills:
                 await asyncio.gather(*spills)
-            ok = await asyncio.to_thread(shm_files.restore, self.store, oid, res.reuse)
-            self.store.restore_done(oid, ok)
+            ok = await asyncio.to_thread(shm_files.restore, self.store, oid, last.reuse)
+            _spills, answer = self._objects_do(OP.RestoreFinished(oid, ok, cause))
         finally:
             self._restoring.pop(oid, None)
             fut.set_result(None)
-        if oid not in self.store.objects:  # freed while restoring
-            shm_files.release(self.store, _untracked(oid))
-        return P.RestoreObjectReply(ok, "" if ok else "restoring it from the spill directory failed")
-
-    def _drop_evicted(self, evicted: list) -> None:
-        """Copies of remote objects gave their room up: their primaries live on other nodes."""
-        for freed in evicted:
-            shm_files.release(self.store, freed)
+        return P.RestoreObjectReply(answer.ok, answer.error)
 
     def _spill_free(self, size: int) -> int | None:
         s = self.store
@@ -891,30 +723,19 @@ class NodeDaemon:
                 self.store.unmapped(oid)
         return None
 
-    def _start_spills(self, victims: list[bytes]) -> list[asyncio.Future]:
-        """Copy the victims to disk in the background. Whoever needed their room may go on
-        while the bytes in flight stay under `_spill_ahead_bytes` (memory runs over the
-        capacity by at most that much, briefly); past it, they wait for these copies."""
-        loop = asyncio.get_running_loop()
-        futs = []
-        for oid in victims:
-            fut = self._spilling[oid] = loop.create_future()
-            futs.append(fut)
-            size = self.store.objects[oid].size
-            self._spill_inflight_bytes += size
-            self._spawn(self._spill_one(oid, fut, size))
-        return futs
+    def _start_spill(self, oid: bytes) -> asyncio.Future:
+        """Copy a victim to disk in the background (the plane counts its bytes in flight)."""
+        fut = self._spilling[oid] = asyncio.get_running_loop().create_future()
+        self._spawn(self._spill_one(oid, fut))
+        return fut
 
-    async def _spill_one(self, oid: bytes, fut: asyncio.Future, size: int) -> None:
+    async def _spill_one(self, oid: bytes, fut: asyncio.Future) -> None:
+        ok = None
         try:
             ok = await asyncio.to_thread(shm_files.spill, self.store, oid)
-            if not self.store.spill_done(oid, ok):  # freed while it was copied
-                shm_files.release(self.store, _untracked(oid))
-            elif not ok:
-                log.warning("spilling object %s failed; it stays in shared memory", oid.hex())
         finally:
-            self._spill_inflight_bytes -= size
             self._spilling.pop(oid, None)
+            self._objects_do(OP.SpillFinished(oid, ok, OP.object_cause(oid)))
             fut.set_result(None)
 
     # ------------------------------------------------------------ memory monitor
@@ -1019,11 +840,6 @@ def _memory_snapshot() -> MM.MemorySnapshot:
     return MM.apply_cgroup_limit(host, limit, current)
 
 
-def _untracked(oid: bytes) -> Freed:
-    """A free of files the store no longer counts: delete both copies, recycle nothing."""
-    return Freed(oid, 0, True, True)
-
-
 def _version() -> str:
     from importlib import metadata
 
@@ -1042,6 +858,25 @@ def remove_session_dir(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _lent(resource: str) -> bool:
-    """Resources a worker blocked in get() lends back: its CPU, plain or a bundle's."""
-    return resource == "CPU" or resource.startswith("CPU_group_")
+
+def _log_lease(event: LT.Event, effects: list[LT.Effect]) -> None:
+    """The lease decisions, one line for the event and one per effect, each under its cause id."""
+    log.debug("[%s] %s", event.cause, _describe(event))
+    for effect in effects:
+        log.debug("[%s] -> %s", effect.cause, _describe(effect))
+
+
+def _describe(item: object) -> str:
+    """One log line's worth of a lease event or effect: its kind and what it names."""
+    parts = [type(item).__name__]
+    for name in ("lease", "worker"):
+        value = getattr(item, name, None)
+        if isinstance(value, PendingLease):
+            parts.append(f"lease {value.msg.lease_id.hex()} of {value.msg.description or '?'} "
+                         f"{R.describe(value.msg.resources)}")
+        elif isinstance(value, WorkerRecord):
+            parts.append(f"worker {value.worker_id.hex()[:8]} pid {value.pid}")
+    reason = getattr(item, "reason", None) or getattr(item, "why", None)
+    if isinstance(reason, str) and reason:
+        parts.append(reason)
+    return " ".join(parts)

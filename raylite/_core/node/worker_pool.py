@@ -1,13 +1,9 @@
 """Worker processes of one node: forked by the zygote, reused by runtime environment.
 
-The pool knows each worker's state (STARTING -> IDLE <-> LEASED, or ACTOR; STOPPING
-once killed; then DEAD) and starts new ones through the zygote's control socket. It does no
-scheduling: the node daemon decides who gets which worker.
-
-Every state change goes through `set_state`, which keeps two indexes: the idle
-workers and the number of starting workers per runtime environment. The node
-asks both on every lease request, so they answer in O(1) however many workers
-(thousands of actors) the node holds.
+The pool is the worker index (worker_index.py: each worker's state and the idle and
+starting indexes, no processes) plus the processes: it starts new workers through the
+zygote's control socket and kills them. It does no scheduling: the lease table
+(lease_table.py) decides who gets which worker.
 """
 
 from __future__ import annotations
@@ -20,10 +16,10 @@ import os
 import signal
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from raylite._core.ids import WorkerID
 from raylite._core.node import process_tree
+from raylite._core.node.worker_index import WorkerIndex, WorkerRecord
 from raylite._core.node.zygote import start_zygote
 from raylite._core.runtime_env import pip_env
 from raylite._core.runtime_env.packaging import digest_of, is_package_uri
@@ -33,38 +29,14 @@ log = logging.getLogger("raylite.worker_pool")
 WORKER_MODULE = "raylite._core.worker.worker"  # what the zygote's children run (its `main(request)`)
 
 
-@dataclass
-class WorkerRecord:
-    worker_id: bytes
-    env_key: str
-    pid: int = 0
-    conn: object = None  # rpc.Connection once registered
-    address: str = ""
-    state: str = "STARTING"  # STARTING | IDLE | LEASED | ACTOR | STOPPING | DEAD
-    lease_id: bytes = b""
-    lessee: object = None
-    actor_id: bytes = b""
-    held: dict = field(default_factory=dict)  # resources held by the lease or actor
-    gpu_ids: list = field(default_factory=list)  # devices given with `held`
-    blocked: bool = False
-    exit_info: str = ""
-    started_at: float = 0.0
-    busy_since: float = 0.0  # when its current lease or actor began (the memory monitor's age)
-    kill_reason: str = ""
-
-
-class WorkerPool:
+class WorkerPool(WorkerIndex):
     def __init__(self, node_address: str, token: str, session_dir: str,
                  on_exit: Callable[[WorkerRecord], None]) -> None:
         self.node_address = node_address
         self.token = token
         self.session_dir = session_dir
         self.on_exit = on_exit
-        self.workers: dict[bytes, WorkerRecord] = {}
-        self.by_pid: dict[int, WorkerRecord] = {}
-        self._idle: dict[str, dict[bytes, WorkerRecord]] = {}  # env key -> idle workers, oldest first
-        self._starting: dict[str, int] = {}  # env key -> workers forked but not registered yet
-        self.starting_total = 0
+        super().__init__()
         self._zygote_pid = 0
         self._zygote_sock: socket.socket | None = None
         self._buf = b""
@@ -111,10 +83,7 @@ class WorkerPool:
 
     def start_worker(self, key: str, runtime_env: dict, *, now: float) -> WorkerRecord:
         worker_id = WorkerID.from_random()
-        rec = WorkerRecord(worker_id, key, started_at=now)
-        self.workers[worker_id] = rec
-        self._starting[key] = self._starting.get(key, 0) + 1
-        self.starting_total += 1
+        rec = self.add_starting(worker_id, key, now=now)
         env = {str(k): str(v) for k, v in (runtime_env.get("env_vars") or {}).items()}
         wd = runtime_env.get("working_dir") or ""
         mods = runtime_env.get("py_modules") or []
@@ -133,51 +102,6 @@ class WorkerPool:
         }
         self._zygote_sock.sendall(json.dumps(request).encode() + b"\n")
         return rec
-
-    def set_state(self, rec: WorkerRecord, state: str) -> None:
-        """Move a worker to `state`, keeping the indexes; DEAD also forgets it.
-
-        A worker that was killed never becomes IDLE again (it goes to STOPPING until its exit
-        is seen): the SIGKILL and the closed connection that reports it are apart in time, and
-        a lease returned in between (its placement group was just removed, say) used to put
-        the dying process back in the idle index, where the next actor got it and failed with
-        "the actor's worker died while starting"."""
-        if state == "IDLE" and rec.kill_reason:
-            state = "STOPPING"
-        old = rec.state
-        if old == state:
-            return
-        if old == "STARTING":
-            self._starting[rec.env_key] -= 1
-            self.starting_total -= 1
-        elif old == "IDLE":
-            idle = self._idle[rec.env_key]
-            del idle[rec.worker_id]
-            if not idle:
-                del self._idle[rec.env_key]
-        rec.state = state
-        if state == "IDLE":
-            self._idle.setdefault(rec.env_key, {})[rec.worker_id] = rec
-        elif state == "DEAD":
-            if self.workers.get(rec.worker_id) is rec:
-                del self.workers[rec.worker_id]
-
-    def idle(self, key: str) -> WorkerRecord | None:
-        """The longest-idle worker for this runtime environment, if any."""
-        idle = self._idle.get(key)
-        return next(iter(idle.values())) if idle else None
-
-    def has_idle(self) -> bool:
-        return bool(self._idle)
-
-    def starting(self, key: str) -> int:
-        return self._starting.get(key, 0)
-
-    def doom(self, rec: WorkerRecord, reason: str) -> None:
-        """Decide that `rec` stops: from now on it is never handed out again (see set_state)."""
-        rec.kill_reason = rec.kill_reason or reason or "stopped by its node"
-        if rec.state == "IDLE":
-            self.set_state(rec, "STOPPING")
 
     def kill(self, rec: WorkerRecord, reason: str = "") -> None:
         self.doom(rec, reason)
