@@ -89,10 +89,17 @@ class NetnsCluster:
         return self.exec(i, [sys.executable, "-m", "raylite.cli", *args], env)
 
     def driver(self, i: int, code: str, timeout_s: float = 120) -> dict:
-        """Run a driver script on host i; it prints one JSON line last, returned here."""
+        """Run a driver script on host i; the last JSON line it prints is returned here (the
+        cluster's log lines forwarded to the driver, e.g. at shutdown, may come after it)."""
         res = self.exec(i, [sys.executable, "-c", code], {"RAYLITE_ADDRESS": self.address,
                                                           "RAYLITE_TOKEN": self.token}, timeout_s)
-        return json.loads(res.stdout.strip().splitlines()[-1])
+        for line in reversed(res.stdout.strip().splitlines()):
+            if line.startswith("{"):
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    continue
+        raise AssertionError(f"the driver printed no JSON line:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
 
     def start_driver(self, i: int, code: str) -> subprocess.Popen:
         cmd = [TOOL, "exec", self.host(i), "--", *self.env(i, {"RAYLITE_ADDRESS": self.address,

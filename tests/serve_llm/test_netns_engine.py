@@ -47,7 +47,7 @@ serve.shutdown()
 """
 
 
-@pytest.mark.parametrize("parallel", ["tensor_parallel_size"])
+@pytest.mark.parametrize("parallel", ["tensor_parallel_size", "pipeline_parallel_size"])
 def test_one_engine_over_two_hosts_whose_names_do_not_resolve(tiny_model, reference, parallel):  # noqa: F811
     with N.NetnsCluster(2, prefix="rlle") as c:
         out = c.driver(1, DRIVER.format(model=tiny_model, parallel=repr(parallel), prompt=PROMPT,
