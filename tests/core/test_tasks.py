@@ -409,7 +409,7 @@ def test_recursive_cancel_stops_child_tasks(cluster, tmp_path):
             open(path + ".started", "w").close()
             while True:
                 time.sleep(0.01)
-        except TaskCancelledError:
+        except KeyboardInterrupt:  # how a cancelled task is told, as in Ray
             open(path, "w").close()
             raise
 
@@ -676,3 +676,29 @@ def test_rays_underscore_remote_spelling_takes_options_by_keyword(cluster):
     a, b = first_n._remote(args=[2], kwargs={"offset": 10}, num_returns=2)
     assert ray.get([a, b]) == [10, 11]
     assert ray.get(Holder._remote(args=["kept"], num_cpus=0).get.remote()) == "kept"
+
+
+def test_a_cancelled_task_is_interrupted_and_may_return_a_value_of_its_own(cluster, tmp_path):
+    """As in Ray: cancel() raises KeyboardInterrupt in the task (not an Exception, so a bare
+    `except Exception` in user code does not swallow it); is_canceled() is True there, and a
+    task that handles it and returns gives its caller that value."""
+    from tests.conftest import wait_for
+
+    started = tmp_path / "started"
+
+    @ray.remote(max_retries=0)
+    def cleans_up(path):
+        try:
+            open(path, "w").close()
+            while True:
+                try:
+                    time.sleep(0.01)
+                except Exception:  # noqa: BLE001  user code that catches everything it can
+                    pass
+        except KeyboardInterrupt:
+            return "cleaned up" if ray.get_runtime_context().is_canceled() else "not told"
+
+    ref = cleans_up.remote(str(started))
+    wait_for(started.exists, what="the task to start")
+    ray.cancel(ref)
+    assert ray.get(ref, timeout=30) == "cleaned up"

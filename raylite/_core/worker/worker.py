@@ -163,7 +163,11 @@ class Worker:
                 self.client._cancel(child, msg.force, True)
         tid = self.ctx.task_threads.get(msg.task_id)
         if tid is not None:
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), ctypes.py_object(E.TaskCancelledError))
+            # KeyboardInterrupt, as Ray raises: a task may catch it to clean up (is_canceled() is
+            # True there) and even return a value, which the caller then gets; a plain
+            # `except Exception` in user code does not swallow the cancellation. Uncaught, it
+            # becomes the caller's TaskCancelledError (_execute).
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), ctypes.py_object(KeyboardInterrupt))
         return None
 
     def _reply(self, conn, rid: int, msg: P.Message) -> None:
