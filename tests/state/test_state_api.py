@@ -163,3 +163,25 @@ def test_cli_bad_input(api, work):
     r = subprocess.run([sys.executable, "-m", "raylite.cli", "list", "actors"], capture_output=True, text=True,
                        env=env_bad, timeout=60)
     assert r.returncode == 1 and "401" in r.stderr
+
+
+def test_func_or_class_name_is_rays_short_form_for_classes_and_functions_defined_inside_a_function(api):
+    def define():
+        @raylite.remote(num_cpus=0)
+        class Inner:
+            def ping(self):
+                return 1
+
+        @raylite.remote
+        def helper():
+            return 2
+
+        return Inner, helper
+
+    inner_cls, helper = define()
+    inner = inner_cls.remote()
+    assert raylite.get([inner.ping.remote(), helper.remote()]) == [1, 2]
+    wait_for(lambda: {"Inner.ping", "helper", "Inner.__init__"} <= {
+        t.func_or_class_name for t in state.list_tasks(limit=10000)}, what="the three tasks' rows")
+    assert state.list_tasks(filters=[("func_or_class_name", "=", "Inner.ping")])
+    raylite.kill(inner)

@@ -228,7 +228,9 @@ def describe_task(extra: Any) -> dict[str, Any]:
     if not isinstance(extra, TaskSpec):
         return {}
     spec = extra
-    func = spec.function.qualname
+    # Ray's form: the function's own name, or Class.method, whatever encloses them (a test's
+    # function, another class): filters such as ("func_or_class_name", "=", "Actor.f") match
+    func = spec.function.qualname.rsplit(".", 1)[-1]
     if spec.kind == KIND_ACTOR_CALL:
         func = f"{func}.{spec.method_name}"
     elif spec.kind == KIND_ACTOR_CREATE:
