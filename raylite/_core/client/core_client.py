@@ -33,6 +33,7 @@ from raylite._core.client.links import ClientLinks
 from raylite._core.client.objects import ObjectPlane
 from raylite._core.client.ownership import Ownership
 from raylite._core.client.tasks import TaskSubmitter
+from raylite._core.client.transfers import ObjectTransfers
 from raylite._core.config import Config
 from raylite._core.core_api import CoreAPI
 from raylite._core.head.task_events import TaskEventBuffer, describe_task
@@ -71,7 +72,8 @@ class CoreClient(HeadCalls, CoreAPI):
     """The engine behind the Core API in one process, composed of components that each own
     their tables and share only the links (links.py):
 
-    - `objects` (objects.py): the object table, put / get / wait, store reads and pulls;
+    - `objects` (objects.py): the object table, put / get / wait, store reads, frees;
+    - `transfers` (transfers.py): copies pulled from other nodes' stores;
     - `ownership` (ownership.py): ref counts, borrows and borrowers;
     - `functions` (functions.py): exported functions and argument packing;
     - `generators` (generators.py): streamed generator items and waits on them;
@@ -113,7 +115,8 @@ class CoreClient(HeadCalls, CoreAPI):
 
         # the components, each given what it calls; the cycles (a component calling back into
         # one built after it) are closed right below, in one place
-        self.objects = ObjectPlane(links)
+        self.transfers = ObjectTransfers(links)
+        self.objects = ObjectPlane(links, self.transfers)
         self.ownership = Ownership(links, self.objects)
         self.functions = FunctionExport(links, self.objects)
         self.generators = Generators(links, self.objects, self.ownership)
@@ -338,7 +341,7 @@ class CoreClient(HeadCalls, CoreAPI):
         c = self.links.conns.pop(msg.address, None)
         if c is not None:
             c.abort()
-        self.objects.node_died(msg.node_id, msg.address)
+        self.transfers.node_died(msg.node_id, msg.address)
 
     def _on_node_lost(self, conn: rpc.Connection) -> None:
         if not self._closed:

@@ -1,9 +1,9 @@
 """The object plane of a CoreClient: put, get and wait, reading stored objects zero-copy,
-pulling copies from other nodes, freeing what nobody references, and answering borrowers'
+freeing what nobody references, and answering borrowers'
 status requests.
 
-A component: it owns the object table (`entries`), the mappings of store objects this
-process holds, and its data links to other nodes; the CoreClient composes it."""
+A component: it owns the object table (`entries`) and the mappings of store objects this
+process holds; copies from other nodes come through the transfers (transfers.py)."""
 
 from __future__ import annotations
 
@@ -27,11 +27,11 @@ from raylite._core.client.records import ObjectEntry, _FailFastLatch, _Latch, ki
 from raylite._core.client.refs import ObjectRef
 from raylite._core.ids import ObjectID
 from raylite._core.node.object_store import BUSY_NOT_FULL
-from raylite._core.transport import rpc
 
 if TYPE_CHECKING:
     from raylite._core.client.lineage import LineageRebuilder
     from raylite._core.client.links import ClientLinks
+    from raylite._core.client.transfers import ObjectTransfers
 
 # a ref rebuilt from an id (ObjectRef(binary)) after every real reference was dropped
 _BUSY_STORE_WAIT_S = 10.0  # how long a write waits for room that others' writes and restores hold
@@ -42,8 +42,9 @@ _RELEASED = ("its owner released it: every reference to it had been dropped, so 
 class ObjectPlane:
     """put / get / wait and object transfer; owns the object table."""
 
-    def __init__(self, links: ClientLinks) -> None:
+    def __init__(self, links: ClientLinks, transfers: ObjectTransfers) -> None:
         self._links = links
+        self._transfers = transfers
         self._lock = links.lock
         self._refs = links.refs
         self._address = links.address
@@ -56,10 +57,6 @@ class ObjectPlane:
         self._mapping_flush = False
         self._node_sync: BlockingNodeLink | None = None  # blocking link to the node for user threads' round trips
         self._trim_armed = False  # a writer-map trim is scheduled
-        self.data_conns: dict[str, rpc.Connection] = {}  # chunked pulls, apart from control
-        self._data_addresses: dict[bytes, str] = {}  # node id -> its bulk server HOST:PORT
-        self._bulk_clients: dict[str, Any] = {}
-        self._bulk_lock = threading.Lock()
         self.lineage: LineageRebuilder  # set by the CoreClient once built (it needs this plane)
 
     def expect(self, object_ids: list[bytes]) -> None:
@@ -232,7 +229,7 @@ class ObjectPlane:
     def _send_release(self, stored: list, unborrow: list, counted: bool = False) -> None:
         links = self._links
         node_id = links.node_id
-        local = [oid for oid, loc in stored if loc[0] == node_id or self._cached_here(oid)]
+        local = [oid for oid, loc in stored if loc[0] == node_id or self._transfers.cached_here(oid)]
         if local:
             try:
                 links.node.send(P.FreeObjects(local))
@@ -248,19 +245,6 @@ class ObjectPlane:
             by_owner.setdefault(owner, []).append(oid)
         for owner, oids in by_owner.items():
             links.loop.create_task(links.send_to(owner, P.RemoveBorrower(oids, self._address)))
-
-    def node_died(self, node_id: bytes, address: str) -> None:
-        """I/O loop: drop data links to a dead node; a pull blocked on a cut link wakes up and
-        reports the object lost."""
-        c = self.data_conns.pop(address, None)
-        if c is not None:
-            c.abort()
-        data = self._data_addresses.get(node_id)
-        if data:
-            with self._bulk_lock:
-                bulk = self._bulk_clients.pop(data, None)
-            if bulk is not None:
-                bulk.close()
 
     def close(self) -> None:
         if self._node_sync is not None:
@@ -427,7 +411,7 @@ class ObjectPlane:
         node_id = location[0]
         path = os.path.join(self._links.store_dir, oid.hex())
         if node_id != self._links.node_id and not os.path.exists(path):
-            self._links.run_sync(self._pull_object(oid, location))
+            self._links.run_sync(self._transfers.pull(oid, location))
         follow = functools.partial(self._follow_mapping, oid)
         restoring = ahead.take(oid) if ahead is not None else None
         for _attempt in range(3):  # restored, then spilled again before we mapped it: once more
@@ -483,103 +467,6 @@ class ObjectPlane:
         if mapped or unmapped:
             self._links.send_node(P.ObjectsMapped(mapped, unmapped))
 
-    async def _pull_object(self, oid: bytes, location: list) -> None:
-        """Copy an object from another node's store into ours (cached there for others)."""
-        if location[0] in self._links.dead_nodes:
-            raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} died holding its only copy")
-        try:
-            if not await self._bulk_pull(oid, location):
-                await self._pull_chunks(oid, location)
-        except (E.ObjectLostError, E.ObjectStoreFullError):
-            raise
-        except Exception as e:  # noqa: BLE001
-            raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} is unreachable ({e}); it "
-                                    "held the only copy") from None
-
-    async def _bulk_pull(self, oid: bytes, location: list) -> bool:
-        """Pull over the peer's bulk stream (sendfile -> mapped file); False if it has none."""
-        addr = self._data_addresses.get(location[0])
-        if addr is None:
-            info = await self._links.head.request(P.GetClusterInfo())
-            for n in info.nodes:
-                self._data_addresses[n["node_id"]] = n.get("data_address", "")
-            addr = self._data_addresses.get(location[0], "")
-        if not addr:
-            return False
-        path = os.path.join(self._links.store_dir, oid.hex())
-        # room in our store under a scratch id: the node makes space (spilling if it must) and
-        # hands over a recycled segment whose pages are already faulted in; renamed when done,
-        # so readers on this node never see a half-written object
-        scratch = os.urandom(20)
-        reply = await self._links.node.request(P.CreateObject(scratch, location[2], ""))
-        if not reply.ok:
-            raise E.ObjectStoreFullError(reply.error)
-        tmp = os.path.join(self._links.store_dir, scratch.hex())
-        try:
-            total = await self._links.loop.run_in_executor(None, self._bulk_pull_blocking, addr, oid, tmp)
-            if total is None:
-                raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} no longer has it")
-            os.replace(tmp, path)
-            self._links.node.send(P.ObjectSealed(oid, total, "", True))
-        finally:
-            self._links.node.send(P.FreeObjects([scratch]))  # its reservation; the file moved on (or is recycled)
-        return True
-
-    def _cached_here(self, oid: bytes) -> bool:
-        """Multi-node: a copy of a remote object was pulled into our node's store."""
-        return self._links.node_public_address != self._links.node_address and \
-            os.path.exists(os.path.join(self._links.store_dir, oid.hex()))
-
-    def _bulk_pull_blocking(self, addr: str, oid: bytes, tmp: str) -> int | None:
-        from raylite._core.transport.bulk import BulkClient
-
-        with self._bulk_lock:
-            client = self._bulk_clients.get(addr)
-            if client is None:
-                client = self._bulk_clients[addr] = BulkClient(addr, self._links.token)
-        try:
-            return client.pull(oid, tmp)
-        except BaseException:
-            with self._bulk_lock:
-                if self._bulk_clients.get(addr) is client:
-                    del self._bulk_clients[addr]
-            client.close()
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-
-    async def _pull_chunks(self, oid: bytes, location: list) -> None:
-        """Chunks travel on a connection of their own (so control messages to that node never
-        queue behind them), several requests in flight to keep the link busy."""
-        node_address = location[1]
-        conn = self.data_conns.get(node_address)
-        if conn is None or conn.is_closed():
-            conn = await rpc.connect(node_address, {}, token=self._links.token, role=self._links.kind)
-            self.data_conns[node_address] = conn
-        chunk = 4 << 20
-        path = os.path.join(self._links.store_dir, oid.hex())
-        tmp = path + f".part{os.getpid()}_{id(conn) & 0xffff}"
-        first: P.PullObjectReply = await conn.request(P.PullObject(oid, 0, chunk))
-        if not first.found:
-            raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} no longer has it")
-        total = first.total_size
-        fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
-        try:
-            os.pwrite(fd, first.data, 0)
-            offsets = list(range(len(first.data), total, chunk))
-            window = 4
-            for i in range(0, len(offsets), window):
-                futs = [conn.request_future(P.PullObject(oid, off, chunk)) for off in offsets[i:i + window]]
-                for off, fut in zip(offsets[i:i + window], futs):
-                    reply: P.PullObjectReply = await fut
-                    if not reply.found:
-                        raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} no longer has it")
-                    os.pwrite(fd, reply.data, off)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        self._links.node.send(P.ObjectSealed(oid, total, "", True))
-
     def wait(self, refs: list[ObjectRef], num_returns: int, timeout: float | None,
              fetch_local: bool = True) -> tuple[list[ObjectRef], list[ObjectRef]]:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -615,7 +502,7 @@ class ObjectPlane:
             return refs
 
         async def pull_all() -> list:
-            return await asyncio.gather(*(self._pull_object(r._id, loc) for r, loc in remote.values()),
+            return await asyncio.gather(*(self._transfers.pull(r._id, loc) for r, loc in remote.values()),
                                         return_exceptions=True)
 
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
