@@ -110,7 +110,7 @@ def test_put_object_whose_node_died_names_put(two_nodes):
     entry.payload = [bytes.fromhex(victim.node_id)] + list(entry.payload[1:])  # as if stored there
     os.unlink(os.path.join(client.store_dir, ref.hex()))  # and never copied here
     _kill(c, victim)
-    wait_until(lambda: bytes.fromhex(victim.node_id) in client._dead_nodes, what="the driver hears of it")
+    wait_until(lambda: bytes.fromhex(victim.node_id) in client.links.dead_nodes, what="the driver hears of it")
     with pytest.raises(ray.exceptions.ObjectLostError, match="put"):
         ray.get(ref, timeout=60)
 

@@ -48,7 +48,7 @@ def test_a_queued_task_costs_a_few_hundred_bytes(cluster, tmp_path):
         _settle(client)
         base = tracemalloc.get_traced_memory()[0]
         refs = [one.remote() for _ in range(QUEUED)]
-        wait_for(lambda: sum(len(q.tasks) for q in client._queues.values()) >= QUEUED - 4,
+        wait_for(lambda: sum(len(q.tasks) for q in client.leases.queues.values()) >= QUEUED - 4,
                  what="the tasks to be queued")
         _settle(client)
         per_task = (tracemalloc.get_traced_memory()[0] - base) / QUEUED

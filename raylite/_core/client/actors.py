@@ -1,12 +1,13 @@
 """Actor calls of a CoreClient: ordered per caller, sent straight to the actor's worker,
 reconnected after restarts, failed clearly when the actor is dead.
 
-A mixin: CoreClient inherits it, and its methods use the client's state."""
+A component: it owns the state of every actor this process calls (its connection, queue
+and calls in flight); replies go back to the task submitter as any task's do."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raylite import exceptions as E
 from raylite._core import protocol as P
@@ -15,26 +16,50 @@ from raylite._core.client.records import ActorState, TaskRecord
 from raylite._core.task_spec import TaskSpec
 from raylite._core.transport.base import ConnectionBrokenError
 
+if TYPE_CHECKING:
+    from raylite._core.client.links import ClientLinks
+    from raylite._core.client.tasks import TaskSubmitter
+
 
 class ActorCaller:
-    """Actor method calls (mixed into CoreClient)."""
+    """Actor method calls; owns the per-actor state, by actor id."""
+
+    def __init__(self, links: ClientLinks, tasks: TaskSubmitter) -> None:
+        self._links = links
+        self._tasks = tasks
+        self.states: dict[bytes, ActorState] = {}
+
+    def drop_queued(self, rec: TaskRecord) -> None:
+        """A cancelled call not sent yet leaves its actor's queue."""
+        for st in self.states.values():
+            if rec in st.queue:
+                st.queue.remove(rec)
+
+    def holds_none(self) -> bool:
+        return not self.states
+
+    def node_died(self, node_id: bytes) -> None:
+        """Links to actors on a dead node may hang (cut cable): drop them; they reconnect."""
+        for st in self.states.values():
+            if st.node_id == node_id and st.conn is not None:
+                st.conn.abort()
 
     def register_actor(self, spec: TaskSpec, get_if_exists: bool) -> P.RegisterActorReply:
-        reply: P.RegisterActorReply = self.run_sync(self.head.request(P.RegisterActor(spec.to_wire(), get_if_exists)))
+        reply: P.RegisterActorReply = self._links.run_sync(self._links.head.request(P.RegisterActor(spec.to_wire(), get_if_exists)))
         if reply.error_type:
             raise getattr(E, reply.error_type, None) or ValueError(reply.error) if reply.error_type != "ValueError" else ValueError(reply.error)
         return reply
 
     def submit_actor_task(self, spec: TaskSpec, pinned: list) -> Any:
-        return self.submit_task(spec, pinned, False)
+        return self._tasks.submit_task(spec, pinned, False)
 
-    def _send_actor_task(self, rec: TaskRecord) -> None:
+    def send_actor_task(self, rec: TaskRecord) -> None:
         aid = rec.spec.actor_id
-        st = self._actors.get(aid)
+        st = self.states.get(aid)
         if st is None:
-            st = self._actors[aid] = ActorState(aid)
+            st = self.states[aid] = ActorState(aid)
         if st.dead_error is not None:
-            self._finish_with_error(rec, st.dead_error)
+            self._tasks.finish_with_error(rec, st.dead_error)
             return
         st.queue.append(rec)
         self._flush_actor(st)
@@ -43,7 +68,7 @@ class ActorCaller:
         if st.conn is None or st.conn.is_closed():
             if not st.connecting:
                 st.connecting = True
-                self.loop.create_task(self._connect_actor(st))
+                self._links.loop.create_task(self._connect_actor(st))
             return
         while st.queue:
             rec = st.queue.popleft()
@@ -58,14 +83,14 @@ class ActorCaller:
     async def _connect_actor(self, st: ActorState) -> None:
         try:
             while True:
-                info: P.ActorInfo = await self.head.request(P.GetActorInfo(st.actor_id, True, st.restarts_seen))
+                info: P.ActorInfo = await self._links.head.request(P.GetActorInfo(st.actor_id, True, st.restarts_seen))
                 if info.state == "DEAD":
                     self._actor_is_dead(st, info)
                     return
                 st.restarts_seen = info.num_restarts
                 st.node_id = info.node_id
                 try:
-                    conn = await self.connection(info.address)
+                    conn = await self._links.connection(info.address)
                 except ConnectionBrokenError:
                     await asyncio.sleep(0.05)
                     continue
@@ -94,9 +119,9 @@ class ActorCaller:
             err = E.ActorUnschedulableError(msg)  # type: ignore[assignment]
         st.dead_error = err
         while st.queue:
-            self._finish_with_error(st.queue.popleft(), err)
+            self._tasks.finish_with_error(st.queue.popleft(), err)
         for rec in list(st.in_flight.values()):
-            self._finish_with_error(rec, err)
+            self._tasks.finish_with_error(rec, err)
         st.in_flight.clear()
 
     def _actor_conn_lost(self, st: ActorState, conn) -> None:
@@ -105,11 +130,11 @@ class ActorCaller:
         # in-flight calls get their fate in _on_actor_reply (the futures fail with the connection)
         if st.queue and not st.connecting and st.dead_error is None:
             st.connecting = True
-            self.loop.create_task(self._connect_actor(st))
+            self._links.loop.create_task(self._connect_actor(st))
 
     def actor_out_of_scope(self, actor_id: bytes) -> None:
         """Loop thread: the last handle is gone; stop the actor once submitted calls finish."""
-        st = self._actors.get(actor_id)
+        st = self.states.get(actor_id)
         if st is not None and (st.queue or st.in_flight):
             st.kill_when_idle = True
             return
@@ -117,7 +142,7 @@ class ActorCaller:
 
     def _kill_quietly(self, actor_id: bytes) -> None:
         try:
-            self.head.send(P.KillActor(actor_id, True, False))
+            self._links.head.send(P.KillActor(actor_id, True, False))
         except Exception:  # noqa: BLE001
             pass
 
@@ -125,16 +150,16 @@ class ActorCaller:
         st.in_flight.pop(rec.spec.task_id, None)
         if st.kill_when_idle and not st.queue and not st.in_flight:
             st.kill_when_idle = False
-            self.loop.call_soon(self._kill_quietly, st.actor_id)
+            self._links.loop.call_soon(self._kill_quietly, st.actor_id)
         exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
         if exc is None:
-            self._task_done(rec, fut.result())
+            self._tasks.task_done(rec, fut.result())
             return
         if st.dead_error is not None:
-            self._finish_with_error(rec, st.dead_error)
+            self._tasks.finish_with_error(rec, st.dead_error)
             return
         if rec.cancelled:
-            self._finish_with_error(rec, E.TaskCancelledError(rec.spec.task_id.hex()))
+            self._tasks.finish_with_error(rec, E.TaskCancelledError(rec.spec.task_id.hex()))
             return
         limit = rec.spec.max_task_retries
         if limit == -1 or rec.spec.attempt < limit:
@@ -142,30 +167,30 @@ class ActorCaller:
             st.queue.appendleft(rec)
             if not st.connecting:
                 st.connecting = True
-                self.loop.create_task(self._connect_actor(st))
+                self._links.loop.create_task(self._connect_actor(st))
             return
-        self._finish_with_error(rec, E.ActorDiedError(
+        self._tasks.finish_with_error(rec, E.ActorDiedError(
             f"The actor ({st.actor_id.hex()[:12]}) died while running {rec.spec.display_name()}: its "
             "worker process exited or was killed. If the actor has max_restarts > 0 it restarts; set "
             "max_task_retries to retry calls that were running.", st.actor_id.hex()))
         if not st.connecting:
             st.connecting = True
-            self.loop.create_task(self._connect_actor(st))
+            self._links.loop.create_task(self._connect_actor(st))
 
     def actor_info(self, actor_id: bytes, wait_alive: bool = False) -> P.ActorInfo:
-        return self.run_sync(self.head.request(P.GetActorInfo(actor_id, wait_alive, -1)))
+        return self._links.run_sync(self._links.head.request(P.GetActorInfo(actor_id, wait_alive, -1)))
 
     def kill_actor(self, actor_id: bytes, no_restart: bool) -> None:
-        self.run_sync(self.head.request(P.KillActor(actor_id, no_restart)))
+        self._links.run_sync(self._links.head.request(P.KillActor(actor_id, no_restart)))
         if no_restart:
-            self.run_sync(self._mark_killed(actor_id))
+            self._links.run_sync(self._mark_killed(actor_id))
 
     async def _mark_killed(self, actor_id: bytes) -> None:
         """Calls made after kill() fail at once instead of racing the kill."""
-        st = self._actors.get(actor_id)
+        st = self.states.get(actor_id)
         if st is None:
-            st = self._actors[actor_id] = ActorState(actor_id)
+            st = self.states[actor_id] = ActorState(actor_id)
         st.dead_error = E.ActorDiedError(
             f"The actor ({actor_id.hex()[:12]}) was killed by raylite.kill(no_restart=True).", actor_id.hex())
         while st.queue:
-            self._finish_with_error(st.queue.popleft(), st.dead_error)
+            self._tasks.finish_with_error(st.queue.popleft(), st.dead_error)

@@ -8,12 +8,13 @@ recursively. Otherwise `ObjectLostError` says which case applies: the task ran w
 `max_retries=0`, the object was made by `put()`, or re-running was already tried enough.
 (When the owner itself died, borrowers get `OwnerDiedError`, an `ObjectLostError` too.)
 
-A mixin: CoreClient inherits it, and its methods use the client's state.
+A component: the lineage records live in the reference counter (so they go with the counts);
+this re-runs tasks through the task submitter and waits on the object plane's entries.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raylite import exceptions as E
 from raylite._core import serialization as ser
@@ -22,11 +23,24 @@ from raylite._core.client.refs import ObjectRef
 from raylite._core.ids import ObjectID
 from raylite._core.task_spec import KIND_TASK, TaskSpec
 
+if TYPE_CHECKING:
+    from raylite._core.client.links import ClientLinks
+    from raylite._core.client.objects import ObjectPlane
+    from raylite._core.client.tasks import TaskSubmitter
+
 _PUT_INDEX = 0xFFFFFFFF
 
 
 class LineageRebuilder:
     """Keeps task lineage of returned objects and re-runs tasks to rebuild lost ones."""
+
+    def __init__(self, links: ClientLinks, objects: ObjectPlane, tasks: TaskSubmitter) -> None:
+        self._links = links
+        self._objects = objects
+        self._tasks = tasks
+        self._lock = links.lock
+        self._refs = links.refs
+        self._address = links.address
 
     def record_lineage(self, spec: TaskSpec, stored_ids: list[bytes]) -> None:
         """When a task finished: remember how its returns that live in a node's store are made
@@ -36,41 +50,41 @@ class LineageRebuilder:
         if spec.kind != KIND_TASK or spec.num_returns < 1 or not stored_ids:
             return  # actor tasks and generators are not rebuilt
         with self._lock:
-            stored_ids = [oid for oid in stored_ids if self.refs.lineage_of(oid) is None]  # not a re-run's
+            stored_ids = [oid for oid in stored_ids if self._refs.lineage_of(oid) is None]  # not a re-run's
             if not stored_ids:
                 return
             if spec.max_retries == 0:  # a marker, so a loss can say why nothing is re-run
-                self.refs.record_lineage(stored_ids, spec.display_name(), ())
+                self._refs.record_lineage(stored_ids, spec.display_name(), ())
                 return
-            args = [r[1] for r in spec.arg_refs if self.refs.is_owned(r[1])]
+            args = [r[1] for r in spec.arg_refs if self._refs.is_owned(r[1])]
         # the task's packed arguments (when too big to travel inline) stay alive with it
-        keep = [ObjectRef(spec.args[1], self.address)] if spec.args[0] == "ref" else None
+        keep = [ObjectRef(spec.args[1], self._address)] if spec.args[0] == "ref" else None
         with self._lock:
-            self.refs.record_lineage(stored_ids, (spec, keep) if keep else spec, args)
+            self._refs.record_lineage(stored_ids, (spec, keep) if keep else spec, args)
 
-    def _rebuild(self, object_id: bytes, location: Any, lost: E.ObjectLostError) -> ObjectEntry:
+    def rebuild(self, object_id: bytes, location: Any, lost: E.ObjectLostError) -> ObjectEntry:
         """User thread, after reading `object_id` at `location` failed with `lost`: re-run its
         task (and what it needs first), wait for the new value, and return its entry."""
-        entry = self.entries.get(object_id)
+        entry = self._objects.entry(object_id)
         if entry is None:
             raise lost
-        if not self.refs.is_owned(object_id):  # a borrower: ask the owner again; it rebuilds
+        if not self._refs.is_owned(object_id):  # a borrower: ask the owner again; it rebuilds
             return self._refetch_from_owner(object_id, entry, location, lost)
         with self._lock:
             if entry.kind == "s" and entry.payload is location:  # nobody rebuilt it meanwhile
                 self._start_rebuild(object_id, lost.reason)
-        self._wait_entries([entry], 1, None, [])
+        self._objects.wait_entries([entry], 1, None, [])
         return entry
 
-    def _rebuild_lost_args(self, rec: TaskRecord) -> None:
+    def rebuild_lost_args(self, rec: TaskRecord) -> None:
         """Loop thread, before a task is queued: owned arguments lost with a dead node are
         rebuilt first (the task then waits for them like for any pending argument)."""
         spec = rec.spec
         rebuilt = set()
         with self._lock:
             for r in spec.arg_refs:
-                entry = self.entries.get(r[1])
-                if entry is not None and self._on_dead_node(entry) and self.refs.is_owned(r[1]):
+                entry = self._objects.entry(r[1])
+                if entry is not None and self._on_dead_node(entry) and self._refs.is_owned(r[1]):
                     try:
                         self._start_rebuild(r[1], f"node {entry.payload[0].hex()[:8]} died holding its only copy")
                     except E.ObjectLostError:
@@ -79,11 +93,11 @@ class LineageRebuilder:
         if rebuilt:  # values shipped with an earlier attempt point at the dead node
             rec.spec = spec.replace(arg_refs=[r[:3] if r[1] in rebuilt else r for r in spec.arg_refs])
 
-    def _rebuild_for_borrower(self, object_id: bytes) -> Any:
+    def rebuild_for_borrower(self, object_id: bytes) -> Any:
         """Loop thread, answering a borrower's status request: an owned object lost with a dead
         node is rebuilt before the answer; returns the error payload if it cannot be."""
-        entry = self.entries.get(object_id)
-        if entry is None or not self._on_dead_node(entry) or not self.refs.is_owned(object_id):
+        entry = self._objects.entry(object_id)
+        if entry is None or not self._on_dead_node(entry) or not self._refs.is_owned(object_id):
             return None
         with self._lock:
             try:
@@ -95,7 +109,7 @@ class LineageRebuilder:
     def _start_rebuild(self, object_id: bytes, why: str) -> None:
         """With _lock held: mark `object_id` pending and resubmit its task, after rebuilding
         lost or freed arguments the same way. Raises ObjectLostError saying why it cannot."""
-        lin = self.refs.lineage_of(object_id)
+        lin = self._refs.lineage_of(object_id)
         hexid = object_id.hex()
         if lin is None:
             if ObjectID(object_id).return_index() == _PUT_INDEX:
@@ -116,20 +130,19 @@ class LineageRebuilder:
         deps = self._rebuild_args(spec, lin.arg_ids, why)
         lin.reruns += 1
         for oid in spec.return_ids():  # every return held only by a dead node comes back too
-            entry = self.entries.get(oid)
+            entry = self._objects.entry(oid)
             if entry is not None and (oid == object_id or self._on_dead_node(entry)):
                 entry.kind, entry.payload = None, None
-        self.refs.add_submitted(deps)
+        self._refs.add_submitted(deps)
         retries = -1 if spec.max_retries < 0 else spec.max_retries - lin.reruns
         rerun = spec.replace(attempt=spec.attempt + lin.reruns)
         rec = TaskRecord(rerun, retries, spec.retry_exceptions if isinstance(spec.retry_exceptions, bool)
                          else False, deps)
-        self._tasks[spec.task_id] = rec
-        self.loop.call_soon_threadsafe(self._enqueue_task, rec)
+        self._tasks.resubmit(rec)
 
     def _refetch_from_owner(self, object_id: bytes, entry: ObjectEntry, location: Any,
                             lost: E.ObjectLostError) -> ObjectEntry:
-        count = self.refs.count(object_id)
+        count = self._refs.count(object_id)
         owner = count.owner_address if count is not None else ""
         if not owner:
             raise lost
@@ -140,8 +153,8 @@ class LineageRebuilder:
             else:
                 refetch = False
         if refetch:
-            self.loop.call_soon_threadsafe(self._start_fetch, object_id, owner)
-        self._wait_entries([entry], 1, None, [])
+            self._links.loop.call_soon_threadsafe(self._objects.start_fetch, object_id, owner)
+        self._objects.wait_entries([entry], 1, None, [])
         if entry.kind == "s" and entry.payload and location and entry.payload[0] == location[0]:
             raise lost  # the owner knows of no other copy (yet): the loss stands
         return entry
@@ -152,16 +165,15 @@ class LineageRebuilder:
         deps = []
         owners = {r[1]: r[2] for r in spec.arg_refs}
         for oid in dict.fromkeys([*owners, *lineage_args]):
-            if owners.get(oid, self.address) != self.address:
+            if owners.get(oid, self._address) != self._address:
                 continue  # another process owns it: it serves (or rebuilds) it for the re-run
-            entry = self.entries.get(oid)
+            entry = self._objects.entry(oid)
             if entry is None:  # freed since: its lineage was kept for this
-                if self.refs.lineage_of(oid) is None:
+                if self._refs.lineage_of(oid) is None:
                     raise E.ObjectReconstructionFailedLineageEvictedError(
                         spec.return_ids()[0].hex(), f"{why}. Re-running its task {spec.display_name()} "
                         f"needs its argument {oid.hex()}, which was freed and cannot be rebuilt.")
-                self.refs.own(oid)
-                self.entries[oid] = ObjectEntry()
+                self._objects.add_pending(oid)
                 self._start_rebuild(oid, f"argument {oid.hex()} of {spec.display_name()} was freed")
             elif entry.kind == "s" and self._on_dead_node(entry):
                 self._start_rebuild(oid, f"argument {oid.hex()} of {spec.display_name()} was lost too")
@@ -170,4 +182,4 @@ class LineageRebuilder:
 
     def _on_dead_node(self, entry: ObjectEntry) -> bool:
         payload: Any = entry.payload
-        return entry.kind == "s" and bool(payload) and payload[0] in self._dead_nodes
+        return entry.kind == "s" and bool(payload) and payload[0] in self._links.dead_nodes

@@ -1,11 +1,14 @@
 """The object plane of a CoreClient: put, get and wait, reading stored objects zero-copy,
-pulling copies from other nodes, and answering owners' status requests.
+freeing what nobody references, and answering borrowers'
+status requests.
 
-A mixin: CoreClient inherits it, and its methods use the client's state."""
+A component: it owns the object table (`entries`) and the mappings of store objects this
+process holds; copies from other nodes come through the transfers (transfers.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import functools
@@ -14,7 +17,7 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raylite import exceptions as E
 from raylite._core import protocol as P
@@ -24,7 +27,11 @@ from raylite._core.client.records import ObjectEntry, _FailFastLatch, _Latch, ki
 from raylite._core.client.refs import ObjectRef
 from raylite._core.ids import ObjectID
 from raylite._core.node.object_store import BUSY_NOT_FULL
-from raylite._core.transport import rpc
+
+if TYPE_CHECKING:
+    from raylite._core.client.lineage import LineageRebuilder
+    from raylite._core.client.links import ClientLinks
+    from raylite._core.client.transfers import ObjectTransfers
 
 # a ref rebuilt from an id (ObjectRef(binary)) after every real reference was dropped
 _BUSY_STORE_WAIT_S = 10.0  # how long a write waits for room that others' writes and restores hold
@@ -33,7 +40,48 @@ _RELEASED = ("its owner released it: every reference to it had been dropped, so 
 
 
 class ObjectPlane:
-    """put / get / wait and object transfer (mixed into CoreClient)."""
+    """put / get / wait and object transfer; owns the object table."""
+
+    def __init__(self, links: ClientLinks, transfers: ObjectTransfers) -> None:
+        self._links = links
+        self._transfers = transfers
+        self._lock = links.lock
+        self._refs = links.refs
+        self._address = links.address
+        self._inline_max = links.config.inline_threshold_bytes
+        self.entries: dict[bytes, ObjectEntry] = {}
+        self.entry = self.entries.get  # the entry of an object id, or None (other components read it)
+        self.frees_queued: collections.deque = collections.deque()  # frees handed to the loop, not yet sent
+        self._mappings: dict[bytes, int] = {}  # store objects this process maps now (I/O loop only)
+        self._mapping_news: dict[bytes, bool] = {}  # not yet told to the node: mapped or not
+        self._mapping_flush = False
+        self._node_sync: BlockingNodeLink | None = None  # blocking link to the node for user threads' round trips
+        self._trim_armed = False  # a writer-map trim is scheduled
+        self.lineage: LineageRebuilder  # set by the CoreClient once built (it needs this plane)
+
+    def expect(self, object_ids: list[bytes]) -> None:
+        """A task's returns: owned, referenced once (by the refs handed out) and pending, in one go
+        under the lock (a task may have 10,000 returns)."""
+        refs = self._refs
+        entries = self.entries
+        address = self._address
+        with self._lock:
+            for oid in object_ids:
+                refs.own(oid)
+                refs.add_local(oid, address)
+                entries[oid] = ObjectEntry()
+
+    def adopt_value(self, object_id: bytes, kind: str, payload: Any) -> None:
+        """An owned value that arrived ready (a generator's item): owned and in the table."""
+        with self._lock:
+            self._refs.own(object_id)
+            self.entries[object_id] = ObjectEntry(kind, payload)
+
+    def add_pending(self, object_id: bytes) -> ObjectEntry:
+        """With the lock held: an owned object made again (lineage), pending until it is."""
+        self._refs.own(object_id)
+        entry = self.entries[object_id] = ObjectEntry()
+        return entry
 
     def put(self, value: Any, *, _owner_address: str | None = None) -> ObjectRef:
         if isinstance(value, ObjectRef):
@@ -41,14 +89,14 @@ class ObjectPlane:
                             "store. Pass the ref itself, or put([ref]) to wrap it in a list.")
         so = ser.serialize(value, what="the value passed to put()")
         object_id = ObjectID.for_put()
-        kind, payload = self._store_value(object_id, so)
+        kind, payload = self.store_value(object_id, so)
         with self._lock:
-            self.refs.own(object_id)
+            self._refs.own(object_id)
             self.entries[object_id] = ObjectEntry(kind, payload)
-        ref = ObjectRef(object_id, self.address)
+        ref = ObjectRef(object_id, self._address)
         if so.contained_refs:
             with self._lock:
-                self.refs.add_contained(object_id, [(r._id, r._owner) for r in so.contained_refs])
+                self._refs.add_contained(object_id, [(r._id, r._owner) for r in so.contained_refs])
         return ref
 
     def promise(self, produce: Callable[[Callable[[], bool]], Awaitable[Any]]) -> ObjectRef:
@@ -60,9 +108,9 @@ class ObjectPlane:
         What it raises becomes the ref's error."""
         object_id = ObjectID.for_put()
         with self._lock:
-            self.refs.own(object_id)
+            self._refs.own(object_id)
             self.entries[object_id] = ObjectEntry()
-        ref = ObjectRef(object_id, self.address)
+        ref = ObjectRef(object_id, self._address)
 
         def wanted() -> bool:
             return object_id in self.entries
@@ -73,35 +121,35 @@ class ObjectPlane:
                 so = ser.serialize(value, what="a promised value")
             except BaseException as e:  # noqa: BLE001  the ref's error
                 so = ser.serialize(e, kind=ser.KIND_ERROR)
-            kind, payload = self._store_value(object_id, so)
-            self._set_entry(object_id, kind, payload)
+            kind, payload = self.store_value(object_id, so)
+            self.set_entry(object_id, kind, payload)
 
-        asyncio.run_coroutine_threadsafe(run(), self.loop)
+        asyncio.run_coroutine_threadsafe(run(), self._links.loop)
         return ref
 
-    def _store_value(self, object_id: bytes, so: ser.SerializedObject,
+    def store_value(self, object_id: bytes, so: ser.SerializedObject,
                      owner_address: str = "") -> tuple[str, Any]:
         """Inline small values; write big ones to this node's shared-memory store.
 
         owner_address: who owns the object when not this process (a task's return value
         belongs to its caller); the node frees an owner's objects when the owner exits."""
         kind = "e" if so.kind == ser.KIND_ERROR else "v"
-        if so.total_bytes() <= self.config.inline_threshold_bytes:
+        if so.total_bytes() <= self._inline_max:
             return kind, so.to_inline()
-        path = os.path.join(self.store_dir, object_id.hex())
-        owner = owner_address or self.address
+        path = os.path.join(self._links.store_dir, object_id.hex())
+        owner = owner_address or self._address
         size = self._write_to_store(object_id, so, path, owner)
         msg = P.ObjectSealed(object_id, size, owner)
-        if threading.current_thread() is self._thread:
-            self.node.send(msg)
+        if threading.current_thread() is self._links.thread:
+            self._links.node.send(msg)
         else:
-            self.loop.call_soon_threadsafe(self._send_node, msg)
-        return "s", [self.node_id, self.node_public_address or self.node_address, size]
+            self._links.loop.call_soon_threadsafe(self._links.send_node, msg)
+        return "s", [self._links.node_id, self._links.node_public_address or self._links.node_address, size]
 
     def _write_to_store(self, object_id: bytes, so: ser.SerializedObject, path: str, owner: str) -> int:
         """Ask the node for room first (it spills LRU objects when full and hands over a
         recycled, already-faulted segment), then write the object once, in place."""
-        if threading.current_thread() is self._thread:
+        if threading.current_thread() is self._links.thread:
             return ser.write_file(so, path)  # the loop cannot wait on the node; counted when sealed
         request = P.CreateObject(object_id, ser.stored_size(so), owner)
         deadline = time.monotonic() + _BUSY_STORE_WAIT_S
@@ -110,7 +158,7 @@ class ObjectPlane:
             if self.frees_queued:
                 # through the I/O loop, behind the frees it has yet to send: a put() right after a
                 # del then finds the freed segment recycled, instead of overtaking its free
-                reply = self.run_sync(self.node.request(request))
+                reply = self._links.run_sync(self._links.node.request(request))
             else:
                 reply = self._node_round_trip(request)
             if reply.ok:
@@ -123,36 +171,90 @@ class ObjectPlane:
             delay_s = min(delay_s * 2, 0.5)
         try:
             size = ser.write_into(so, path)
-            self.wrote_segment()
+            self._wrote_segment()
             return size
         except BaseException:
-            self.loop.call_soon_threadsafe(self._send_node, P.FreeObjects([object_id]))
+            self._links.loop.call_soon_threadsafe(self._links.send_node, P.FreeObjects([object_id]))
             raise
+
+    def _wrote_segment(self) -> None:
+        """Any thread: a put() wrote a shared-memory segment whose mapping stays cached."""
+        links = self._links
+        if not self._trim_armed and not links.closed:
+            self._trim_armed = True
+            with contextlib.suppress(RuntimeError):
+                links.loop.call_soon_threadsafe(links.loop.call_later, 2.0, self._trim_writer_maps)
+
+    def _trim_writer_maps(self) -> None:
+        """Unmap cached writer segments the node has deleted, so their memory really goes back."""
+        if ser.drop_stale_writer_maps() and not self._links.closed:
+            self._links.loop.call_later(2.0, self._trim_writer_maps)
+        else:
+            self._trim_armed = False
 
     def _node_round_trip(self, msg: P.Message) -> Any:
         """A user thread's request to the local node: over the blocking link (node_sync.py)
         when the node is on a Unix socket, else through the I/O loop."""
         link = self._node_sync
-        if link is None and self.node_address.startswith("unix://"):
+        if link is None and self._links.node_address.startswith("unix://"):
             with self._lock:
                 if self._node_sync is None:
-                    self._node_sync = BlockingNodeLink(self.node_address[len("unix://"):], self.token, self.kind)
+                    self._node_sync = BlockingNodeLink(self._links.node_address[len("unix://"):], self._links.token, self._links.kind)
                 link = self._node_sync
         if link is None:
-            return self.run_sync(self.node.request(msg))
+            return self._links.run_sync(self._links.node.request(msg))
         return link.request(msg)
 
-    def _send_node(self, msg: P.Message) -> None:
-        try:
-            self.node.send(msg)
-        except Exception:  # noqa: BLE001
-            pass
+    # ================================================================ freeing
+    def release(self, free: list, unborrow: list) -> None:
+        """Any thread: objects nobody references any more leave the table (stored copies are
+        freed at their nodes), and borrows given back go to their owners."""
+        links = self._links
+        if links.closed:
+            return
+        stored = []
+        with self._lock:
+            for oid in free:
+                entry = self.entries.pop(oid, None)
+                if entry is not None and entry.kind == "s":
+                    stored.append((oid, entry.payload))
+        if stored or unborrow:
+            if stored:
+                self.frees_queued.append(None)  # popped once sent (see _write_to_store)
+            try:
+                links.loop.call_soon_threadsafe(self._send_release, stored, unborrow, bool(stored))
+            except RuntimeError:  # loop closed
+                pass
 
-    def _set_entry(self, object_id: bytes, kind: str, payload: Any) -> None:
+    def _send_release(self, stored: list, unborrow: list, counted: bool = False) -> None:
+        links = self._links
+        node_id = links.node_id
+        local = [oid for oid, loc in stored if loc[0] == node_id or self._transfers.cached_here(oid)]
+        if local:
+            try:
+                links.node.send(P.FreeObjects(local))
+            except Exception:  # noqa: BLE001
+                pass
+        if counted:  # after the connection's pending frames are written (its flush runs first)
+            links.loop.call_soon(self.frees_queued.popleft)
+        for oid, loc in stored:
+            if loc[0] != node_id:
+                links.loop.create_task(links.send_to(loc[1], P.FreeObjects([oid])))
+        by_owner: dict[str, list] = {}
+        for owner, oid in unborrow:
+            by_owner.setdefault(owner, []).append(oid)
+        for owner, oids in by_owner.items():
+            links.loop.create_task(links.send_to(owner, P.RemoveBorrower(oids, self._address)))
+
+    def close(self) -> None:
+        if self._node_sync is not None:
+            self._node_sync.close()
+
+    def set_entry(self, object_id: bytes, kind: str, payload: Any) -> None:
         """Loop or user thread: an owned object became ready; wake its waiters."""
-        self._set_entries(((object_id, kind, payload),))
+        self.set_entries(((object_id, kind, payload),))
 
-    def _set_entries(self, items: Any) -> None:
+    def set_entries(self, items: Any) -> None:
         """Several owned objects became ready (a task's returns): one pass under the lock,
         then their waiters are woken."""
         woken = []
@@ -172,7 +274,7 @@ class ObjectPlane:
                 if entry.waiters:
                     woken.append((entry, entry.take_waiters()))
         if unowned:
-            self.loop.call_soon(self._send_release, unowned, [])
+            self._links.loop.call_soon(self._send_release, unowned, [])
         for entry, waiters in woken:
             for w in waiters:
                 if isinstance(w, _FailFastLatch) and kind_failed(entry):
@@ -183,7 +285,7 @@ class ObjectPlane:
                     w(entry)
 
     # ================================================================ get / wait
-    def _entry_for(self, ref: ObjectRef) -> ObjectEntry:
+    def entry_for(self, ref: ObjectRef) -> ObjectEntry:
         oid = ref._id
         entry = self.entries.get(oid)
         if entry is not None:
@@ -193,50 +295,50 @@ class ObjectPlane:
             if entry is not None:
                 return entry
             entry = self.entries[oid] = ObjectEntry()
-            if ref._owner == self.address or not ref._owner:
+            if ref._owner == self._address or not ref._owner:
                 entry.kind, entry.payload = "e", self._lost_error(oid, _RELEASED)
                 return entry
-        self.loop.call_soon_threadsafe(self._start_fetch, oid, ref._owner)
+        self._links.loop.call_soon_threadsafe(self.start_fetch, oid, ref._owner)
         return entry
 
     def _lost_error(self, oid: bytes, why: str) -> list:
         err = E.ObjectLostError(oid.hex(), why)
         return ser.serialize(err, kind=ser.KIND_ERROR).to_inline()
 
-    def _start_fetch(self, oid: bytes, owner: str) -> None:
-        self.loop.create_task(self._fetch_status(oid, owner))
+    def start_fetch(self, oid: bytes, owner: str) -> None:
+        self._links.loop.create_task(self._fetch_status(oid, owner))
 
     async def _fetch_status(self, oid: bytes, owner: str) -> None:
         try:
-            conn = await self.connection(owner)
+            conn = await self._links.connection(owner)
             reply: P.GetObjectStatusReply = await conn.request(P.GetObjectStatus(oid, True))
             kind = {"inline": "v", "error": "e", "store": "s"}.get(reply.kind)
             if kind is None:
-                self._set_entry(oid, "e", self._lost_error(oid, _RELEASED))
+                self.set_entry(oid, "e", self._lost_error(oid, _RELEASED))
             else:
-                self._set_entry(oid, kind, reply.payload)
+                self.set_entry(oid, kind, reply.payload)
         except Exception as e:  # noqa: BLE001
             err = E.OwnerDiedError(oid.hex(), f"its owner ({owner}) is unreachable: {e}. The process that "
                                    "created the object exited; keep the creating process alive while "
                                    "others use its objects.")
-            self._set_entry(oid, "e", ser.serialize(err, kind=ser.KIND_ERROR).to_inline())
+            self.set_entry(oid, "e", ser.serialize(err, kind=ser.KIND_ERROR).to_inline())
 
     def get(self, refs: list[ObjectRef], timeout: float | None = None) -> list[Any]:
-        entries = [self._entry_for(r) for r in refs]
+        entries = [self.entry_for(r) for r in refs]
         pending = [e for e in entries if e.kind is None]
         if pending:
             if len(refs) > 1:  # Ray raises as soon as one of them has failed: never wait for the rest
-                self._wait_entries(pending, len(pending), timeout, refs, fail_fast=True)
+                self.wait_entries(pending, len(pending), timeout, refs, fail_fast=True)
                 self._raise_first_failure(refs, entries)
             else:
-                self._wait_entries(pending, len(pending), timeout, refs)
+                self.wait_entries(pending, len(pending), timeout, refs)
         if len(refs) == 1:
-            return [self._materialize(refs[0], entries[0])]
-        ahead = _RestoreAhead(self, refs, entries)
+            return [self.materialize(refs[0], entries[0])]
+        ahead = _RestoreAhead(self._links, refs, entries)
         out = []
         for i, (r, e) in enumerate(zip(refs, entries)):
             ahead.advance(i)
-            out.append(self._materialize(r, e, ahead))
+            out.append(self.materialize(r, e, ahead))
         return out
 
     def _raise_first_failure(self, refs: list[ObjectRef], entries: list[ObjectEntry]) -> None:
@@ -245,9 +347,9 @@ class ObjectPlane:
             return  # all ready: get() materializes them in order (the first error is raised there)
         for r, e in zip(refs, entries):
             if kind_failed(e):
-                self._materialize(r, e)
+                self.materialize(r, e)
 
-    def _wait_entries(self, entries: list[ObjectEntry], need: int, timeout: float | None, refs,
+    def wait_entries(self, entries: list[ObjectEntry], need: int, timeout: float | None, refs,
                       fail_fast: bool = False) -> None:
         latch = _FailFastLatch(need) if fail_fast else _Latch(need)
         registered = []
@@ -268,7 +370,7 @@ class ObjectPlane:
         if latch._n <= 0:
             self._drop_waiter(registered, latch)
             return
-        hook = self.blocked_hook
+        hook = self._links.blocked_hook
         if hook is not None:
             hook(True)
         try:
@@ -288,7 +390,7 @@ class ObjectPlane:
             for e in entries:
                 e.remove_waiter(latch)
 
-    def _materialize(self, ref: ObjectRef, entry: ObjectEntry, ahead: _RestoreAhead | None = None) -> Any:
+    def materialize(self, ref: ObjectRef, entry: ObjectEntry, ahead: _RestoreAhead | None = None) -> Any:
         kind, payload = entry.kind, entry.payload
         if kind == "v":
             return ser.from_inline(payload)
@@ -296,7 +398,7 @@ class ObjectPlane:
             try:
                 value_kind, value = self._read_stored(ref._id, payload, ahead)
             except E.ObjectLostError as lost:  # its node died: re-run the task that made it
-                return self._materialize(ref, self._rebuild(ref._id, payload, lost))
+                return self.materialize(ref, self.lineage.rebuild(ref._id, payload, lost))
             if value_kind == ser.KIND_ERROR:
                 raise value
             return value
@@ -307,9 +409,9 @@ class ObjectPlane:
 
     def _read_stored(self, oid: bytes, location: list, ahead: _RestoreAhead | None = None) -> tuple[int, Any]:
         node_id = location[0]
-        path = os.path.join(self.store_dir, oid.hex())
-        if node_id != self.node_id and not os.path.exists(path):
-            self.run_sync(self._pull_object(oid, location))
+        path = os.path.join(self._links.store_dir, oid.hex())
+        if node_id != self._links.node_id and not os.path.exists(path):
+            self._links.run_sync(self._transfers.pull(oid, location))
         follow = functools.partial(self._follow_mapping, oid)
         restoring = ahead.take(oid) if ahead is not None else None
         for _attempt in range(3):  # restored, then spilled again before we mapped it: once more
@@ -339,9 +441,9 @@ class ObjectPlane:
 
     def _mapping_changed_soon(self, oid: bytes, delta: int) -> None:
         """Any thread, even inside a garbage collection: no lock, one queued call."""
-        if not self._closed:
+        if not self._links.closed:
             with contextlib.suppress(RuntimeError):  # the loop is gone (interpreter exit)
-                self.call_soon(self._mapping_changed, oid, delta)
+                self._links.call_soon(self._mapping_changed, oid, delta)
 
     def _mapping_changed(self, oid: bytes, delta: int) -> None:
         """I/O loop: only the first mapping and the last unmapping are news to the node."""
@@ -355,7 +457,7 @@ class ObjectPlane:
             self._mapping_news[oid] = False
         if not self._mapping_flush:
             self._mapping_flush = True
-            self.loop.call_soon(self._send_mapping_news)
+            self._links.loop.call_soon(self._send_mapping_news)
 
     def _send_mapping_news(self) -> None:
         self._mapping_flush = False
@@ -363,113 +465,16 @@ class ObjectPlane:
         mapped = [oid for oid, on in news.items() if on]
         unmapped = [oid for oid, on in news.items() if not on]
         if mapped or unmapped:
-            self._send_node(P.ObjectsMapped(mapped, unmapped))
-
-    async def _pull_object(self, oid: bytes, location: list) -> None:
-        """Copy an object from another node's store into ours (cached there for others)."""
-        if location[0] in self._dead_nodes:
-            raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} died holding its only copy")
-        try:
-            if not await self._bulk_pull(oid, location):
-                await self._pull_chunks(oid, location)
-        except (E.ObjectLostError, E.ObjectStoreFullError):
-            raise
-        except Exception as e:  # noqa: BLE001
-            raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} is unreachable ({e}); it "
-                                    "held the only copy") from None
-
-    async def _bulk_pull(self, oid: bytes, location: list) -> bool:
-        """Pull over the peer's bulk stream (sendfile -> mapped file); False if it has none."""
-        addr = self._data_addresses.get(location[0])
-        if addr is None:
-            info = await self.head.request(P.GetClusterInfo())
-            for n in info.nodes:
-                self._data_addresses[n["node_id"]] = n.get("data_address", "")
-            addr = self._data_addresses.get(location[0], "")
-        if not addr:
-            return False
-        path = os.path.join(self.store_dir, oid.hex())
-        # room in our store under a scratch id: the node makes space (spilling if it must) and
-        # hands over a recycled segment whose pages are already faulted in; renamed when done,
-        # so readers on this node never see a half-written object
-        scratch = os.urandom(20)
-        reply = await self.node.request(P.CreateObject(scratch, location[2], ""))
-        if not reply.ok:
-            raise E.ObjectStoreFullError(reply.error)
-        tmp = os.path.join(self.store_dir, scratch.hex())
-        try:
-            total = await self.loop.run_in_executor(None, self._bulk_pull_blocking, addr, oid, tmp)
-            if total is None:
-                raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} no longer has it")
-            os.replace(tmp, path)
-            self.node.send(P.ObjectSealed(oid, total, "", True))
-        finally:
-            self.node.send(P.FreeObjects([scratch]))  # its reservation; the file moved on (or is recycled)
-        return True
-
-    def _cached_here(self, oid: bytes) -> bool:
-        """Multi-node: a copy of a remote object was pulled into our node's store."""
-        return self.node_public_address != self.node_address and \
-            os.path.exists(os.path.join(self.store_dir, oid.hex()))
-
-    def _bulk_pull_blocking(self, addr: str, oid: bytes, tmp: str) -> int | None:
-        from raylite._core.transport.bulk import BulkClient
-
-        with self._bulk_lock:
-            client = self._bulk_clients.get(addr)
-            if client is None:
-                client = self._bulk_clients[addr] = BulkClient(addr, self.token)
-        try:
-            return client.pull(oid, tmp)
-        except BaseException:
-            with self._bulk_lock:
-                if self._bulk_clients.get(addr) is client:
-                    del self._bulk_clients[addr]
-            client.close()
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-
-    async def _pull_chunks(self, oid: bytes, location: list) -> None:
-        """Chunks travel on a connection of their own (so control messages to that node never
-        queue behind them), several requests in flight to keep the link busy."""
-        node_address = location[1]
-        conn = self._data_conns.get(node_address)
-        if conn is None or conn.is_closed():
-            conn = await rpc.connect(node_address, {}, token=self.token, role=self.kind)
-            self._data_conns[node_address] = conn
-        chunk = 4 << 20
-        path = os.path.join(self.store_dir, oid.hex())
-        tmp = path + f".part{os.getpid()}_{id(conn) & 0xffff}"
-        first: P.PullObjectReply = await conn.request(P.PullObject(oid, 0, chunk))
-        if not first.found:
-            raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} no longer has it")
-        total = first.total_size
-        fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
-        try:
-            os.pwrite(fd, first.data, 0)
-            offsets = list(range(len(first.data), total, chunk))
-            window = 4
-            for i in range(0, len(offsets), window):
-                futs = [conn.request_future(P.PullObject(oid, off, chunk)) for off in offsets[i:i + window]]
-                for off, fut in zip(offsets[i:i + window], futs):
-                    reply: P.PullObjectReply = await fut
-                    if not reply.found:
-                        raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} no longer has it")
-                    os.pwrite(fd, reply.data, off)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        self.node.send(P.ObjectSealed(oid, total, "", True))
+            self._links.send_node(P.ObjectsMapped(mapped, unmapped))
 
     def wait(self, refs: list[ObjectRef], num_returns: int, timeout: float | None,
              fetch_local: bool = True) -> tuple[list[ObjectRef], list[ObjectRef]]:
         deadline = None if timeout is None else time.monotonic() + timeout
-        entries = [self._entry_for(r) for r in refs]
+        entries = [self.entry_for(r) for r in refs]
         ready_count = sum(1 for e in entries if e.kind is not None)
         if ready_count < num_returns:
             try:
-                self._wait_entries([e for e in entries if e.kind is None], num_returns - ready_count,
+                self.wait_entries([e for e in entries if e.kind is None], num_returns - ready_count,
                                    timeout, refs)
             except E.GetTimeoutError:
                 pass
@@ -490,21 +495,21 @@ class ObjectPlane:
         remote = {}
         for r in refs:
             entry = self.entries.get(r._id)
-            if entry is not None and entry.kind == "s" and entry.payload[0] != self.node_id \
-                    and not os.path.exists(os.path.join(self.store_dir, r._id.hex())):
+            if entry is not None and entry.kind == "s" and entry.payload[0] != self._links.node_id \
+                    and not os.path.exists(os.path.join(self._links.store_dir, r._id.hex())):
                 remote[id(r)] = (r, entry.payload)
         if not remote:
             return refs
 
         async def pull_all() -> list:
-            return await asyncio.gather(*(self._pull_object(r._id, loc) for r, loc in remote.values()),
+            return await asyncio.gather(*(self._transfers.pull(r._id, loc) for r, loc in remote.values()),
                                         return_exceptions=True)
 
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
-            results = self.run_sync(pull_all(), left)
+            results = self._links.run_sync(pull_all(), left)
         except Exception:  # noqa: BLE001  timed out: what arrived so far is local
-            results = [None if os.path.exists(os.path.join(self.store_dir, r._id.hex())) else TimeoutError()
+            results = [None if os.path.exists(os.path.join(self._links.store_dir, r._id.hex())) else TimeoutError()
                        for r, _ in remote.values()]
         failed = {key for key, res in zip(remote, results)
                   if isinstance(res, BaseException) and not isinstance(res, E.ObjectLostError)}
@@ -512,14 +517,14 @@ class ObjectPlane:
 
     def future_of(self, ref: ObjectRef) -> concurrent.futures.Future:
         fut: concurrent.futures.Future = concurrent.futures.Future()
-        entry = self._entry_for(ref)
+        entry = self.entry_for(ref)
 
         def resolve(_entry=None) -> None:
             def work() -> None:
                 if fut.cancelled():  # the awaiting side gave up (asyncio timeout / cancel)
                     return
                 try:
-                    value = self._materialize(ref, entry)
+                    value = self.materialize(ref, entry)
                 except BaseException as e:  # noqa: BLE001
                     if not fut.cancelled():
                         fut.set_exception(e)
@@ -536,20 +541,20 @@ class ObjectPlane:
         return fut
 
     # owner service: another process asks for one of our objects
-    async def _on_get_object_status(self, conn, msg: P.GetObjectStatus, rid):
+    async def on_get_object_status(self, conn, msg: P.GetObjectStatus, rid):
         oid = msg.object_id
         entry = self.entries.get(oid)
         if entry is None:
             return P.GetObjectStatusReply(oid, "lost", None)
-        if self._dead_nodes and entry.kind == "s":  # its only copy died with a node: rebuild it
-            error = self._rebuild_for_borrower(oid)
+        if self._links.dead_nodes and entry.kind == "s":  # its only copy died with a node: rebuild it
+            error = self.lineage.rebuild_for_borrower(oid)
             if error is not None:
                 return P.GetObjectStatusReply(oid, "error", error)
         if entry.kind is None and msg.wait:
-            fut = self.loop.create_future()
+            fut = self._links.loop.create_future()
             with self._lock:
                 if entry.kind is None:
-                    entry.add_waiter(lambda e: fut.done() or self.loop.call_soon_threadsafe(_set_if_pending, fut))
+                    entry.add_waiter(lambda e: fut.done() or self._links.loop.call_soon_threadsafe(_set_if_pending, fut))
                 else:
                     fut.set_result(None)
             await fut
@@ -565,7 +570,7 @@ class _RestoreAhead:
     WINDOW = 8  # objects
     BUDGET_BYTES = 64 << 20  # restored ahead and not read yet: big objects must not evict each other
 
-    def __init__(self, client: ObjectPlane, refs: list[ObjectRef], entries: list[ObjectEntry]) -> None:
+    def __init__(self, client: ClientLinks, refs: list[ObjectRef], entries: list[ObjectEntry]) -> None:
         self._client = client
         self._refs = refs
         self._entries = entries
