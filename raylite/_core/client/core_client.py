@@ -425,8 +425,8 @@ class CoreClient(HeadCalls, CoreAPI):
     def cancel(self, ref: Any, force: bool, recursive: bool) -> None:
         self.tasks.cancel(ref, force, recursive)
 
-    def return_idle_leases(self) -> None:
-        self.leases.return_idle_leases()
+    def return_idle_leases(self) -> list:
+        return self.leases.return_idle_leases()
 
     def wait_with_generators(self, items: list, num_returns: int,
                              timeout: float | None) -> tuple[list, list]:

@@ -55,7 +55,9 @@ class HeadCalls:
         async def ask() -> P.GetNodeInfoReply:
             release = getattr(self, "return_idle_leases", None)
             if release is not None:
-                release()
+                answered = release()
+                if answered:  # the node's answers to the cancelled requests (a grant goes back)
+                    await asyncio.wait(answered, timeout=2.0)
             return await self.node.request(P.GetNodeInfo())
 
         return self.run_sync(ask())

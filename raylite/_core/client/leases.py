@@ -178,12 +178,14 @@ class Leases:
                     self._links.loop.call_later(0.1, self._pump, q)
                     return
             else:
-                q.asking[lease_id] = self._links.node
+                answered = self._links.loop.create_future()  # for return_idle_leases' callers
+                q.asking[lease_id] = (self._links.node, answered)
                 try:
                     reply = await self._links.node.request(
                         P.RequestLease(lease_id, q.resources, q.strategy, q.runtime_env, q.description))
                 finally:
                     q.asking.pop(lease_id, None)
+                    answered.set_result(None)
             if reply.spillback_address:  # another node has room: lease from it directly
                 try:
                     node_conn = await self._links.connection(reply.spillback_address)
@@ -206,6 +208,10 @@ class Leases:
                 return
             err_cls = getattr(E, reply.error_type, E.RaySystemError)
             self._fail_queue(q, err_cls(reply.error))
+            return
+        if not q.tasks and not spread:  # the queue ran dry meanwhile: give it back at once
+            with contextlib.suppress(Exception):
+                node_conn.send(P.ReturnLease(lease_id))
             return
         try:
             conn = await self._links.connection(reply.worker_address)
@@ -265,22 +271,27 @@ class Leases:
     def on_release_idle_leases(self, conn, msg, rid):
         self.return_idle_leases()
 
-    def return_idle_leases(self) -> None:
+    def return_idle_leases(self) -> list[asyncio.Future]:
         """Give back every lease with nothing running and nothing queued (on the I/O loop).
 
         Lease requests still waiting at the node for a queue that has run dry are cancelled
-        first: else the CPU a return frees goes straight to one of them, for no task.
+        first: else the CPU a return frees goes straight to one of them, for no task. Returns
+        a future per cancelled request, done once the node has answered it: a grant that
+        crossed the cancel is given back as soon as it arrives.
         """
+        answered: list[asyncio.Future] = []
         for q in self.queues.values():
             if not q.tasks:
-                for lease_id, conn in list(q.asking.items()):
+                for lease_id, (conn, done) in list(q.asking.items()):
                     with contextlib.suppress(Exception):
                         conn.send(P.CancelLease(lease_id))
+                    answered.append(done)
         for lease in list(self.leases.values()):
             if lease.in_flight == 0 and not lease.queue.tasks:
                 if lease.idle_handle is not None:
                     lease.idle_handle.cancel()
                 self._return_lease(lease)
+        return answered
 
     def _fail_queue(self, q: SchedulingQueue, err: Exception) -> None:
         while q.tasks:

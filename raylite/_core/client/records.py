@@ -138,7 +138,7 @@ class SchedulingQueue:
     tasks: collections.deque = field(default_factory=collections.deque)
     leases: list = field(default_factory=list)
     requesting: int = 0
-    asking: dict = field(default_factory=dict)  # lease id -> node connection, of local asks in flight
+    asking: dict = field(default_factory=dict)  # lease id -> (node connection, answered future), local asks in flight
     # moving average of push-to-reply seconds; queued tasks are pipelined to a worker
     # only while tasks are short, so long tasks still spread over every worker
     avg_task_s: float = 1.0
