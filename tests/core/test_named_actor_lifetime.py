@@ -65,10 +65,12 @@ def try_create(name: str):
 def test_a_crashed_named_actor_keeps_its_name_while_its_creator_holds_a_handle(cluster):
     import psutil
 
+    from raylite.util.state import get_actor
+
     first = Pid.options(name="held-name", max_restarts=0).remote()
     psutil.Process(ray.get(first.pid.remote())).kill()
-    with pytest.raises(ray.exceptions.RayActorError):
-        ray.get(first.pid.remote(), timeout=30)
+    actor_id = first._actor_id.hex()
+    wait_for(lambda: get_actor(id=actor_id).state == "DEAD", what="the head to see the actor dead")
     with pytest.raises(ValueError, match="still belongs to an actor that died.*Drop those handles"):
         Pid.options(name="held-name").remote()
     del first

@@ -138,6 +138,7 @@ class CoreClient(HeadCalls, CoreAPI):
         self._cancel = self.tasks.cancel_now
         self._store_value = self.objects.store_value
         self._materialize = self.objects.materialize
+        self.adopt_entry = self.objects.adopt_entry
         self._send_node = links.send_node
 
         links.handlers.update({

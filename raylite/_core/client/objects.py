@@ -50,6 +50,7 @@ class ObjectPlane:
         self._address = links.address
         self._inline_max = links.config.inline_threshold_bytes
         self.entries: dict[bytes, ObjectEntry] = {}
+        self._adopted: set[bytes] = set()  # entries adopt_entry() added: the owner frees their copies
         self.entry = self.entries.get  # the entry of an object id, or None (other components read it)
         self.frees_queued: collections.deque = collections.deque()  # frees handed to the loop, not yet sent
         self._mappings: dict[bytes, int] = {}  # store objects this process maps now (I/O loop only)
@@ -216,8 +217,15 @@ class ObjectPlane:
         with self._lock:
             for oid in free:
                 entry = self.entries.pop(oid, None)
+                if oid in self._adopted:  # its owner's copy: this process never held one to free
+                    self._adopted.discard(oid)
+                    continue
                 if entry is not None and entry.kind == "s":
                     stored.append((oid, entry.payload))
+            for _owner, oid in unborrow:
+                if oid in self._adopted:  # the borrow ends, and with it the entry adopt_entry() added
+                    self._adopted.discard(oid)
+                    self.entries.pop(oid, None)
         if stored or unborrow:
             if stored:
                 self.frees_queued.append(None)  # popped once sent (see _write_to_store)
@@ -285,6 +293,17 @@ class ObjectPlane:
                     w(entry)
 
     # ================================================================ get / wait
+    def adopt_entry(self, object_id: bytes, entry: ObjectEntry) -> ObjectEntry:
+        """Remember where a borrowed object is, as its owner shipped it with a task's arguments,
+        unless this process knows it already. Kept while refs to it live here (the worker holds
+        the argument refs during the call), so a `get` of the same ref passed again, nested in
+        another argument, finds it at once instead of asking the owner."""
+        with self._lock:
+            known = self.entries.setdefault(object_id, entry)
+            if known is entry:
+                self._adopted.add(object_id)
+        return known if known.kind is not None else entry  # a fetch in flight: use the shipped one
+
     def entry_for(self, ref: ObjectRef) -> ObjectEntry:
         oid = ref._id
         entry = self.entries.get(oid)

@@ -281,7 +281,11 @@ class Worker:
         reply = self.execute(conn, spec)
         self._reply(conn, rid, reply)
 
-    def _resolve_args(self, spec: TaskSpec) -> tuple[tuple, dict]:
+    def _resolve_args(self, spec: TaskSpec, held: list | None = None) -> tuple[tuple, dict]:
+        """The call's arguments, their refs fetched. `held` (kept by the caller while the call
+        runs) receives the fetched refs: while they live, this process remembers their values,
+        so a `ray.get` of the same ref passed again inside another argument finds it at once,
+        without asking the owner and lending the task's CPU meanwhile (as Ray finds it local)."""
         payload = spec.args
         if payload[0] == "ref":
             packed: PackedArgs = self.client.get([ObjectRef(payload[1], payload[2], _borrowed=True)])[0]
@@ -293,14 +297,20 @@ class Worker:
         values: list = [None] * len(spec.arg_refs)
         to_fetch = []
         for r in spec.arg_refs:
-            if len(r) == 5:  # value shipped with the task
+            if len(r) == 5 and held is None:  # value shipped with the task
                 values[r[0]] = self.client._materialize(ObjectRef(r[1], r[2], _borrowed=False), ObjectEntry(r[3], r[4]))
+            elif len(r) == 5:  # shipped, and remembered while the call runs (see `held`)
+                ref = ObjectRef(r[1], r[2], _borrowed=False)  # as above: the owner counts the task's args
+                values[r[0]] = self.client._materialize(ref, self.client.adopt_entry(r[1], ObjectEntry(r[3], r[4])))
+                held.append(ref)
             else:
                 to_fetch.append(r)
         if to_fetch:
             refs = [ObjectRef(r[1], r[2], _borrowed=True) for r in to_fetch]
             for r, v in zip(to_fetch, self.client.get(refs)):
                 values[r[0]] = v
+            if held is not None:
+                held.extend(refs)
         args = tuple(values[a.index] if isinstance(a, ArgPlaceholder) else a for a in args)
         kwargs = {k: values[v.index] if isinstance(v, ArgPlaceholder) else v for k, v in kwargs.items()}
         return args, kwargs
@@ -388,7 +398,8 @@ class Worker:
                 return self._error_reply(spec, self.setup_error, "app")
             self._run_setup_hook(spec)
             fn = self._callable(spec)
-            args, kwargs = self._resolve_args(spec)
+            held: list = []  # the argument refs, alive until the call returns
+            args, kwargs = self._resolve_args(spec, held)
             result = fn(*args, **kwargs)
             if spec.num_returns in (STREAMING, DYNAMIC):
                 return self._stream(conn, spec, result)
@@ -624,10 +635,12 @@ class Worker:
             self._enter(spec)
             try:
                 method = self._callable(spec)
+                held: list = []  # the argument refs, alive until the call returns
                 if spec.arg_refs or spec.args[0] == "ref":
-                    args, kwargs = await asyncio.get_running_loop().run_in_executor(None, self._resolve_args, spec)
+                    args, kwargs = await asyncio.get_running_loop().run_in_executor(
+                        None, self._resolve_args, spec, held)
                 else:
-                    args, kwargs = self._resolve_args(spec)
+                    args, kwargs = self._resolve_args(spec, held)
                 if inspect.iscoroutinefunction(method):
                     result = await method(*args, **kwargs)
                 elif inspect.isasyncgenfunction(method):
