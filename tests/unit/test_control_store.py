@@ -428,3 +428,22 @@ def test_a_node_picked_for_a_lease_is_busy_before_its_next_heartbeat():
     assert store.idle_s(choice.node_id) == 0  # the autoscaler sees it busy at once
     other = N2 if choice.node_id == N1 else N1
     assert store.idle_s(other) == 10
+
+
+def test_a_stale_load_report_does_not_hand_out_an_actor_still_starting():
+    """Two 1-CPU actors on two 1-CPU nodes: a report N1 made before the first actor's
+    StartActor reached it must not send the second actor there too (it would queue forever)."""
+    store, _ = store_with_nodes(N1, N2, cpus=1)
+    store.register_actor(actor_spec(b"a1"), get_if_exists=False)
+    store.register_actor(actor_spec(b"a2"), get_if_exists=False)
+    [first] = store.place_actor(b"a1")
+    store.heartbeat(first.node_id, R.to_fixed({"CPU": 1}), None, [])  # made before it knew of a1
+    [second] = store.place_actor(b"a2")
+    assert second.node_id != first.node_id
+    # once the node answers, its own reports count the actor
+    store.actor_start_replied(b"a1", first.node_id, P.StartActorReply(True, "tcp://10.0.0.1:9", b"w1", 42))
+    store.heartbeat(first.node_id, R.to_fixed({"CPU": 0}), None, [])
+    assert store.nodes[first.node_id].available == R.to_fixed({"CPU": 0})
+    assert store.nodes[first.node_id].placing == {}
+    store.actor_start_failed(b"a2", second.node_id)  # a lost StartActor leaves nothing behind
+    assert store.nodes[second.node_id].placing == {}

@@ -96,6 +96,11 @@ class NodeRecord:
     pending: list[Any] = field(default_factory=list)  # resource demands queued on the node
     stats: dict[str, Any] = field(default_factory=dict)  # latest machine/worker statistics
     idle_since: float | None = None  # monotonic time it last became idle; None while busy
+    # actors sent here (StartActorOn) whose start the node has not answered yet: their resources
+    # stay out of `available`, since a load report the node made before the StartActor reached
+    # it would hand them out again (two 1-CPU actors on two 1-CPU nodes both landed on one node
+    # and the second queued there forever)
+    placing: dict[bytes, Resources] = field(default_factory=dict)
 
     def view(self) -> S.NodeView:
         return S.NodeView(self.node_id, self.total, self.available, self.alive)
@@ -309,7 +314,7 @@ class ControlStore:
         if rec is not None and rec.alive:
             if stats:
                 rec.stats = dict(stats)
-            rec.available = dict(available)
+            rec.available = _minus_placing(rec, available)
             if total is not None and total != rec.total:
                 rec.total = dict(total)
                 self.ring.totals_changed()
@@ -463,7 +468,7 @@ class ControlStore:
         replaces the heartbeat copy, so a requester that is full is not picked for its own lease
         while another node has room (it would queue there behind long-lived actors)."""
         if requester_available is not None and requester in self.nodes:
-            self.nodes[requester].available = dict(requester_available)
+            self.nodes[requester].available = _minus_placing(self.nodes[requester], requester_available)
         choice, covered = self._choose(resources, strategy, requester, batch)
         if isinstance(choice, S.Infeasible):
             return choice, covered
@@ -555,9 +560,19 @@ class ControlStore:
         # each other, or they all land on the node that looked emptiest and queue there forever
         R.subtract(self.nodes[choice.node_id].available, need)
         self.nodes[choice.node_id].idle_since = None
+        self.nodes[choice.node_id].placing[actor_id] = need
         return [StartActorOn(actor_id, choice.node_id, spec, need)]
 
+    def actor_start_failed(self, actor_id: bytes, node_id: bytes) -> None:
+        """The StartActor never got an answer (the node's link broke): the next attempt places anew."""
+        node = self.nodes.get(node_id)
+        if node is not None:
+            node.placing.pop(actor_id, None)
+
     def actor_start_replied(self, actor_id: bytes, node_id: bytes, reply: P.StartActorReply) -> list[Effect]:
+        node = self.nodes.get(node_id)
+        if node is not None:
+            node.placing.pop(actor_id, None)  # the node's own reports count it from now on
         rec = self.actors.get(actor_id)
         if rec is not None and rec.state is ActorState.DEAD and reply.ok and reply.worker_id:
             # killed while its StartActor was in flight: the process came up anyway and holds the
@@ -895,6 +910,16 @@ class ControlStore:
             "jobs": [{"job_id": job_id.hex(), **job} for job_id, job in self.jobs.items()],
             "kv_keys": len(self.kv),
         }
+
+
+def _minus_placing(rec: NodeRecord, reported: Mapping[str, int]) -> Resources:
+    """A node's reported free resources less what actors sent to it and not yet answered hold
+    (never below zero: a report may already count one that started)."""
+    available = dict(reported)
+    for need in rec.placing.values():
+        for k, v in need.items():
+            available[k] = max(0, available.get(k, 0) - v)
+    return available
 
 
 def _key(*parts: Any) -> bytes:

@@ -308,6 +308,7 @@ class Head:
                 reply = await node.link.request(P.StartActor(actor_id, start.spec.to_wire(), start.resources))
             except Exception as e:  # noqa: BLE001  the node died while starting it
                 log.info("starting actor on node %s failed: %s", node.node_id.hex()[:8], e)
+                self.store.actor_start_failed(actor_id, start.node_id)
                 await asyncio.sleep(0.05)
                 continue
             self._apply(self.store.actor_start_replied(actor_id, start.node_id, reply))
