@@ -12,7 +12,21 @@ import raylite
 
 
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port nothing listens on, for a test's server. Drawn at random below the kernel's
+    ephemeral range (32768+ here): a port bind(0) hands out is one an outgoing connection of
+    any other process may take before the server binds it ("address already in use", seen in
+    CI); random, so parallel test workers rarely draw the same one."""
+    import random
+
+    for _ in range(200):
+        port = random.randint(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # that range is crowded: fall back to the kernel's pick
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import time
 from dataclasses import dataclass, field
 
@@ -15,12 +14,7 @@ import pytest
 from raylite._core import config as config_mod
 from raylite._core.cluster import cluster as C
 from raylite._core.cluster.driver import query_cluster
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.api_fixtures import free_port  # noqa: F401 - one helper, re-exported
 
 
 def wait_until(predicate, timeout_s: float = 60.0, what: str = "condition"):

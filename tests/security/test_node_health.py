@@ -33,10 +33,16 @@ def node():
         os.environ.update({"RAYLITE_TEMP_DIR": temp_dir, "RAYLITE_HANDSHAKE_TIMEOUT_S": str(HANDSHAKE_TIMEOUT_S)})
         config_mod._CONFIG = None
         config = config_mod.get_config()
-        agent, metrics, dash = free_port(), free_port(), free_port()
-        started = C.start_node(config, head=True, port=free_port(), node_ip="127.0.0.1", num_cpus=1,
-                               token=TOKEN, agent_port=agent, metrics_port=metrics, include_dashboard=True,
-                               dashboard_port=dash)
+        for attempt in range(3):  # a free port can be taken (an outgoing connection's) before we bind it
+            agent, metrics, dash = free_port(), free_port(), free_port()
+            try:
+                started = C.start_node(config, head=True, port=free_port(), node_ip="127.0.0.1", num_cpus=1,
+                                       token=TOKEN, agent_port=agent, metrics_port=metrics,
+                                       include_dashboard=True, dashboard_port=dash)
+                break
+            except C.StartError as e:
+                if "already in use" not in str(e) or attempt == 2:
+                    raise
         yield {"pid": started.pid, "agent": agent, "metrics": metrics, "dashboard": dash, "temp_dir": temp_dir}
     finally:
         if config is not None:

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 import raylite
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.api_fixtures import free_port  # noqa: F401 - one helper, re-exported
 
 
 @pytest.fixture(scope="module")

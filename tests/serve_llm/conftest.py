@@ -5,22 +5,18 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import socket
 import time
 
 import pytest
 
 import raylite
+from tests.api_fixtures import free_port  # noqa: F401 - one helper, re-exported
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 HIDE_VLLM = os.path.join(os.path.dirname(__file__), "hide_vllm")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def vllm_skip_reason() -> str | None:

@@ -20,6 +20,7 @@ import time
 import pytest
 
 import raylite.serve as serve_pkg
+from tests.api_fixtures import free_port  # noqa: F401 - one helper, re-exported
 
 httpx = pytest.importorskip("httpx")
 pytestmark = pytest.mark.skipif(not hasattr(serve_pkg, "run"),
@@ -76,10 +77,6 @@ APP = textwrap.dedent('''
 ''')
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def port_is_free(port: int) -> bool:
