@@ -10,6 +10,7 @@ from typing import Any
 from raylite import api
 from raylite._core import options as O
 from raylite._core.ids import ActorID
+from raylite._core.serialization import contained_refs_sink
 from raylite._core.task_spec import (
     DYNAMIC,
     KIND_ACTOR_CALL,
@@ -235,8 +236,9 @@ class ActorClass(ExportedCode):
         else:
             # Named or not, a non-detached actor ends with its creator's last handle, as in Ray;
             # handles from get_actor() are weak (they do not keep it alive)
+            token = None if detached else client.actor_token(actor_id, spec.task_id)
             handle = ActorHandle(actor_id, self._cls.__qualname__, self._meta, spec.max_task_retries,
-                                 owned=not detached)
+                                 owned=not detached, token=token)
         if handle._meta == self._meta:  # the same class: its signatures check calls made here
             handle._signatures = self._signatures
         return handle
@@ -264,6 +266,8 @@ class _ActorClassWithOptions:
 # actor id -> live handle objects in this process, for actors this process created unnamed
 _handle_counts: dict[bytes, int] = {}
 _escaped: set[bytes] = set()
+# handle tokens pickled out of band (ActorHandle.__reduce__): kept for this process's lifetime
+_pinned_tokens: set = set()
 _counts_lock = threading.Lock()
 
 
@@ -271,15 +275,21 @@ class ActorHandle:
     """A handle to an actor: `handle.method.remote(...)` calls it; pass it to other tasks freely."""
 
     def __init__(self, actor_id: bytes, class_name: str, method_meta: dict, max_task_retries: int = 0,
-                 *, owned: bool = False) -> None:
+                 *, owned: bool = False, token: Any = None) -> None:
         self._actor_id = bytes(actor_id)
         self._class_name = class_name
         self._meta = dict(method_meta)
         self._max_task_retries = max_task_retries
-        self._owned = owned
+        # A strong handle holds `token`, a ref to an object its actor's creator owns: the
+        # ownership protocol counts those refs in every process (borrowers, running tasks'
+        # arguments, stored objects), and the actor ends when the last one goes. Weak handles
+        # (get_actor(), current_actor) hold none. `owned` without a token: a creator whose
+        # client cannot count refs elsewhere (the Ray Client) counts its own handles here.
+        self._token = token
+        self._owned = owned and token is None
         # method -> signature, known where the class is (the creating process); empty elsewhere
         self._signatures: dict[str, inspect.Signature] = {}
-        if owned:
+        if self._owned:
             with _counts_lock:
                 _handle_counts[self._actor_id] = _handle_counts.get(self._actor_id, 0) + 1
 
@@ -314,10 +324,17 @@ class ActorHandle:
         return sorted(set(self._meta) | {"__init__", "__ray_ready__", "__ray_call__", "__ray_terminate__"})
 
     def __reduce__(self):
-        with _counts_lock:
-            _escaped.add(self._actor_id)
+        token = self._token
+        if token is not None and contained_refs_sink() is None:
+            # pickled where no ref is counted (cloudpickle.dumps, a file, another channel): the
+            # copy may be loaded any time later, so the actor lives as long as this process
+            _pinned_tokens.add(token)
+            token = None
+        elif token is None and self._owned:
+            with _counts_lock:
+                _escaped.add(self._actor_id)
         return (_rebuild_handle, (self._actor_id, self._class_name, self._meta, self._max_task_retries,
-                                  _portable_signatures(getattr(self, "_signatures", {}))))
+                                  _portable_signatures(getattr(self, "_signatures", {})), token))
 
     def __repr__(self) -> str:
         return f"Actor({self._class_name}, {self._actor_id.hex()})"
@@ -376,8 +393,8 @@ def _signatures_from(portable: dict[str, list]) -> dict[str, inspect.Signature]:
 
 
 def _rebuild_handle(actor_id: bytes, class_name: str, meta: dict, max_task_retries: int,
-                    signatures: dict[str, list] | None = None) -> ActorHandle:
-    handle = ActorHandle(actor_id, class_name, meta, max_task_retries, owned=False)
+                    signatures: dict[str, list] | None = None, token: Any = None) -> ActorHandle:
+    handle = ActorHandle(actor_id, class_name, meta, max_task_retries, token=token)
     if signatures:
         handle._signatures = _signatures_from(signatures)
     return handle

@@ -13,12 +13,17 @@ from raylite import exceptions as E
 from raylite._core import protocol as P
 from raylite._core import serialization as ser
 from raylite._core.client.records import ActorState, TaskRecord
+from raylite._core.ids import ObjectID
 from raylite._core.task_spec import TaskSpec
 from raylite._core.transport.base import ConnectionBrokenError
 
 if TYPE_CHECKING:
     from raylite._core.client.links import ClientLinks
     from raylite._core.client.tasks import TaskSubmitter
+
+
+# the return index of an actor's handle token, under its creation task's id (ActorCaller.handle_token)
+HANDLE_TOKEN_INDEX = 0xFFFFFFFE
 
 
 class ActorCaller:
@@ -28,6 +33,37 @@ class ActorCaller:
         self._links = links
         self._tasks = tasks
         self.states: dict[bytes, ActorState] = {}
+        # handle token object id -> actor id, for the actors this process created (handle_token)
+        self.tokens: dict[bytes, bytes] = {}
+
+    # ------------------------------------------------------------ handle lifetime
+    def handle_token(self, actor_id: bytes, creation_task_id: bytes) -> bytes:
+        """The id of an object this process owns, counted once, that stands for the actor's
+        strong handles (the caller makes the one ref that count is for).
+
+        Every strong handle holds a ref to it, and a handle sent in a task's arguments, a
+        return or a put carries it, so the ownership protocol (borrowers, refs held by
+        running tasks and by stored objects) counts the handles in every process, as Ray
+        does. When the object is freed, no strong handle is left anywhere and the actor ends
+        (tokens_freed). It has no value: nobody gets it.
+        """
+        oid = bytes(ObjectID.for_return(creation_task_id, HANDLE_TOKEN_INDEX))
+        links = self._links
+        with links.lock:
+            links.refs.own(oid)
+            links.refs.add_local(oid, links.address)
+        self.tokens[oid] = bytes(actor_id)
+        return oid
+
+    def tokens_freed(self, freed: list) -> None:
+        """Any thread (ObjectPlane.release): the last strong handle of these actors is gone."""
+        tokens = self.tokens
+        if not tokens:
+            return
+        for oid in freed:
+            actor_id = tokens.pop(oid, None)
+            if actor_id is not None:
+                self._links.call_soon(self.actor_out_of_scope, actor_id)
 
     def drop_queued(self, rec: TaskRecord) -> None:
         """A cancelled call not sent yet leaves its actor's queue."""

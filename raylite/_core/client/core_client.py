@@ -32,6 +32,7 @@ from raylite._core.client.lineage import LineageRebuilder
 from raylite._core.client.links import ClientLinks
 from raylite._core.client.objects import ObjectPlane
 from raylite._core.client.ownership import Ownership
+from raylite._core.client.refs import ObjectRef
 from raylite._core.client.tasks import TaskSubmitter
 from raylite._core.client.transfers import ObjectTransfers
 from raylite._core.config import Config
@@ -128,6 +129,7 @@ class CoreClient(HeadCalls, CoreAPI):
         self.tasks.actors = self.actors
         self.tasks.lineage = self.lineage
         self.objects.lineage = self.lineage
+        self.objects.freed_hook = self.actors.tokens_freed
 
         # every ObjectRef's birth and death call these: bound straight to the component
         self.ref_created = self.ownership.ref_created
@@ -450,6 +452,10 @@ class CoreClient(HeadCalls, CoreAPI):
 
     def actor_out_of_scope(self, actor_id: bytes) -> None:
         self.actors.actor_out_of_scope(actor_id)
+
+    def actor_token(self, actor_id: bytes, creation_task_id: bytes) -> ObjectRef | None:
+        """The ref every strong handle of an actor created here holds (ActorCaller.handle_token)."""
+        return ObjectRef.counted(self.actors.handle_token(actor_id, creation_task_id), self.address, self)
 
     def actor_info(self, actor_id: bytes, wait_alive: bool = False) -> P.ActorInfo:
         return self.actors.actor_info(actor_id, wait_alive)

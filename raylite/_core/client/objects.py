@@ -59,6 +59,9 @@ class ObjectPlane:
         self._node_sync: BlockingNodeLink | None = None  # blocking link to the node for user threads' round trips
         self._trim_armed = False  # a writer-map trim is scheduled
         self.lineage: LineageRebuilder  # set by the CoreClient once built (it needs this plane)
+        # told which owned objects were just freed, when some stand for something else (an
+        # actor's handles: ActorCaller.tokens_freed); None when nothing listens
+        self.freed_hook: Callable[[list], None] | None = None
 
     def expect(self, object_ids: list[bytes]) -> None:
         """A task's returns: owned, referenced once (by the refs handed out) and pending, in one go
@@ -213,6 +216,8 @@ class ObjectPlane:
         links = self._links
         if links.closed:
             return
+        if free and self.freed_hook is not None:
+            self.freed_hook(free)
         stored = []
         with self._lock:
             for oid in free:

@@ -402,6 +402,11 @@ class RemoteClient(HeadCalls, CoreAPI):
             with contextlib.suppress(RayClientError):  # closed meanwhile
                 self._send("aos", [actor_id])
 
+    def actor_token(self, actor_id: bytes, creation_task_id: bytes) -> None:
+        """None: over the Ray Client a handle counts in this process only (the proxy holds the
+        actor; actor_out_of_scope tells it when the last local handle went)."""
+        return None
+
     def actor_info(self, actor_id: bytes, wait_alive: bool = False) -> P.ActorInfo:
         return self.head_request(P.GetActorInfo(actor_id, wait_alive, -1))
 
