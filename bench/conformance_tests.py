@@ -35,7 +35,7 @@ from conformance import _kill_tree, stop_raylite  # noqa: E402  (this folder is 
 
 MODULES = [
     "python/ray/tests/test_basic.py", "python/ray/tests/test_basic_2.py", "python/ray/tests/test_actor.py",
-    "python/ray/tests/test_generators.py", "python/ray/tests/test_cancel.py",
+    "python/ray/tests/test_generators.py", "python/ray/tests/test_cancel.py", "python/ray/tests/test_actor_cancel.py",
     "python/ray/tests/test_concurrency_group.py", "python/ray/tests/test_runtime_context.py",
     "python/ray/tests/test_get_or_create_actor.py", "python/ray/tests/test_queue.py",
     "python/ray/tests/test_actor_pool.py", "python/ray/serve/tests/test_batching.py",

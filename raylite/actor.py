@@ -359,8 +359,9 @@ class ActorHandle:
             num_returns=_wire_returns(nr), owner_address=client.address, owner_worker_id=client.worker_id,
             resources={}, name=opts.get("name") or "", actor_id=self._actor_id, method_name=method_name,
             max_task_retries=opts.get("max_task_retries", self._max_task_retries),
-            concurrency_group=opts.get("concurrency_group") or "")
-        return client.submit_actor_task(spec, pinned)
+            concurrency_group=opts.get("concurrency_group") or "", parent_task_id=api.current_task_id())
+        token = self._token
+        return client.submit_actor_task(spec, pinned, (token._id,) if token is not None else ())
 
 
 def _positional_fits(handle: ActorHandle, name: str, sig: inspect.Signature, n: int) -> bool:

@@ -222,7 +222,7 @@ def inherited_runtime_env() -> dict:
 
 def current_task_id() -> bytes:
     if runtime.is_worker():
-        return runtime.worker().ctx.task_id
+        return runtime.worker().running_task_id()
     return b""
 
 

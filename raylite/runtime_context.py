@@ -62,8 +62,8 @@ class RuntimeContext:
                                "namespace": self.namespace}
         w = runtime.worker()
         if w is not None:
-            if w.ctx.task_id:
-                out["task_id"] = TaskID(w.ctx.task_id)
+            if w.running_task_id():
+                out["task_id"] = TaskID(w.running_task_id())
             if w.ctx.actor_id:
                 out["actor_id"] = ActorID(w.ctx.actor_id)
         return out
@@ -81,7 +81,8 @@ class RuntimeContext:
 
     def get_task_id(self) -> str | None:
         w = runtime.worker()
-        return w.ctx.task_id.hex() if w is not None and w.ctx.task_id else None
+        task_id = w.running_task_id() if w is not None else b""
+        return task_id.hex() if task_id else None
 
     @property
     def task_id(self) -> Any:
@@ -89,7 +90,8 @@ class RuntimeContext:
 
         _deprecated("Use get_task_id() instead")
         w = _in_worker("task_id")
-        return TaskID(w.ctx.task_id) if w.ctx.task_id else None
+        task_id = w.running_task_id()
+        return TaskID(task_id) if task_id else None
 
     def get_task_name(self) -> str | None:
         w = runtime.worker()
@@ -187,9 +189,9 @@ class RuntimeContext:
             raise RuntimeError("is_canceled() is only available inside a task or actor call, not "
                                "in a driver.")
         if w.actor_spec is not None and w.actor_spec.is_async:
-            raise RuntimeError("is_canceled() is not supported in an async actor: cancel() raises "
-                               "asyncio.CancelledError in the call instead.")
-        return bool(w.ctx.task_id) and w.ctx.task_id in w.cancelled
+            raise RuntimeError("This method is not supported in an async actor. (is_canceled(): "
+                               "cancel() raises asyncio.CancelledError in the call instead.)")
+        return w.cancelled_here()
 
     @property
     def current_placement_group_id(self) -> Any:

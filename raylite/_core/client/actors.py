@@ -86,7 +86,14 @@ class ActorCaller:
             raise getattr(E, reply.error_type, None) or ValueError(reply.error) if reply.error_type != "ValueError" else ValueError(reply.error)
         return reply
 
-    def submit_actor_task(self, spec: TaskSpec, pinned: list) -> Any:
+    def submit_actor_task(self, spec: TaskSpec, pinned: list, held: tuple[bytes, ...] = ()) -> Any:
+        """`held`: refs the call keeps alive until it is answered (its handle's token: a call in
+        flight keeps its actor, as in Ray, even when the handle it went through is dropped)."""
+        if held:
+            links = self._links
+            with links.lock:
+                links.refs.add_submitted(list(held))
+            pinned = [*pinned, *held]
         return self._tasks.submit_task(spec, pinned, False)
 
     def send_actor_task(self, rec: TaskRecord) -> None:

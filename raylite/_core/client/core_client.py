@@ -447,8 +447,8 @@ class CoreClient(HeadCalls, CoreAPI):
     def register_actor(self, spec: TaskSpec, get_if_exists: bool) -> P.RegisterActorReply:
         return self.actors.register_actor(spec, get_if_exists)
 
-    def submit_actor_task(self, spec: TaskSpec, pinned: list) -> Any:
-        return self.actors.submit_actor_task(spec, pinned)
+    def submit_actor_task(self, spec: TaskSpec, pinned: list, held: tuple[bytes, ...] = ()) -> Any:
+        return self.actors.submit_actor_task(spec, pinned, held)
 
     def actor_out_of_scope(self, actor_id: bytes) -> None:
         self.actors.actor_out_of_scope(actor_id)

@@ -30,8 +30,8 @@ from raylite._core import resources as R
 from raylite._core.task_spec import KIND_ACTOR_CALL, KIND_ACTOR_CREATE, TaskSpec
 
 TERMINAL = ("FINISHED", "FAILED")
-_ORDER = {"PENDING_ARGS_AVAIL": 0, "PENDING_NODE_ASSIGNMENT": 1, "SUBMITTED_TO_WORKER": 2, "RUNNING": 3,
-          "FINISHED": 4, "FAILED": 4}
+_ORDER = {"PENDING_ARGS_AVAIL": 0, "PENDING_NODE_ASSIGNMENT": 1, "SUBMITTED_TO_WORKER": 2,
+          "PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY": 3, "RUNNING": 4, "FINISHED": 5, "FAILED": 5}
 
 
 class TaskEventBuffer:

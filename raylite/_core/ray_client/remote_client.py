@@ -388,7 +388,8 @@ class RemoteClient(HeadCalls, CoreAPI):
             return refs[0]
         return refs if spec.num_returns > 1 else None
 
-    def submit_actor_task(self, spec: TaskSpec, pinned: list) -> Any:
+    def submit_actor_task(self, spec: TaskSpec, pinned: list, held: tuple[bytes, ...] = ()) -> Any:
+        """`held` is unused: handles here carry no token (actor_token)."""
         return self.submit_task(spec, pinned, False)  # the proxy tells them apart by spec.kind
 
     def register_actor(self, spec: TaskSpec, get_if_exists: bool) -> P.RegisterActorReply:

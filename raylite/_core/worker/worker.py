@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import ctypes
 import importlib
 import inspect
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -48,6 +50,14 @@ from raylite._core.task_spec import (
 from raylite._core.worker import actor_groups, proctitle
 from raylite._core.worker.cgraph_runner import GraphHost
 from raylite._core.worker.output import OutputForwarder
+
+# the task or actor call running in this thread or asyncio task: a threaded or async actor runs
+# several calls at once, and each one's get_task_id() and children are its own
+_RUNNING_TASK: contextvars.ContextVar[bytes] = contextvars.ContextVar("raylite_running_task", default=b"")
+
+
+# what a cancel sends the main thread to interrupt a plain task blocked in a system call
+CANCEL_SIGNAL = signal.SIGUSR2
 
 
 class WorkerContext:
@@ -89,6 +99,8 @@ class Worker:
         self.actor_sema: asyncio.Semaphore | None = None
         self.groups: actor_groups.ConcurrencyGroups | None = None  # the actor's executors
         self.cancelled: set[bytes] = set()
+        # an async actor's calls in progress or waiting for a slot: task id -> (loop, asyncio task)
+        self.async_calls: dict[bytes, tuple[asyncio.AbstractEventLoop, asyncio.Task]] = {}
         self.log_prefix = ""
         # while the running task is blocked in get(), queued tasks go back to their owners
         # (they might be what it waits for); guarded so no push slips in unseen
@@ -103,6 +115,9 @@ class Worker:
         self._output: OutputForwarder | None = None  # fds 1 and 2 -> log files and drivers
         self._exec_facts: dict | None = None  # node, worker, pid: the same for every task event here
         self._last_error = threading.local()  # text of the last task error, per thread
+        # the plain task the main thread runs now, while a cancel may interrupt it (_execute)
+        self._interruptible: bytes | None = None
+        self._main_ident = threading.main_thread().ident  # where run() executes plain tasks
 
     # ------------------------------------------------------------ I/O thread side
     def _on_push_task(self, conn, msg: P.PushTask, rid: int):
@@ -161,14 +176,48 @@ class Worker:
                         if rec.spec.parent_task_id == msg.task_id]
             for child in children:
                 self.client._cancel(child, msg.force, True)
+        call = self.async_calls.get(msg.task_id)
+        if call is not None:  # an async actor's call: asyncio's cancellation, as in Ray
+            loop, task = call
+            loop.call_soon_threadsafe(task.cancel)
+            return None
         tid = self.ctx.task_threads.get(msg.task_id)
+        if tid is not None and self.actor_spec is not None:
+            # a running call of a sync or threaded actor is not interrupted (the actor's state
+            # would be left half-changed); it sees is_canceled(), and its caller gets
+            # TaskCancelledError when it returns (_execute), as in Ray
+            return None
         if tid is not None:
             # KeyboardInterrupt, as Ray raises: a task may catch it to clean up (is_canceled() is
             # True there) and even return a value, which the caller then gets; a plain
             # `except Exception` in user code does not swallow the cancellation. Uncaught, it
             # becomes the caller's TaskCancelledError (_execute).
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), ctypes.py_object(KeyboardInterrupt))
+            if tid == self._main_ident and self._interruptible == msg.task_id:
+                # a signal, so a blocking call (time.sleep, a socket read) returns at once too;
+                # _on_cancel_signal raises it in the main thread
+                signal.pthread_kill(tid, CANCEL_SIGNAL)
+            else:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), ctypes.py_object(KeyboardInterrupt))
         return None
+
+    def _on_cancel_signal(self, signum: int, frame: Any) -> None:
+        """Main thread: a cancelled plain task still running its own code is interrupted."""
+        task_id = self._interruptible
+        if task_id is not None and task_id in self.cancelled:
+            self._interruptible = None  # once: its cleanup code is not interrupted again
+            raise KeyboardInterrupt
+
+    def running_task_id(self) -> bytes:
+        """The id of the task or call this code runs in (in a thread it started itself: the
+        last one this worker began)."""
+        return _RUNNING_TASK.get() or self.ctx.task_id
+
+    def cancelled_here(self) -> bool:
+        """Whether the task or call running on this thread was cancelled (is_canceled()): a
+        threaded actor runs several calls at once, one per thread."""
+        me = threading.get_ident()
+        return any(thread == me and task_id in self.cancelled
+                   for task_id, thread in list(self.ctx.task_threads.items()))
 
     def _reply(self, conn, rid: int, msg: P.Message) -> None:
         self._drain_output()
@@ -180,6 +229,7 @@ class Worker:
 
     # ------------------------------------------------------------ main thread
     def run(self) -> None:
+        signal.signal(CANCEL_SIGNAL, self._on_cancel_signal)
         self.client.start()
         from raylite._core import runtime
 
@@ -347,6 +397,7 @@ class Worker:
 
     def _enter(self, spec: TaskSpec) -> None:
         self._record(spec, "RUNNING")
+        _RUNNING_TASK.set(spec.task_id)
         self.ctx.task_id = spec.task_id
         self.ctx.task_name = spec.display_name()
         proctitle.set_title(f"ray::{self.ctx.task_name}")
@@ -399,8 +450,13 @@ class Worker:
             self._run_setup_hook(spec)
             fn = self._callable(spec)
             held: list = []  # the argument refs, alive until the call returns
+            if spec.kind == KIND_TASK and tid == self._main_ident:
+                self._interruptible = spec.task_id
             args, kwargs = self._resolve_args(spec, held)
             result = fn(*args, **kwargs)
+            self._interruptible = None
+            if spec.kind == KIND_ACTOR_CALL and spec.task_id in self.cancelled:
+                raise E.TaskCancelledError(spec.task_id.hex())  # cancelled while it ran
             if spec.num_returns in (STREAMING, DYNAMIC):
                 return self._stream(conn, spec, result)
             if inspect.isgenerator(result):
@@ -418,6 +474,7 @@ class Worker:
                 return self._error_reply(spec, E.TaskCancelledError(spec.task_id.hex()), "cancelled")
             return self._error_reply(spec, self._task_error(spec, e), "app")
         finally:
+            self._interruptible = None
             self.ctx.task_threads.pop(spec.task_id, None)
 
     # ------------------------------------------------------------ compiled graphs
@@ -504,8 +561,15 @@ class Worker:
                 return self._terminate_actor
             if spec.method_name in _CGRAPH_CALLS:
                 return getattr(self, _CGRAPH_CALLS[spec.method_name])
+            name = spec.method_name
+            if name in getattr(self.actor, "__dict__", ()):
+                # an attribute of the instance shadows the method (`self.is_done = False` beside
+                # `def is_done`): the call is to the class's method, as in Ray
+                attr = getattr(type(self.actor), name, None)
+                if callable(attr) and hasattr(attr, "__get__"):
+                    return attr.__get__(self.actor, type(self.actor))
             try:
-                return getattr(self.actor, spec.method_name)
+                return getattr(self.actor, name)
             except AttributeError:
                 raise AttributeError(f"'{type(self.actor).__name__}' object has no attribute "
                                      f"'{spec.method_name}'") from None
@@ -631,7 +695,26 @@ class Worker:
         self._reply(conn, rid, P.CreateActorReply(True))
 
     async def _run_async_call(self, conn, rid: int, spec: TaskSpec, sema: asyncio.Semaphore) -> None:
-        async with sema:
+        task = asyncio.current_task()
+        self.async_calls[spec.task_id] = (asyncio.get_running_loop(), task)
+        try:
+            if spec.task_id in self.cancelled:  # cancelled before it got here
+                task.cancel()  # type: ignore[union-attr]
+            await self._run_async_call_now(conn, rid, spec, sema)
+        finally:
+            self.async_calls.pop(spec.task_id, None)
+
+    async def _run_async_call_now(self, conn, rid: int, spec: TaskSpec, sema: asyncio.Semaphore) -> None:
+        if sema.locked():  # every slot is taken: it waits at the actor, as Ray's state shows
+            self._record(spec, "PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY")
+        try:
+            await sema.acquire()
+        except asyncio.CancelledError:  # cancelled while waiting for a free slot: it never ran
+            reply = self._error_reply(spec, E.TaskCancelledError(spec.task_id.hex()), "cancelled")
+            self._record_end(spec, reply)
+            self._reply(conn, rid, reply)
+            return
+        try:
             self._enter(spec)
             try:
                 method = self._callable(spec)
@@ -659,6 +742,8 @@ class Worker:
                 reply = self._error_reply(spec, self._task_error(spec, e), "app")
             self._record_end(spec, reply)
             self._reply(conn, rid, reply)
+        finally:
+            sema.release()
 
     # ------------------------------------------------------------ output
     def _redirect_output(self) -> None:

@@ -45,7 +45,8 @@ def parse_filters(request: Request) -> list[tuple[str, str, str]]:
     values = request.query_params.getlist("filter_values")
     if not (len(keys) == len(preds) == len(values)):
         raise ValueError("filter_keys, filter_predicates and filter_values must come in triples")
-    return list(zip(keys, preds, values))
+    # keys are matched case-insensitively, as Ray's are (`("STATE", "=", "RUNNING")` works)
+    return list(zip((k.lower() for k in keys), preds, values))
 
 
 def _check_keys(rows: list[dict[str, Any]], filters: list[tuple[str, str, str]], resource: str) -> None:
