@@ -31,6 +31,10 @@ class Counter:
     def pid(self) -> int:
         return os.getpid()
 
+    def wait_then_bump(self, gate) -> int:
+        ray.get(gate.wait.remote())
+        return self.bump()
+
     def touch_self(self, me) -> int:
         weak = ray.get_runtime_context().current_actor  # weak: dropping it changes nothing
         del weak
@@ -53,6 +57,12 @@ class Holder:
 
     def drop(self) -> None:
         self.handle = None
+
+    def call_and_drop(self, gate) -> list:
+        ref = self.handle.wait_then_bump.remote(gate)
+        self.handle = None
+        gc.collect()
+        return [ref]
 
 
 @ray.remote
@@ -143,3 +153,18 @@ def test_a_handle_pickled_out_of_band_keeps_the_actor_for_the_creators_lifetime(
     del loaded
     gc.collect()
     assert ray.get(pickle.loads(blob).bump.remote()) == 2
+
+
+def test_a_call_in_flight_keeps_its_actor_after_the_last_handle_is_dropped(cluster):
+    gate = Gate.remote()
+    holder = Holder.remote()
+    actor = Counter.remote()
+    pid = ray.get(actor.pid.remote())
+    ray.get(holder.keep.remote(actor))
+    del actor
+    gc.collect()
+    (ref,) = ray.get(holder.call_and_drop.remote(gate))  # the holder's handle is gone now
+    ray.get(gate.open.remote())
+    assert ray.get(ref) == 1
+    del ref
+    _ends(pid, "the actor to end once its last call was answered")
