@@ -209,9 +209,9 @@ def _merge(row: dict[str, Any], state: str, time_s: float) -> None:
     # events come from two processes, in any order: the furthest state wins (FAILED over FINISHED)
     if (current not in TERMINAL and rank >= _ORDER.get(current, 0)) or (state == "FAILED" and current == "FINISHED"):
         row["state"] = state
-    if rank <= 2:
+    if rank < _ORDER["RUNNING"]:
         row.setdefault("creation_time_s", time_s)
-    elif rank == 3:
+    elif state == "RUNNING":
         row["start_time_s"] = time_s
     elif time_s < row.get("end_time_s", float("inf")):
         row["end_time_s"] = time_s  # the worker's end comes before the owner hears of it: keep the first

@@ -184,10 +184,12 @@ class GraphRunner:
                     ep.send(channel, C.BROKEN, message)
 
     def _close(self) -> None:
+        # forget the graph first: the driver's teardown() returns once it sees our side close,
+        # and the next compile's open() on this actor must then find it free
+        self.on_exit(self)
         for ep in self._out.values():
             ep.close()
         self.listener.close()
-        self.on_exit(self)
 
 
 async def _await(awaitable: Any) -> Any:
