@@ -90,3 +90,15 @@ def test_close_job_fails_open_rows_and_a_late_real_end_still_wins():
     assert row["state"] == "FINISHED" and row["end_time_s"] == 8.5 and row["worker_pid"] == 4
     assert "error_type" not in row and [e["state"] for e in row["events"]] == ["RUNNING", "FINISHED"]
     assert table.close_job(b"j1", 10.0, "again") == 0
+
+
+def test_a_call_waiting_at_its_actor_shows_that_state_then_runs_with_its_start_time():
+    table = TaskEventTable()
+    table.add([ev(b"t1", "SUBMITTED_TO_WORKER", 1.0, idx=[0]),
+               ev(b"t1", "PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY", 1.5)], [{"name": "A.g"}])
+    (row,) = table.rows()
+    assert row["state"] == "PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY" and "start_time_s" not in row
+    table.add([ev(b"t1", "RUNNING", 2.0), ev(b"t1", "FINISHED", 3.0)], [])
+    (row,) = table.rows()
+    assert row["state"] == "FINISHED"
+    assert row["creation_time_s"] == 1.0 and row["start_time_s"] == 2.0 and row["end_time_s"] == 3.0
