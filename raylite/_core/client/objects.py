@@ -444,17 +444,30 @@ class ObjectPlane:
             except FileNotFoundError:
                 pass
             # spilled to disk? the node brings it back into shared memory
-            if restoring is not None:
-                reply: P.RestoreObjectReply = restoring.result()
-                restoring = None
-            else:
-                reply = self._node_round_trip(P.RestoreObject(oid))
+            reply = self._restore(oid, restoring)
+            restoring = None
             if not reply.found:
                 break
         if reply.error.startswith("Cannot restore"):
             raise E.ObjectStoreFullError(reply.error)
         raise E.ObjectLostError(oid.hex(), "its shared-memory file is gone (it was freed, or its "
                                 f"node's store was cleared){': ' + reply.error if reply.error else ''}")
+
+    def _restore(self, oid: bytes, restoring: Any) -> P.RestoreObjectReply:
+        """Ask the node to bring a spilled object back; while its room is held only by objects
+        being written or restored (or freed a moment ago), ask again, as a write does."""
+        deadline = time.monotonic() + _BUSY_STORE_WAIT_S
+        delay_s = 0.01
+        while True:
+            if restoring is not None:
+                reply: P.RestoreObjectReply = restoring.result()
+                restoring = None
+            else:
+                reply = self._node_round_trip(P.RestoreObject(oid))
+            if reply.found or BUSY_NOT_FULL not in (reply.error or "") or time.monotonic() + delay_s > deadline:
+                return reply
+            time.sleep(delay_s)
+            delay_s = min(delay_s * 2, 0.5)
 
     # the node spills objects no one maps first: tell it which ones this process maps
     def _follow_mapping(self, oid: bytes, mapping: Any) -> None:
