@@ -62,8 +62,9 @@ class RuntimeContext:
                                "namespace": self.namespace}
         w = runtime.worker()
         if w is not None:
-            if w.running_task_id():
-                out["task_id"] = TaskID(w.running_task_id())
+            task_id = w.running_task_id()
+            if task_id:
+                out["task_id"] = TaskID(task_id)
             if w.ctx.actor_id:
                 out["actor_id"] = ActorID(w.ctx.actor_id)
         return out

@@ -156,23 +156,17 @@ class ObjectPlane:
         if threading.current_thread() is self._links.thread:
             return ser.write_file(so, path)  # the loop cannot wait on the node; counted when sealed
         request = P.CreateObject(object_id, ser.stored_size(so), owner)
-        deadline = time.monotonic() + _BUSY_STORE_WAIT_S
-        delay_s = 0.01
-        while True:
+
+        def ask() -> Any:
             if self.frees_queued:
                 # through the I/O loop, behind the frees it has yet to send: a put() right after a
                 # del then finds the freed segment recycled, instead of overtaking its free
-                reply = self._links.run_sync(self._links.node.request(request))
-            else:
-                reply = self._node_round_trip(request)
-            if reply.ok:
-                break
-            # room held only while other objects are written or restored frees up in moments
-            # (a generator's next value while the driver reads the last one): ask again
-            if BUSY_NOT_FULL not in (reply.error or "") or time.monotonic() + delay_s > deadline:
-                raise E.ObjectStoreFullError(reply.error)
-            time.sleep(delay_s)
-            delay_s = min(delay_s * 2, 0.5)
+                return self._links.run_sync(self._links.node.request(request))
+            return self._node_round_trip(request)
+
+        reply = _ask_while_store_busy(ask, lambda r: r.ok)
+        if not reply.ok:
+            raise E.ObjectStoreFullError(reply.error)
         try:
             size = ser.write_into(so, path)
             self._wrote_segment()
@@ -454,20 +448,15 @@ class ObjectPlane:
                                 f"node's store was cleared){': ' + reply.error if reply.error else ''}")
 
     def _restore(self, oid: bytes, restoring: Any) -> P.RestoreObjectReply:
-        """Ask the node to bring a spilled object back; while its room is held only by objects
-        being written or restored (or freed a moment ago), ask again, as a write does."""
-        deadline = time.monotonic() + _BUSY_STORE_WAIT_S
-        delay_s = 0.01
-        while True:
-            if restoring is not None:
-                reply: P.RestoreObjectReply = restoring.result()
-                restoring = None
-            else:
-                reply = self._node_round_trip(P.RestoreObject(oid))
-            if reply.found or BUSY_NOT_FULL not in (reply.error or "") or time.monotonic() + delay_s > deadline:
-                return reply
-            time.sleep(delay_s)
-            delay_s = min(delay_s * 2, 0.5)
+        """Ask the node to bring a spilled object back (the first answer may be one already
+        asked for ahead, `restoring`), as patiently as a write asks for room."""
+        first = [restoring]
+
+        def ask() -> P.RestoreObjectReply:
+            ahead, first[0] = first[0], None
+            return ahead.result() if ahead is not None else self._node_round_trip(P.RestoreObject(oid))
+
+        return _ask_while_store_busy(ask, lambda r: r.found)
 
     # the node spills objects no one maps first: tell it which ones this process maps
     def _follow_mapping(self, oid: bytes, mapping: Any) -> None:
@@ -597,6 +586,21 @@ class ObjectPlane:
             await fut
         kind = {"v": "inline", "e": "error", "s": "store"}.get(entry.kind, "lost")
         return P.GetObjectStatusReply(oid, kind, entry.payload)
+
+
+def _ask_while_store_busy(ask: Callable[[], Any], granted: Callable[[Any], bool]) -> Any:
+    """Ask the node until `granted(reply)`, while its refusal says the store's room is held only
+    by objects being written or restored: that room frees up in moments (a generator's next
+    value while the driver reads the last one; a put freed just before). The last reply comes
+    back, granted or not, after at most _BUSY_STORE_WAIT_S."""
+    deadline = time.monotonic() + _BUSY_STORE_WAIT_S
+    delay_s = 0.01
+    while True:
+        reply = ask()
+        if granted(reply) or BUSY_NOT_FULL not in (reply.error or "") or time.monotonic() + delay_s > deadline:
+            return reply
+        time.sleep(delay_s)
+        delay_s = min(delay_s * 2, 0.5)
 
 
 class _RestoreAhead:
