@@ -428,7 +428,7 @@ class CoreClient(HeadCalls, CoreAPI):
     def cancel(self, ref: Any, force: bool, recursive: bool) -> None:
         self.tasks.cancel(ref, force, recursive)
 
-    def return_idle_leases(self) -> list:
+    def return_idle_leases(self) -> list[asyncio.Future]:
         return self.leases.return_idle_leases()
 
     def wait_with_generators(self, items: list, num_returns: int,

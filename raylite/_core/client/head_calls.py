@@ -39,6 +39,14 @@ class HeadCalls:
         def owned_objects(self) -> list: ...
         async def connection(self, address: str) -> Any: ...
 
+    def return_idle_leases(self) -> list[asyncio.Future]:
+        """Give back the leases kept idle for reuse; the futures are the node's answers.
+
+        A client that keeps no idle leases (the Ray Client's RemoteClient) has none to give
+        back; CoreClient overrides this with its lease table's.
+        """
+        return []
+
     # ------------------------------------------------------------ the cluster
     def cluster_info(self) -> P.ClusterInfo:
         """The head's nodes (dicts: node_id, alive, ip, total, available, labels, ...)."""
@@ -53,11 +61,9 @@ class HeadCalls:
         same connection as the question, so the node has it before it answers.
         """
         async def ask() -> P.GetNodeInfoReply:
-            release = getattr(self, "return_idle_leases", None)
-            if release is not None:
-                answered = release()
-                if answered:  # the node's answers to the cancelled requests (a grant goes back)
-                    await asyncio.wait(answered, timeout=2.0)
+            answered = self.return_idle_leases()
+            if answered:  # the node's answers to the cancelled requests (a grant goes back)
+                await asyncio.wait(answered, timeout=2.0)
             return await self.node.request(P.GetNodeInfo())
 
         return self.run_sync(ask())
