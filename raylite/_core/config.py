@@ -22,6 +22,7 @@ class Config:
     object_store_bytes: int = 0  # 0 = a fraction of RAM, decided by the node
     object_store_fraction: float = 0.3  # of RAM (or /dev/shm if smaller) when object_store_bytes is 0
     object_spill_bytes: int = 0  # room for spilled objects on disk; 0 = whatever the disk has free
+    object_spilling: bool = True  # False: a full store refuses new objects instead of spilling old ones
     recycled_segment_idle_s: float = 10.0  # freed segments kept warm for reuse this long
     # workers and leases
     lease_idle_timeout_s: float = 0.5
@@ -220,10 +221,12 @@ def no_auth_refusal(config: Config) -> str:
 
 
 # Ray's `init(_system_config={...})` keys that raylite honours: the Config field each sets, and
-# the factor from Ray's unit to the field's (Ray counts the monitor's period in milliseconds).
-_RAY_SYSTEM_CONFIG = {
+# the factor from Ray's unit to the field's (Ray counts the monitor's period in milliseconds;
+# None: the value is a switch).
+_RAY_SYSTEM_CONFIG: dict[str, tuple[str, float | None]] = {
     "memory_usage_threshold": ("memory_usage_threshold", 1.0),
     "memory_monitor_refresh_ms": ("memory_monitor_interval_s", 0.001),
+    "automatic_object_spilling_enabled": ("object_spilling", None),
 }
 
 
@@ -237,7 +240,12 @@ def system_config_env(system_config: Mapping | None) -> tuple[dict[str, str], li
             unknown.append(key)
             continue
         field, factor = _RAY_SYSTEM_CONFIG[key]
-        env[_ENV_PREFIX + field.upper()] = repr(float(value) * factor)
+        if factor is None:
+            if not isinstance(value, bool):
+                raise ValueError(f"_system_config[{key!r}] must be True or False, not {value!r}")
+            env[_ENV_PREFIX + field.upper()] = "1" if value else "0"
+        else:
+            env[_ENV_PREFIX + field.upper()] = repr(float(value) * factor)
     return env, unknown
 
 

@@ -22,6 +22,32 @@ def test_system_config_keys_map_to_the_node_settings():
     assert unknown == ["object_spilling_threshold"]
 
 
+def test_spilling_switch_maps_to_a_bool_and_refuses_other_values():
+    assert system_config_env({"automatic_object_spilling_enabled": False})[0] == {"RAYLITE_OBJECT_SPILLING": "0"}
+    assert system_config_env({"automatic_object_spilling_enabled": True})[0] == {"RAYLITE_OBJECT_SPILLING": "1"}
+    with pytest.raises(ValueError, match="must be True or False"):
+        system_config_env({"automatic_object_spilling_enabled": "no"})
+
+
+def test_a_full_store_without_spilling_refuses_the_new_object_and_keeps_the_old():
+    if ray.is_initialized():
+        ray.shutdown()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an honoured key is not "ignored"
+        ray.init(num_cpus=1, object_store_memory=75 * 1024 * 1024,
+                 _system_config={"automatic_object_spilling_enabled": False})
+    try:
+        first = ray.put(bytearray(40 * 1024 * 1024))
+        with pytest.raises(ray.exceptions.ObjectStoreFullError, match="automatic_object_spilling_enabled"):
+            ray.put(bytearray(40 * 1024 * 1024))
+        assert len(ray.get(first)) == 40 * 1024 * 1024  # still in memory, not lost or spilled
+        del first
+        second = ray.put(bytearray(40 * 1024 * 1024))  # the room came back with the first
+        assert len(ray.get(second)) == 40 * 1024 * 1024
+    finally:
+        ray.shutdown()
+
+
 @ray.remote(max_retries=0)
 def sleeper():
     time.sleep(20)

@@ -61,7 +61,7 @@ class NodeDaemon:
             capacity_bytes=config.object_store_bytes or default_capacity_bytes(config.object_store_fraction,
                                                                                config.shm_dir),
             spill_dir=os.path.join(config.spill_dir or session_dir, f"spill_{node_id.hex()[:8]}"),
-            spill_capacity_bytes=config.object_spill_bytes)
+            spill_capacity_bytes=config.object_spill_bytes, spilling_enabled=config.object_spilling)
         shm_files.make_dirs(self.store)
         # reported like Ray's (cluster_resources()["object_store_memory"]); nothing requests it
         total = dict(resources)

@@ -146,13 +146,15 @@ class Freed:
 class ObjectStore:
     def __init__(self, directory: str, capacity_bytes: int, *, spill_dir: str = "",
                  spill_capacity_bytes: int = 0, pool_max_bytes: int | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, spilling_enabled: bool = True) -> None:
         self.clock: Clock = clock or MonotonicClock()
         self.directory = directory
         self.pool_dir = os.path.join(directory, "pool")
         self.spill_dir = spill_dir
         self.capacity_bytes = capacity_bytes
         self.spill_capacity_bytes = spill_capacity_bytes  # 0 = as much as the disk has free
+        # Ray's automatic_object_spilling_enabled=False: a full store refuses instead of spilling
+        self.spilling_enabled = spilling_enabled
         self.pool_max_bytes = capacity_bytes // 4 if pool_max_bytes is None else pool_max_bytes
         self.objects: dict[bytes, StoredObject] = {}
         self._primaries = _Recency()  # sealed objects written here (spilled when room is needed)
@@ -262,6 +264,10 @@ class ObjectStore:
         over -= sum(f.size for f in res.evict)
         if over <= 0:
             return res
+        if not self.spilling_enabled:
+            raise self._full_error(object_id, size, what,
+                                   "automatic spilling is off (_system_config automatic_object_spilling_enabled"
+                                   "=False), so no sealed object may leave memory for it")
         victims = self._spill_candidates(over)
         freed = sum(self.objects[v].size for v in victims)
         if freed < over:
