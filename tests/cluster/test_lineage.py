@@ -142,3 +142,26 @@ def test_rebuilding_stops_after_max_retries(make_cluster):
     with pytest.raises(ray.exceptions.ObjectReconstructionFailedMaxAttemptsExceededError,
                        match="max_retries"):
         ray.get(first[0], timeout=60)
+
+
+def test_a_cancelled_finished_task_is_not_rebuilt(two_nodes):
+    # Ray's semantics: ray.cancel() of a task that already finished leaves its result readable,
+    # but once that result is lost, the task is not re-run to rebuild it
+    c, victim = two_nodes
+    cancelled = make.options(scheduling_strategy=_on(victim)).remote(200_000, 1)
+    kept = make.options(scheduling_strategy=_on(victim)).remote(200_000, 2)
+    ray.wait([cancelled, kept], num_returns=2, timeout=60, fetch_local=False)
+    ray.cancel(cancelled)  # finished already: nothing to stop (a get here would copy it to the head)
+    _kill(c, victim)
+
+    with pytest.raises(ray.exceptions.ObjectReconstructionFailedError, match=r"was cancelled \(ray.cancel\)"):
+        ray.get(cancelled, timeout=60)
+
+    @ray.remote
+    def first_of(refs):
+        return ray.get(refs[0])
+
+    # a borrower asking the owner gets the same answer
+    with pytest.raises(ray.exceptions.ObjectReconstructionFailedError, match="was cancelled"):
+        ray.get(first_of.remote([cancelled]), timeout=60)
+    assert int(ray.get(kept, timeout=60)[0]) == 2  # the task not cancelled is rebuilt

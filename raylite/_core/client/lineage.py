@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from raylite._core.client.tasks import TaskSubmitter
 
 _PUT_INDEX = 0xFFFFFFFF
+# how many return indices ray.cancel() of a finished task looks through for one with lineage
+_CANCEL_SCAN_RETURNS = 256
 
 
 class LineageRebuilder:
@@ -42,7 +44,7 @@ class LineageRebuilder:
         self._refs = links.refs
         self._address = links.address
 
-    def record_lineage(self, spec: TaskSpec, stored_ids: list[bytes]) -> None:
+    def record_lineage(self, spec: TaskSpec, stored_ids: list[bytes], cancelled: bool = False) -> None:
         """When a task finished: remember how its returns that live in a node's store are made
         (normal tasks only), so they can be made again if that node dies. Values returned
         inline live here and cannot be lost, and a task still queued has nothing to lose:
@@ -61,6 +63,28 @@ class LineageRebuilder:
         keep = [ObjectRef(spec.args[1], self._address)] if spec.args[0] == "ref" else None
         with self._lock:
             self._refs.record_lineage(stored_ids, (spec, keep) if keep else spec, args)
+        if cancelled:  # cancelled while it finished: its results stand, but are not made again
+            self.task_cancelled(spec.task_id)
+
+    def task_cancelled(self, task_id: bytes) -> None:
+        """ray.cancel() of a task that already finished: as in Ray, its returns are not rebuilt
+        if they are lost later (a rebuild raises ObjectReconstructionFailedError instead)."""
+        with self._lock:
+            # the first return kept in a node's store names the task (returns held inline have no
+            # lineage); its spec then gives every return's id
+            for index in range(1, _CANCEL_SCAN_RETURNS + 1):
+                lin = self._refs.lineage_of(bytes(ObjectID.for_return(task_id, index)))
+                if lin is not None:
+                    break
+            else:
+                return
+            spec = lin.spec[0] if isinstance(lin.spec, tuple) else lin.spec
+            oids = [bytes(o) for o in spec.return_ids()] if isinstance(spec, TaskSpec) else []
+            for oid in oids:
+                other = self._refs.lineage_of(oid)
+                if other is not None:
+                    other.cancelled = True
+            lin.cancelled = True
 
     def rebuild(self, object_id: bytes, location: Any, lost: E.ObjectLostError) -> ObjectEntry:
         """User thread, after reading `object_id` at `location` failed with `lost`: re-run its
@@ -123,6 +147,11 @@ class LineageRebuilder:
                                     "not re-run to rebuild it; give the task max_retries > 0 (the default "
                                     "is 3) to have lost results rebuilt.")
         spec = lin.spec[0] if isinstance(lin.spec, tuple) else lin.spec
+        if lin.cancelled:
+            raise E.ObjectReconstructionFailedError(
+                hexid, f"{why}. Its task {spec.display_name()} was cancelled (ray.cancel), and a cancelled "
+                "task is not re-run to rebuild its results; keep a copy of the value, or do not cancel a "
+                "task whose results are still in use.")
         if 0 <= spec.max_retries <= lin.reruns:
             raise E.ObjectReconstructionFailedMaxAttemptsExceededError(
                 hexid, f"{why}. Its task {spec.display_name()} was already re-run {lin.reruns} time(s) to "

@@ -52,7 +52,7 @@ class RefCount:
 class Lineage:
     """How to make an owned object again: the task spec that returned it (opaque here)."""
 
-    __slots__ = ("spec", "arg_ids", "reruns", "pins", "released")
+    __slots__ = ("spec", "arg_ids", "reruns", "pins", "released", "cancelled")
 
     def __init__(self, spec: object, arg_ids: list | tuple) -> None:
         self.spec = spec
@@ -60,6 +60,7 @@ class Lineage:
         self.reruns = 0  # times the task was re-run to rebuild a lost return
         self.pins = 0  # lineage records of other objects that list this object as an argument
         self.released = False  # no ref to the object is left; the record stays only for `pins`
+        self.cancelled = False  # ray.cancel() reached its task: a lost return is not rebuilt
 
 
 class ReferenceCounter:

@@ -149,7 +149,7 @@ class TaskSubmitter:
             self._objects.set_entries([(item[0], item[1], _compact(item[1], item[2])) for item in reply.returns])
             stored = [item[0] for item in reply.returns if item[1] == "s"]
             if stored:  # before its arguments are let go: their lineage is pinned with it
-                self.lineage.record_lineage(spec, stored)
+                self.lineage.record_lineage(spec, stored, cancelled=rec.cancelled)
         self._task_finished(rec, reply.borrowed)
 
     def _retryable(self, rec: TaskRecord, reply: P.PushTaskReply) -> bool:
@@ -262,7 +262,8 @@ class TaskSubmitter:
 
     def cancel_now(self, task_id: bytes, force: bool, recursive: bool) -> None:
         rec = self.records.get(task_id)
-        if rec is None:
+        if rec is None:  # finished (or never ours): a later loss of its results is not rebuilt
+            self.lineage.task_cancelled(task_id)
             return
         rec.cancelled = True
         if rec.worker_conn is None:
