@@ -165,3 +165,73 @@ def test_a_cancelled_finished_task_is_not_rebuilt(two_nodes):
     with pytest.raises(ray.exceptions.ObjectReconstructionFailedError, match="was cancelled"):
         ray.get(first_of.remote([cancelled]), timeout=60)
     assert int(ray.get(kept, timeout=60)[0]) == 2  # the task not cancelled is rebuilt
+
+
+@ray.remote(num_returns="dynamic", max_retries=2)
+def numbered(n: int):
+    for i in range(n):
+        yield np.full(200_000, i, dtype=np.int64)  # stored in the node's store, not inline
+
+
+def test_a_dynamic_generators_lost_items_are_rebuilt_by_running_it_again(two_nodes):
+    c, victim = two_nodes
+    items = list(ray.get(numbered.options(scheduling_strategy=_on(victim)).remote(4), timeout=60))
+    _kill(c, victim)
+
+    # the same refs get the re-run's values (the survivor runs it); no new list is made
+    assert [int(ray.get(r, timeout=60)[0]) for r in items] == [0, 1, 2, 3]
+
+    @ray.remote
+    def first_of(refs):
+        return int(ray.get(refs[0])[0])
+
+    assert ray.get(first_of.remote([items[2]]), timeout=60) == 2  # a borrower reads it too
+
+
+@ray.remote
+class RunCounter:
+    def __init__(self):
+        self.runs = 0
+
+    def next_run(self) -> int:
+        self.runs += 1
+        return self.runs
+
+
+@ray.remote(num_returns="dynamic", max_retries=2)
+def fewer_when_rerun(counter):
+    n = 4 if ray.get(counter.next_run.remote()) == 1 else 2
+    for i in range(n):
+        yield np.full(200_000, i, dtype=np.int64)
+
+
+@ray.remote(num_returns="dynamic", max_retries=1)
+def crashes_when_rerun(counter):
+    again = ray.get(counter.next_run.remote()) > 1
+    for i in range(4):
+        yield np.full(200_000, i, dtype=np.int64)
+        if again and i == 1:
+            os._exit(3)
+
+
+@pytest.mark.parametrize("make_gen, error, match", [
+    (fewer_when_rerun, ray.exceptions.ObjectReconstructionFailedError, "yielded 2 values where its first run yielded 4"),
+    (crashes_when_rerun, ray.exceptions.WorkerCrashedError, "exited with code 3"),
+])
+def test_items_a_rerun_does_not_make_again_say_why(two_nodes, make_gen, error, match):
+    c, victim = two_nodes
+    counter = RunCounter.options(num_cpus=0).remote()
+    items = list(ray.get(make_gen.options(scheduling_strategy=_on(victim)).remote(counter), timeout=60))
+    assert len(items) == 4
+    _kill(c, victim)
+
+    # the re-run makes the first two again (a crash may cut off the value it yielded last,
+    # which then carries the crash); the others carry the reason (never a hang)
+    for i, r in enumerate(items[:2]):
+        try:
+            assert int(ray.get(r, timeout=60)[0]) == i
+        except error as e:
+            assert make_gen is crashes_when_rerun and match in str(e)
+    for r in items[2:]:
+        with pytest.raises(error, match=match):
+            ray.get(r, timeout=60)

@@ -129,6 +129,7 @@ class CoreClient(HeadCalls, CoreAPI):
         self.tasks.actors = self.actors
         self.tasks.lineage = self.lineage
         self.objects.lineage = self.lineage
+        self.lineage.generators = self.generators
         self.objects.freed_hook = self.actors.tokens_freed
 
         # every ObjectRef's birth and death call these: bound straight to the component

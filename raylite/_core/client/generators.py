@@ -37,6 +37,11 @@ class Generators:
     def started(self, task_id: bytes, dynamic: bool) -> None:
         self.states[task_id] = GeneratorState(dynamic=dynamic)
 
+    def rebuilding(self, task_id: bytes, items: int) -> None:
+        """A dynamic generator runs again to rebuild lost items (lineage.py): the `items`
+        refs its first run made get the re-run's values; no new list is made."""
+        self.states[task_id] = GeneratorState(dynamic=True, rebuilding=items)
+
     def retried(self, spec: Any) -> None:
         """A generator task runs again: a dynamic generator's refs are the retry's values only
         (nobody has seen the first attempt's), so its list starts over; a streaming one keeps
@@ -59,6 +64,16 @@ class Generators:
     def on_generator_item(self, conn: Any, msg: P.GeneratorItem, rid: int) -> None:
         gen = self.states.get(msg.task_id)
         oid, kind, payload = msg.item[:3]
+        if gen is not None and gen.rebuilding is not None:
+            # a lost item waits for this value; one still held elsewhere keeps its copy, and one
+            # past the first run's count has no ref (set_entry frees its stored copy)
+            if len(msg.item) > 3 and msg.index < gen.rebuilding:
+                self._ownership.adopt_contained(oid, msg.item[3])
+            self._objects.set_entry(oid, kind, payload)
+            with self._lock:
+                if msg.index == len(gen.items):  # a retry after a crash starts again at 0
+                    gen.items.append(oid)
+            return
         self._objects.adopt_value(oid, kind, payload)
         if len(msg.item) > 3:
             self._ownership.adopt_contained(oid, msg.item[3])
@@ -71,14 +86,19 @@ class Generators:
         for w in waiters:
             w.count_down()
 
-    def finished(self, rec: TaskRecord, reply: P.PushTaskReply | None) -> None:
+    def finished(self, rec: TaskRecord, reply: P.PushTaskReply | None) -> list[bytes]:
+        """The task's reply ended the stream; returns a dynamic generator's items that live in
+        a node's store (their lineage is recorded, so they can be rebuilt)."""
         gen = self.states.get(rec.spec.task_id)
         if gen is None:
-            return
+            return []
         if reply is not None and reply.error_kind:
             gen.error = (reply.returns[0][1], reply.returns[0][2]) if reply.returns else None
         first = rec.spec.return_ids()[0]
         set_entry = self._objects.set_entry
+        if gen.rebuilding is not None:
+            self._rebuild_finished(rec, gen)
+            return []
         if gen.dynamic:
             if gen.error and (reply is None or reply.error_kind != "app"):
                 set_entry(first, *gen.error)
@@ -101,6 +121,31 @@ class Generators:
             w.count_down()
         if gen.dynamic:
             self.states.pop(rec.spec.task_id, None)
+            if not gen.error:  # its items kept in a node's store, for their lineage
+                entry = self._objects.entry
+                return [r._id for r in gen.items if (e := entry(r._id)) is not None and e.kind == "s"]
+        return []
+
+    def _rebuild_finished(self, rec: TaskRecord, gen: GeneratorState) -> None:
+        """A rebuilding re-run ended: items it did not make again (it failed, or yielded
+        fewer values than the first run) get the error that says why."""
+        self.states.pop(rec.spec.task_id, None)
+        made = len(gen.items)
+        if made >= (gen.rebuilding or 0):
+            return
+        if gen.error:
+            kind, payload = gen.error
+        else:
+            err = E.ObjectReconstructionFailedError(
+                rec.spec.return_ids()[0].hex(),
+                f"the generator task {rec.spec.display_name()} was re-run to rebuild lost items, and "
+                f"yielded {made} values where its first run yielded {gen.rebuilding}; a generator "
+                "whose results can be rebuilt must yield the same values each time it runs")
+            # raised as the task's error (as Ray's), and still an ObjectReconstructionFailedError
+            err = E.RayTaskError(rec.spec.display_name(), str(err), err).as_instanceof_cause()
+            kind, payload = "e", ser.serialize(err, kind=ser.KIND_ERROR).to_inline()
+        for index in range(made, gen.rebuilding or 0):
+            self._objects.set_entry(bytes(ObjectID.for_return(rec.spec.task_id, index + 2)), kind, payload)
 
     def _append_error_item(self, task_id: bytes, gen: GeneratorState) -> None:
         oid = ObjectID.for_return(task_id, len(gen.items) + 2)

@@ -21,9 +21,10 @@ from raylite._core import serialization as ser
 from raylite._core.client.records import ObjectEntry, TaskRecord
 from raylite._core.client.refs import ObjectRef
 from raylite._core.ids import ObjectID
-from raylite._core.task_spec import KIND_TASK, TaskSpec
+from raylite._core.task_spec import DYNAMIC, KIND_TASK, TaskSpec
 
 if TYPE_CHECKING:
+    from raylite._core.client.generators import Generators
     from raylite._core.client.links import ClientLinks
     from raylite._core.client.objects import ObjectPlane
     from raylite._core.client.tasks import TaskSubmitter
@@ -43,14 +44,16 @@ class LineageRebuilder:
         self._lock = links.lock
         self._refs = links.refs
         self._address = links.address
+        self.generators: Generators  # set by CoreClient (generators.py): dynamic generators re-run
 
     def record_lineage(self, spec: TaskSpec, stored_ids: list[bytes], cancelled: bool = False) -> None:
         """When a task finished: remember how its returns that live in a node's store are made
         (normal tasks only), so they can be made again if that node dies. Values returned
         inline live here and cannot be lost, and a task still queued has nothing to lose:
         neither costs a record (a million queued tasks would be a million records)."""
-        if spec.kind != KIND_TASK or spec.num_returns < 1 or not stored_ids:
-            return  # actor tasks and generators are not rebuilt
+        dynamic = spec.num_returns == DYNAMIC
+        if spec.kind != KIND_TASK or (spec.num_returns < 1 and not dynamic) or not stored_ids:
+            return  # actor tasks and streaming generators are not rebuilt
         with self._lock:
             stored_ids = [oid for oid in stored_ids if self._refs.lineage_of(oid) is None]  # not a re-run's
             if not stored_ids:
@@ -63,6 +66,12 @@ class LineageRebuilder:
         keep = [ObjectRef(spec.args[1], self._address)] if spec.args[0] == "ref" else None
         with self._lock:
             self._refs.record_lineage(stored_ids, (spec, keep) if keep else spec, args)
+            if dynamic:  # how many items a re-run must make again: up to the last stored one
+                items = max(ObjectID(oid).return_index() - 1 for oid in stored_ids)
+                for oid in stored_ids:
+                    lin = self._refs.lineage_of(oid)
+                    if lin is not None:
+                        lin.generator_items = items
         if cancelled:  # cancelled while it finished: its results stand, but are not made again
             self.task_cancelled(spec.task_id)
 
@@ -158,8 +167,12 @@ class LineageRebuilder:
                 "rebuild lost results (max_retries); raise max_retries to allow more.")
         deps = self._rebuild_args(spec, lin.arg_ids, why)
         lin.reruns += 1
-        for oid in spec.return_ids():  # every return held only by a dead node comes back too
-            entry = self._objects.entry(oid)
+        returns = spec.return_ids()
+        if spec.num_returns == DYNAMIC:  # its items (the first return is the list, held here)
+            returns = [ObjectID.for_return(spec.task_id, i + 2) for i in range(lin.generator_items)]
+            self.generators.rebuilding(spec.task_id, lin.generator_items)
+        for oid in returns:  # every return held only by a dead node comes back too
+            entry = self._objects.entry(bytes(oid))
             if entry is not None and (oid == object_id or self._on_dead_node(entry)):
                 entry.kind, entry.payload = None, None
         self._refs.add_submitted(deps)

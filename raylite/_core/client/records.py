@@ -174,3 +174,6 @@ class GeneratorState:
     error: Any = None  # (kind, payload) of the task's failure
     waiters: list = field(default_factory=list)
     dynamic: bool = False
+    # a dynamic generator re-run to rebuild lost items: how many items the first run made
+    # (its refs are out already; the re-run's values refill them, they make no new list)
+    rebuilding: int | None = None

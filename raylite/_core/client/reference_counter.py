@@ -52,7 +52,7 @@ class RefCount:
 class Lineage:
     """How to make an owned object again: the task spec that returned it (opaque here)."""
 
-    __slots__ = ("spec", "arg_ids", "reruns", "pins", "released", "cancelled")
+    __slots__ = ("spec", "arg_ids", "reruns", "pins", "released", "cancelled", "generator_items")
 
     def __init__(self, spec: object, arg_ids: list | tuple) -> None:
         self.spec = spec
@@ -61,6 +61,7 @@ class Lineage:
         self.pins = 0  # lineage records of other objects that list this object as an argument
         self.released = False  # no ref to the object is left; the record stays only for `pins`
         self.cancelled = False  # ray.cancel() reached its task: a lost return is not rebuilt
+        self.generator_items = 0  # a dynamic generator's: items up to its last stored one
 
 
 class ReferenceCounter:

@@ -141,7 +141,9 @@ class TaskSubmitter:
                                     "FAILED" if reply.error_kind else "FINISHED", time.time(),
                                     _OWNER_SAW_ERROR.get(reply.error_kind))
         if spec.num_returns in (STREAMING, DYNAMIC):
-            self._generators.finished(rec, reply)
+            stored = self._generators.finished(rec, reply)
+            if stored:  # a dynamic generator's items in a node's store can be rebuilt by re-running it
+                self.lineage.record_lineage(spec, stored, cancelled=rec.cancelled)
         else:
             for item in reply.returns:
                 if len(item) > 3:
