@@ -194,9 +194,10 @@ def test_feed_for_names_the_scheduler_and_searcher_and_replays_a_restored_trials
 def test_in_the_background_publish_does_not_wait_for_the_head_and_the_last_write_wins():
     import threading
 
-    release, writes = threading.Event(), []
+    entered, release, writes = threading.Event(), threading.Event(), []
 
     def slow_put(key, value):
+        entered.set()
         release.wait(10)  # the head answers late
         writes.append(json.loads(value)["status"])
 
@@ -204,6 +205,7 @@ def test_in_the_background_publish_does_not_wait_for_the_head_and_the_last_write
     feed = ExperimentFeed("exp", put=slow_put, clock=lambda: now[0], background=True)
     trial = _trial(0)
     feed.publish([trial], force=True)  # returns while the write waits for the head
+    assert entered.wait(10)  # the background thread took it (under load it may start late)
     now[0] = 5.0
     feed.changed()
     feed.publish([trial])
