@@ -102,3 +102,16 @@ def test_a_call_waiting_at_its_actor_shows_that_state_then_runs_with_its_start_t
     (row,) = table.rows()
     assert row["state"] == "FINISHED"
     assert row["creation_time_s"] == 1.0 and row["start_time_s"] == 2.0 and row["end_time_s"] == 3.0
+
+
+def test_a_row_reads_back_with_ray_field_names_and_only_the_times_it_has():
+    table = TaskEventTable()
+    table.add([ev(b"t1", "PENDING_NODE_ASSIGNMENT", 1.0, idx=[0])], [{"name": "f", "actor_id": b""}])
+    (row,) = table.rows()
+    assert set(row) == {"task_id", "attempt_number", "job_id", "state", "creation_time_s", "events",
+                        "name", "actor_id"}
+    table.add([ev(b"t1", "FINISHED", 3.0, start=2.0)])
+    (row,) = table.rows()
+    assert (row["start_time_s"], row["end_time_s"], row["state"]) == (2.0, 3.0, "FINISHED")
+    assert row["events"] == [{"state": "PENDING_NODE_ASSIGNMENT", "created_ms": 1000},
+                             {"state": "RUNNING", "created_ms": 2000}, {"state": "FINISHED", "created_ms": 3000}]

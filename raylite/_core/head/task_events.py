@@ -48,7 +48,7 @@ class TaskEventBuffer:
         # neither side holds (or fragments its memory with) one huge message per interval
         self.on_first: Callable[[], None] | None = None
         self.on_batch: Callable[[], None] | None = None
-        self.batch = 5000
+        self.batch = 1000  # ~500 short tasks: a worker holds at most that many specs for events
 
     def record(self, task_id: bytes, attempt: int, job_id: bytes, state: str, time_s: float,
                extra: Any = None) -> None:
@@ -122,12 +122,39 @@ def _spec_key(spec: TaskSpec) -> tuple[Any, ...]:
             spec.parent_task_id, tuple(spec.resources.items()))
 
 
+class _Row:
+    """One task attempt's merged events. Slots, not a dict: the head keeps up to
+    task_events_max_per_job of these per job, and a dict per row cost ~1.3 KB (13 MiB of the
+    head's memory at the default cap); `TaskEventTable.rows()` builds the dicts on read."""
+
+    __slots__ = ("task_id", "attempt", "job_id", "state", "events", "creation_time_s",
+                 "start_time_s", "end_time_s", "descs", "closed_by_head")
+
+    def __init__(self, task_id: bytes, attempt: int, job_id: bytes, state: str) -> None:
+        self.task_id = task_id
+        self.attempt = attempt
+        self.job_id = job_id
+        self.state = state
+        self.events: list[Any] = []  # flat: state, time_s, state, time_s, ...
+        self.creation_time_s: float | None = None
+        self.start_time_s: float | None = None
+        self.end_time_s: float | None = None
+        # descriptions kept by reference (shared by the rows of a batch), merged when read
+        self.descs: list[dict[str, Any]] | None = None
+        self.closed_by_head: tuple[float, dict[str, Any]] | None = None  # see close_job
+
+    def add_descs(self, descs: Any) -> None:
+        if self.descs is None:
+            self.descs = []
+        self.descs.extend(descs)
+
+
 class TaskEventTable:
     """The head's merged view: one row per (task id, attempt), bounded per job."""
 
     def __init__(self, max_per_job: int = 10000) -> None:
         self.max_per_job = max(1, max_per_job)
-        self._jobs: dict[bytes, OrderedDict[tuple[bytes, int], dict[str, Any]]] = {}
+        self._jobs: dict[bytes, OrderedDict[tuple[bytes, int], _Row]] = {}
         self.dropped: dict[bytes, int] = {}
 
     def add(self, events: list[list[Any]], descs: list[dict[str, Any]] | None = None, dropped_at_source: int = 0,
@@ -143,13 +170,12 @@ class TaskEventTable:
                 if len(rows) >= self.max_per_job:
                     rows.popitem(last=False)  # O(1); a plain dict's front deletions degrade
                     self.dropped[job_id] = self.dropped.get(job_id, 0) + 1
-                row = rows[key] = {"task_id": task_id, "attempt_number": attempt, "job_id": job_id,
-                                   "state": state, "events": []}
+                row = rows[key] = _Row(task_id, attempt, job_id, state)
             if start_s:
                 _merge(row, "RUNNING", start_s)
             _merge(row, state, time_s)
-            if idx:  # kept by reference (shared within a batch), merged when read
-                row.setdefault("_descs", []).extend(descs[i] for i in idx if 0 <= i < len(descs))
+            if idx:
+                row.add_descs(descs[i] for i in idx if 0 <= i < len(descs))
         if dropped_at_source:
             self.dropped[source_job] = self.dropped.get(source_job, 0) + dropped_at_source
 
@@ -159,11 +185,11 @@ class TaskEventTable:
         `reason`. A real end reported later still wins (see _merge). Returns how many."""
         closed = 0
         for row in self._jobs.get(job_id, {}).values():
-            if row["state"] not in TERMINAL:
+            if row.state not in TERMINAL:
                 _merge(row, "FAILED", time_s)
                 desc = {"error_type": "WORKER_DIED", "error_message": reason}
-                row.setdefault("_descs", []).append(desc)
-                row["_closed_by_head"] = (time_s, desc)
+                row.add_descs((desc,))
+                row.closed_by_head = (time_s, desc)
                 closed += 1
         return closed
 
@@ -181,13 +207,20 @@ class TaskEventTable:
         return sum(len(t) for t in self._jobs.values())
 
 
-def _materialize(row: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in row.items() if k not in ("_descs", "_closed_by_head")}
-    for desc in row.get("_descs", ()):
+def _materialize(row: _Row) -> dict[str, Any]:
+    out: dict[str, Any] = {"task_id": row.task_id, "attempt_number": row.attempt, "job_id": row.job_id,
+                           "state": row.state}
+    for name in ("creation_time_s", "start_time_s", "end_time_s"):
+        value = getattr(row, name)
+        if value is not None:
+            out[name] = value
+    for desc in row.descs or ():
         for k, v in desc.items():
             if v not in (None, "", b"") or k not in out:
                 out[k] = v
-    out["events"] = [{"state": st, "created_ms": int(t * 1000)} for st, t in sorted(row["events"], key=_event_order)]
+    flat = row.events
+    pairs = sorted(zip(flat[0::2], flat[1::2]), key=_event_order)
+    out["events"] = [{"state": st, "created_ms": int(t * 1000)} for st, t in pairs]
     return out
 
 
@@ -195,26 +228,30 @@ def _event_order(event: tuple[str, float]) -> tuple[float, int]:
     return event[1], _ORDER.get(event[0], 0)
 
 
-def _merge(row: dict[str, Any], state: str, time_s: float) -> None:
-    row["events"].append((state, time_s))
-    current = row["state"]
+def _merge(row: _Row, state: str, time_s: float) -> None:
+    row.events += (state, time_s)
+    current = row.state
     rank = _ORDER.get(state, 0)
-    if state in TERMINAL and "_closed_by_head" in row:
+    if state in TERMINAL and row.closed_by_head is not None:
         # the head closed the row when its job ended; this end was really reported: it wins
-        closed_at, desc = row.pop("_closed_by_head")
-        row["events"] = [e for e in row["events"] if e != ("FAILED", closed_at)]
-        row["_descs"] = [d for d in row["_descs"] if d is not desc]
-        row["state"], row["end_time_s"] = state, time_s
+        closed_at, desc = row.closed_by_head
+        row.closed_by_head = None
+        flat = row.events
+        kept = [(s, t) for s, t in zip(flat[0::2], flat[1::2]) if (s, t) != ("FAILED", closed_at)]
+        row.events = [x for pair in kept for x in pair]
+        row.descs = [d for d in row.descs or () if d is not desc]
+        row.state, row.end_time_s = state, time_s
         return
     # events come from two processes, in any order: the furthest state wins (FAILED over FINISHED)
     if (current not in TERMINAL and rank >= _ORDER.get(current, 0)) or (state == "FAILED" and current == "FINISHED"):
-        row["state"] = state
+        row.state = state
     if rank < _ORDER["RUNNING"]:
-        row.setdefault("creation_time_s", time_s)
+        if row.creation_time_s is None:
+            row.creation_time_s = time_s
     elif state == "RUNNING":
-        row["start_time_s"] = time_s
-    elif time_s < row.get("end_time_s", float("inf")):
-        row["end_time_s"] = time_s  # the worker's end comes before the owner hears of it: keep the first
+        row.start_time_s = time_s
+    elif row.end_time_s is None or time_s < row.end_time_s:
+        row.end_time_s = time_s  # the worker's end comes before the owner hears of it: keep the first
 
 
 _TYPES = {KIND_ACTOR_CALL: "ACTOR_TASK", KIND_ACTOR_CREATE: "ACTOR_CREATION_TASK"}
