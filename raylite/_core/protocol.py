@@ -379,7 +379,7 @@ class PushTaskReply(Message):
     task_id: bytes
     returns: list[Any]  # [[object_id, kind, payload], ...] see serialization.py
     borrowed: list[Any]  # refs the worker still holds: [[object_id, owner_address], ...]
-    error_kind: str = ""  # "" | "app" | "cancelled" | "crashed" | "system"
+    error_kind: str = ""  # "" | "app" | "cancelled" | "interrupted" (cancelled while it ran) | "crashed" | "system"
     worker_exiting: bool = False
 
 

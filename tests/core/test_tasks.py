@@ -702,3 +702,57 @@ def test_a_cancelled_task_is_interrupted_and_may_return_a_value_of_its_own(clust
     wait_for(started.exists, what="the task to start")
     ray.cancel(ref)
     assert ray.get(ref, timeout=30) == "cleaned up"
+
+
+def test_a_task_cancelled_while_blocked_on_an_actor_call_fails_as_a_cancelled_task_error(cluster, tmp_path):
+    """As in Ray: a running task that the cancellation interrupts ends with a RayTaskError that
+    is also a TaskCancelledError, and it counts as FINISHED (it ran; it is not retried); the
+    actor call it waited on is cancelled too (recursive) but a sync actor is not interrupted:
+    that call keeps RUNNING. A child's cancellation raised by get() in a task that was not itself
+    cancelled is that task's ordinary error."""
+    from raylite.exceptions import RayTaskError
+    from raylite.util.state import list_tasks
+    from tests.conftest import wait_for
+
+    @ray.remote(num_cpus=0)
+    class Gate:
+        def hold(self, path):
+            open(path, "w").close()
+            time.sleep(30)
+
+    @ray.remote(max_retries=2)
+    def waits_on(gate, path):
+        return ray.get(gate.hold.remote(path))
+
+    gate = Gate.remote()
+    started = tmp_path / "held"
+    ref = waits_on.options(name="waits_on").remote(gate, str(started))
+    wait_for(started.exists, what="the actor call to start")
+    ray.cancel(ref)
+    with pytest.raises(RayTaskError, match="TaskCancelledError") as info:
+        ray.get(ref, timeout=30)
+    assert isinstance(info.value, TaskCancelledError)
+
+    def states() -> tuple:
+        def state_of(name: str):
+            rows = list_tasks(filters=[("name", "=", name)])
+            return rows[0]["state"] if rows else None
+
+        return state_of("waits_on"), state_of("Gate.hold")
+
+    wait_for(lambda: states() == ("FINISHED", "RUNNING"), timeout_s=20,
+             what=f"the task FINISHED and the actor call still RUNNING (saw {states()})")
+
+    @ray.remote(max_retries=0)
+    def slow_child():
+        time.sleep(30)
+
+    @ray.remote(max_retries=0)
+    def parent_of(child_ref_list):
+        return ray.get(child_ref_list[0])
+
+    child = slow_child.remote()
+    parent = parent_of.remote([child])
+    ray.cancel(child)
+    with pytest.raises(RayTaskError, match="TaskCancelledError"):
+        ray.get(parent, timeout=30)

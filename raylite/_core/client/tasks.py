@@ -138,7 +138,7 @@ class TaskSubmitter:
             # the owner knows how the task ended: its record must not depend on the worker's
             # own events, which die with the worker when a short-lived driver exits
             self._task_events.record(spec.task_id, spec.attempt, spec.job_id,
-                                    "FAILED" if reply.error_kind else "FINISHED", time.time(),
+                                    "FAILED" if reply.error_kind not in ("", "interrupted") else "FINISHED", time.time(),
                                     _OWNER_SAW_ERROR.get(reply.error_kind))
         if spec.num_returns in (STREAMING, DYNAMIC):
             stored = self._generators.finished(rec, reply)

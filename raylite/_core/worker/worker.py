@@ -382,7 +382,7 @@ class Worker:
     def _record_end(self, spec: TaskSpec, reply: Any) -> None:
         self._idle_title()
         kind = getattr(reply, "error_kind", "")
-        if not kind and getattr(reply, "ok", True):
+        if kind == "interrupted" or (not kind and getattr(reply, "ok", True)):
             self._record(spec, "FINISHED")
             return
         error = getattr(self._last_error, "text", "") or kind
@@ -463,7 +463,9 @@ class Worker:
                 return P.PushTaskReply(spec.task_id, self._returns_from_generator(spec, result), [])
             returns = self._pack_returns(spec, result)
             return P.PushTaskReply(spec.task_id, returns, [])
-        except E.TaskCancelledError:
+        except E.TaskCancelledError as e:
+            if spec.task_id not in self.cancelled:  # a child's cancellation, raised by get(): its error
+                return self._error_reply(spec, self._task_error(spec, e), "app")
             return self._error_reply(spec, E.TaskCancelledError(spec.task_id.hex()), "cancelled")
         except SystemExit as e:
             if self.actor_spec is not None and spec.kind == KIND_ACTOR_CALL:
@@ -471,7 +473,7 @@ class Worker:
             raise e
         except BaseException as e:  # noqa: BLE001
             if isinstance(e, KeyboardInterrupt) and spec.task_id in self.cancelled:
-                return self._error_reply(spec, E.TaskCancelledError(spec.task_id.hex()), "cancelled")
+                return self._interrupted_reply(spec, e)
             return self._error_reply(spec, self._task_error(spec, e), "app")
         finally:
             self._interruptible = None
@@ -541,6 +543,16 @@ class Worker:
             cause = E.RayError(f"Exception {err_type} isn't serializable: {why}.\n"
                                f"Original exception details:\n{tb}")
         return E.RayTaskError(spec.display_name(), tb, cause, "", os.getpid(), self.client.node_ip).as_instanceof_cause()
+
+    def _interrupted_reply(self, spec: TaskSpec, interrupt: BaseException) -> P.PushTaskReply:
+        """A running task the cancellation interrupted: as in Ray, its result is a RayTaskError
+        that is also a TaskCancelledError (with the task's traceback, so the caller sees where
+        it stopped), and the task counts as finished, not failed: it ran, and is not retried."""
+        cancelled = E.TaskCancelledError(spec.task_id.hex()).with_traceback(interrupt.__traceback__)
+        tb = "".join(traceback.format_exception(type(cancelled), cancelled, cancelled.__traceback__))
+        err = E.RayTaskError(spec.display_name(), tb, cancelled, "", os.getpid(),
+                             self.client.node_ip).as_instanceof_cause()
+        return self._error_reply(spec, err, "interrupted")
 
     def _error_reply(self, spec: TaskSpec, err: BaseException, kind: str) -> P.PushTaskReply:
         payload = ser.serialize(err, kind=ser.KIND_ERROR).to_inline()
