@@ -70,6 +70,9 @@ class ActorCaller:
         for st in self.states.values():
             if rec in st.queue:
                 st.queue.remove(rec)
+                if st.waiting_on is rec:  # the calls behind it need not wait for its arguments
+                    st.waiting_on = None
+                    self._links.call_soon(self._flush_actor, st)
 
     def holds_none(self) -> bool:
         return not self.states
@@ -114,14 +117,45 @@ class ActorCaller:
                 self._links.loop.create_task(self._connect_actor(st))
             return
         while st.queue:
-            rec = st.queue.popleft()
+            rec = st.queue[0]
             if rec.cancelled:
+                st.queue.popleft()
                 continue
+            if rec.spec.arg_refs and not self._args_ready(st, rec):
+                return  # this caller's later calls wait behind it: they run in submission order
+            st.queue.popleft()
             st.seq += 1  # one connection per caller keeps calls in order; no per-call copy needed
             st.in_flight[rec.spec.task_id] = rec
             rec.worker_conn = st.conn
             fut = st.conn.request_future(P.PushTask(rec.spec.to_wire()))
             fut.add_done_callback(lambda f, rec=rec, st=st: self._on_actor_reply(st, rec, f))
+
+    def _args_ready(self, st: ActorState, rec: TaskRecord) -> bool:
+        """Are the call's arguments that this process owns computed? As in Ray, a call is sent
+        only then: an actor never sits blocked on one caller's slow argument while another
+        caller's ready call waits behind it. If not, the actor's queue flushes again once they are."""
+        objects = self._tasks._objects
+        with self._links.lock:
+            pending = [e for r in rec.spec.arg_refs if (e := objects.entry(r[1])) is not None and e.kind is None]
+            if not pending or st.waiting_on is rec:
+                return not pending
+            st.waiting_on = rec
+            left = [len(pending)]
+            loop = self._links.loop
+
+            def one_ready(_entry) -> None:
+                left[0] -= 1
+                if left[0] == 0:
+                    loop.call_soon_threadsafe(self._args_now_ready, st, rec)
+
+            for e in pending:
+                e.add_waiter(one_ready)
+        return False
+
+    def _args_now_ready(self, st: ActorState, rec: TaskRecord) -> None:
+        if st.waiting_on is rec:
+            st.waiting_on = None
+        self._flush_actor(st)
 
     async def _connect_actor(self, st: ActorState) -> None:
         try:

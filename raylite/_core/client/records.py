@@ -165,6 +165,7 @@ class ActorState:
     seq: int = 0
     kill_when_idle: bool = False
     node_id: bytes = b""
+    waiting_on: Any = None  # the queue's head call, waiting for its arguments to be computed
 
 
 @dataclass
