@@ -70,6 +70,49 @@ def test_global_worker_node_and_ids_ray_integrations(cluster):
     assert worker.Worker is worker.GlobalWorker
 
 
+def test_core_worker_reference_counts_ray_test_suites(cluster):
+    """Ray's own test modules end by checking that no ObjectRef leaked:
+    `global_worker.core_worker.get_all_reference_counts()`, per object its local and submitted
+    counts. A held ref counts 1 local; an argument of a running task counts as submitted; once
+    both are gone the object has no counts left."""
+    import gc
+
+    from tests.conftest import wait_for
+
+    counts = worker.global_worker.core_worker.get_all_reference_counts
+    ref = raylite.put(b"x" * 10)
+    assert counts()[ref.hex()] == {"local": 1, "submitted": 0}
+
+    @raylite.remote
+    def hold(gate, x):
+        raylite.get(gate.wait.remote())
+
+    @raylite.remote(num_cpus=0)
+    class Gate:
+        def __init__(self):
+            import threading
+
+            self.event = threading.Event()
+
+        def wait(self):
+            self.event.wait(30)
+
+        def open(self):
+            self.event.set()
+
+    gate = Gate.options(max_concurrency=2).remote()
+    running = hold.remote(gate, ref)
+    key = ref.hex()
+    wait_for(lambda: counts()[key]["submitted"] >= 1, what="the argument counted as submitted")
+    del ref
+    gc.collect()
+    assert counts()[key]["local"] == 0
+    raylite.get(gate.open.remote())
+    raylite.get(running)
+    wait_for(lambda: counts().get(key, {"local": 0, "submitted": 0}) == {"local": 0, "submitted": 0},
+             what="no counts left once the task ended")
+
+
 def test_services_get_node_ip_address_modin_xgboost_ray(cluster):
     """Modin (deferred_execution.py: `from ray._private.services import get_node_ip_address`),
     xgboost_ray and lightgbm_ray (the rabit/tracker host)."""

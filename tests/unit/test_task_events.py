@@ -115,3 +115,13 @@ def test_a_row_reads_back_with_ray_field_names_and_only_the_times_it_has():
     assert (row["start_time_s"], row["end_time_s"], row["state"]) == (2.0, 3.0, "FINISHED")
     assert row["events"] == [{"state": "PENDING_NODE_ASSIGNMENT", "created_ms": 1000},
                              {"state": "RUNNING", "created_ms": 2000}, {"state": "FINISHED", "created_ms": 3000}]
+
+
+def test_the_head_metrics_count_task_attempts_by_state_from_the_table():
+    from raylite._core.head.metrics_service import task_state_counts
+
+    table = TaskEventTable()
+    table.add([ev(b"t1", "RUNNING", 1.0), ev(b"t2", "RUNNING", 1.0), ev(b"t3", "FINISHED", 2.0)])
+    table.add([ev(b"t2", "FAILED", 3.0)])
+    assert task_state_counts(table) == {"RUNNING": 1, "FINISHED": 1, "FAILED": 1}
+    assert task_state_counts(None) == {}

@@ -28,13 +28,8 @@ HISTORY_POINTS = 720  # one hour at INTERVAL_S
 
 
 def task_state_counts(table: Any) -> Mapping[str, int]:
-    """Task attempts by state. Reads the table's rows in place (its `rows()` copies every
-    row and its events, too much to do every few seconds on a big table)."""
-    counts: dict[str, int] = {}
-    for rows in getattr(table, "_jobs", {}).values():
-        for row in rows.values():
-            counts[row["state"]] = counts.get(row["state"], 0) + 1
-    return counts
+    """Task attempts by state (none when the head keeps no task events)."""
+    return table.state_counts() if table is not None else {}
 
 
 class HeadMetrics:

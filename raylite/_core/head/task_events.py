@@ -193,6 +193,15 @@ class TaskEventTable:
                 closed += 1
         return closed
 
+    def state_counts(self) -> dict[str, int]:
+        """Task attempts by state, read in place (rows() copies every row and its events: too
+        much to do every few seconds, for the metrics, on a big table)."""
+        counts: dict[str, int] = {}
+        for rows in self._jobs.values():
+            for row in rows.values():
+                counts[row.state] = counts.get(row.state, 0) + 1
+        return counts
+
     def rows(self, job_id: bytes = b"", limit: int = 0) -> list[dict[str, Any]]:
         """Rows (newest last), of one job or all; `limit` keeps the newest."""
         tables = [self._jobs.get(job_id, OrderedDict())] if job_id else list(self._jobs.values())
