@@ -105,6 +105,10 @@ class ObjectID(BaseID):
 
     SIZE = 20
 
+    # the index of the object that stands for an actor's strong handles (client/actors.py):
+    # it has no value and no user ObjectRef names it
+    HANDLE_TOKEN_INDEX = 0xFFFFFFFE
+
     @classmethod
     def for_return(cls, task_id: bytes, index: int) -> ObjectID:
         return cls(task_id + struct.pack(">I", index))

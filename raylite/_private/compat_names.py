@@ -141,9 +141,13 @@ class CoreWorkerView:
         self._client = client
 
     def get_all_reference_counts(self) -> dict[str, dict[str, int]]:
-        """{object id hex: {"local": refs held in this process, "submitted": tasks using it}}."""
+        """{object id hex: {"local": refs held in this process, "submitted": tasks using it}}.
+        Actor handles are not ObjectRefs, as in Ray: the object raylite counts them with is left out."""
+        from raylite._core.ids import ObjectID
+
         return {bytes(row[0]).hex(): {"local": row[5], "submitted": row[6]}
-                for row in self._client.owned_objects()}
+                for row in self._client.owned_objects()
+                if ObjectID(bytes(row[0])).return_index() != ObjectID.HANDLE_TOKEN_INDEX}
 
 
 global_worker = GlobalWorker()

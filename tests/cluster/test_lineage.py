@@ -235,3 +235,61 @@ def test_items_a_rerun_does_not_make_again_say_why(two_nodes, make_gen, error, m
     for r in items[2:]:
         with pytest.raises(error, match=match):
             ray.get(r, timeout=60)
+
+
+@ray.remote(max_retries=2)
+def streamed(n: int):
+    for i in range(n):
+        yield np.full(200_000, i, dtype=np.int64)
+
+
+def test_a_streaming_generators_lost_items_are_rebuilt_while_its_consumer_reads_on(two_nodes):
+    c, victim = two_nodes
+    gen = streamed.options(scheduling_strategy=_on(victim)).remote(4)
+    first = next(gen)
+    ray.get(gen.completed(), timeout=60)  # every item made, on the victim's store
+    _kill(c, victim)
+
+    # the refs already out and those still to be read get the re-run's values (on the survivor)
+    rest = list(gen)
+    assert [int(ray.get(r, timeout=60)[0]) for r in [first, *rest]] == [0, 1, 2, 3]
+
+
+@ray.remote(num_cpus=0)
+class Hold:
+    def __init__(self):
+        self.released = False
+
+    def release(self):
+        self.released = True
+
+    def is_released(self):
+        return self.released
+
+
+@ray.remote(max_retries=2)
+def streamed_after(hold, n: int):
+    import time
+
+    for i in range(n):
+        yield np.full(200_000, i, dtype=np.int64)
+        while i == 0 and not ray.get(hold.is_released.remote()):
+            time.sleep(0.02)
+
+
+def test_a_task_retried_after_its_node_died_waits_for_a_node_that_fits(make_cluster):
+    """The only node with a CPU dies while a generator runs there: its retry is unschedulable
+    for the moment, and waits (a replacement may be starting) instead of failing at once."""
+    c = make_cluster()
+    c.add_head(num_cpus=0)
+    victim = c.add_node(num_cpus=1)
+    wait_until(lambda: len(c.alive_ids()) == 2, what="two nodes")
+    ray.init(address="auto")
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    hold = Hold.options(scheduling_strategy=here).remote()  # on the head: it survives
+    gen = streamed_after.remote(hold, 3)
+    first = next(gen)  # it runs on the victim, held after its first item
+    _kill(c, victim)
+    c.add_node(num_cpus=1)  # the replacement joins after the retry found no node
+    ray.get(hold.release.remote())
+    assert [int(ray.get(r, timeout=60)[0]) for r in [first, *gen]] == [0, 1, 2]

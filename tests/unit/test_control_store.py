@@ -447,3 +447,16 @@ def test_a_stale_load_report_does_not_hand_out_an_actor_still_starting():
     assert store.nodes[first.node_id].placing == {}
     store.actor_start_failed(b"a2", second.node_id)  # a lost StartActor leaves nothing behind
     assert store.nodes[second.node_id].placing == {}
+
+
+def test_a_request_only_a_node_that_just_died_fitted_waits_for_its_replacement_for_a_while():
+    store, clock = store_with_nodes(N1, cpus=0)
+    store.register_node(N2, "tcp://10.0.0.2:1", "10.0.0.2", R.to_fixed({"CPU": 2}), {}, "/tmp")
+    need = R.to_fixed({"CPU": 1})
+    assert not store.lost_node_fitted(need)  # alive: it is simply picked
+    store.node_lost(N2, "killed")
+    assert isinstance(store.pick_node(need, [], N1)[0], S.Infeasible)
+    assert store.lost_node_fitted(need)  # so the head waits instead of failing it
+    assert not store.lost_node_fitted(R.to_fixed({"CPU": 4}))  # the dead node never fitted this
+    clock.advance(CS.NODE_REPLACEMENT_WAIT_S + 1)
+    assert not store.lost_node_fitted(need)  # no replacement came: now it is unschedulable

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 # the return index of an actor's handle token, under its creation task's id (ActorCaller.handle_token)
-HANDLE_TOKEN_INDEX = 0xFFFFFFFE
+HANDLE_TOKEN_INDEX = ObjectID.HANDLE_TOKEN_INDEX
 
 
 class ActorCaller:

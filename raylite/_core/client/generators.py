@@ -33,20 +33,27 @@ class Generators:
         self._lock = links.lock
         self._refs = links.refs
         self.states: dict[bytes, GeneratorState] = {}
+        # generator tasks re-run to rebuild lost items (lineage.py), apart from `states`: a
+        # streaming generator's consumer may still be reading the first run's items
+        self.rebuilds: dict[bytes, GeneratorState] = {}
 
     def started(self, task_id: bytes, dynamic: bool) -> None:
         self.states[task_id] = GeneratorState(dynamic=dynamic)
 
     def rebuilding(self, task_id: bytes, items: int) -> None:
-        """A dynamic generator runs again to rebuild lost items (lineage.py): the `items`
-        refs its first run made get the re-run's values; no new list is made."""
-        self.states[task_id] = GeneratorState(dynamic=True, rebuilding=items)
+        """A generator (dynamic or streaming) runs again to rebuild lost items (lineage.py):
+        the `items` refs its first run made get the re-run's values; no new refs are made."""
+        self.rebuilds[task_id] = GeneratorState(dynamic=True, rebuilding=items)
+
+    def _state(self, task_id: bytes) -> GeneratorState | None:
+        """The state a report of this task's run belongs to: its rebuild's, while one runs."""
+        return self.rebuilds.get(task_id) or self.states.get(task_id)
 
     def retried(self, spec: Any) -> None:
         """A generator task runs again: a dynamic generator's refs are the retry's values only
         (nobody has seen the first attempt's), so its list starts over; a streaming one keeps
         the refs already handed out and the retry's values replace theirs index by index."""
-        gen = self.states.get(spec.task_id)
+        gen = self._state(spec.task_id)
         if gen is None:
             return
         gen.error = None
@@ -56,13 +63,13 @@ class Generators:
 
     def failed(self, rec: TaskRecord, error: tuple) -> None:
         """The task failed before (or instead of) its reply: the stream ends with `error`."""
-        gen = self.states.get(rec.spec.task_id)
+        gen = self._state(rec.spec.task_id)
         if gen is not None:
             gen.error = error
             self.finished(rec, None)
 
     def on_generator_item(self, conn: Any, msg: P.GeneratorItem, rid: int) -> None:
-        gen = self.states.get(msg.task_id)
+        gen = self._state(msg.task_id)
         oid, kind, payload = msg.item[:3]
         if gen is not None and gen.rebuilding is not None:
             # a lost item waits for this value; one still held elsewhere keeps its copy, and one
@@ -87,9 +94,9 @@ class Generators:
             w.count_down()
 
     def finished(self, rec: TaskRecord, reply: P.PushTaskReply | None) -> list[bytes]:
-        """The task's reply ended the stream; returns a dynamic generator's items that live in
-        a node's store (their lineage is recorded, so they can be rebuilt)."""
-        gen = self.states.get(rec.spec.task_id)
+        """The task's reply ended the stream; returns the items that live in a node's store
+        (their lineage is recorded, so they can be rebuilt by running the generator again)."""
+        gen = self._state(rec.spec.task_id)
         if gen is None:
             return []
         if reply is not None and reply.error_kind:
@@ -121,15 +128,17 @@ class Generators:
             w.count_down()
         if gen.dynamic:
             self.states.pop(rec.spec.task_id, None)
-            if not gen.error:  # its items kept in a node's store, for their lineage
-                entry = self._objects.entry
-                return [r._id for r in gen.items if (e := entry(r._id)) is not None and e.kind == "s"]
-        return []
+        if gen.error:
+            return []
+        entry = self._objects.entry
+        with self._lock:
+            items = list(gen.items)
+        return [r._id for r in items if (e := entry(r._id)) is not None and e.kind == "s"]
 
     def _rebuild_finished(self, rec: TaskRecord, gen: GeneratorState) -> None:
         """A rebuilding re-run ended: items it did not make again (it failed, or yielded
         fewer values than the first run) get the error that says why."""
-        self.states.pop(rec.spec.task_id, None)
+        self.rebuilds.pop(rec.spec.task_id, None)
         made = len(gen.items)
         if made >= (gen.rebuilding or 0):
             return

@@ -19,7 +19,7 @@ from raylite._core import protocol as P
 from raylite._core.client.records import Lease, SchedulingQueue, TaskRecord
 from raylite._core.strategy import decode as decode_strategy
 from raylite._core.task_spec import TaskSpec, env_key
-from raylite._core.transport.base import ConnectionBrokenError
+from raylite._core.transport.base import ConnectionBrokenError, HandshakeError
 
 if TYPE_CHECKING:
     from raylite._core.client.links import ClientLinks
@@ -173,7 +173,7 @@ class Leases:
             if q.spread_batch:
                 try:
                     reply, node_conn = await self._lease_for_spread(q, lease_id, spread)
-                except ConnectionBrokenError:  # the picked node died meanwhile: ask again
+                except (ConnectionBrokenError, HandshakeError):  # the picked node died meanwhile: ask again
                     q.requesting -= 1
                     self._links.loop.call_later(0.1, self._pump, q)
                     return
@@ -191,7 +191,9 @@ class Leases:
                     node_conn = await self._links.connection(reply.spillback_address)
                     reply = await node_conn.request(P.RequestLease(
                         lease_id, q.resources, q.strategy, q.runtime_env, q.description, False))
-                except ConnectionBrokenError:  # it died meanwhile: ask again
+                except (ConnectionBrokenError, HandshakeError):
+                    # it died meanwhile (a node shutting down accepts, then closes during the
+                    # handshake; the head picked it, so it is one of the cluster's): ask again
                     q.requesting -= 1
                     self._links.loop.call_later(0.1, self._pump, q)
                     return

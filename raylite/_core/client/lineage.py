@@ -21,7 +21,7 @@ from raylite._core import serialization as ser
 from raylite._core.client.records import ObjectEntry, TaskRecord
 from raylite._core.client.refs import ObjectRef
 from raylite._core.ids import ObjectID
-from raylite._core.task_spec import DYNAMIC, KIND_TASK, TaskSpec
+from raylite._core.task_spec import DYNAMIC, KIND_TASK, STREAMING, TaskSpec
 
 if TYPE_CHECKING:
     from raylite._core.client.generators import Generators
@@ -51,9 +51,9 @@ class LineageRebuilder:
         (normal tasks only), so they can be made again if that node dies. Values returned
         inline live here and cannot be lost, and a task still queued has nothing to lose:
         neither costs a record (a million queued tasks would be a million records)."""
-        dynamic = spec.num_returns == DYNAMIC
-        if spec.kind != KIND_TASK or (spec.num_returns < 1 and not dynamic) or not stored_ids:
-            return  # actor tasks and streaming generators are not rebuilt
+        generator = spec.num_returns in (DYNAMIC, STREAMING)
+        if spec.kind != KIND_TASK or (spec.num_returns < 1 and not generator) or not stored_ids:
+            return  # actor tasks are not rebuilt
         with self._lock:
             stored_ids = [oid for oid in stored_ids if self._refs.lineage_of(oid) is None]  # not a re-run's
             if not stored_ids:
@@ -66,7 +66,7 @@ class LineageRebuilder:
         keep = [ObjectRef(spec.args[1], self._address)] if spec.args[0] == "ref" else None
         with self._lock:
             self._refs.record_lineage(stored_ids, (spec, keep) if keep else spec, args)
-            if dynamic:  # how many items a re-run must make again: up to the last stored one
+            if generator:  # how many items a re-run must make again: up to the last stored one
                 items = max(ObjectID(oid).return_index() - 1 for oid in stored_ids)
                 for oid in stored_ids:
                     lin = self._refs.lineage_of(oid)
@@ -168,7 +168,7 @@ class LineageRebuilder:
         deps = self._rebuild_args(spec, lin.arg_ids, why)
         lin.reruns += 1
         returns = spec.return_ids()
-        if spec.num_returns == DYNAMIC:  # its items (the first return is the list, held here)
+        if spec.num_returns in (DYNAMIC, STREAMING):  # its items (the first return is held here)
             returns = [ObjectID.for_return(spec.task_id, i + 2) for i in range(lin.generator_items)]
             self.generators.rebuilding(spec.task_id, lin.generator_items)
         for oid in returns:  # every return held only by a dead node comes back too

@@ -9,6 +9,7 @@ process registers that process as a borrower with the owner.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import types
 from typing import Any
@@ -150,10 +151,13 @@ class DynamicObjectRefGenerator:
     """What a `num_returns="dynamic"` task's single ref resolves to: a list of refs."""
 
     def __init__(self, refs: list[ObjectRef]) -> None:
-        self._refs = list(refs)
+        self._refs = collections.deque(refs)
 
     def __iter__(self):
-        return iter(self._refs)
+        """Each ref is handed out once, as in Ray: iterating takes it out of the generator, so a
+        ref the consumer has dropped is freed at once, not when the whole generator is."""
+        while self._refs:
+            yield self._refs.popleft()
 
     def __len__(self) -> int:
         return len(self._refs)

@@ -47,6 +47,10 @@ AUTOSCALER_REQUEST_KEY = b"request_resources"
 # an autoscaler republishes its view every round; one not refreshed for this long is gone (it
 # crashed or was stopped without withdrawing it), and requests waiting on it fail as infeasible
 AUTOSCALER_VIEW_TTL_S = 60.0
+# After a node dies, a request only it fitted waits this long for a node that fits to join
+# (a restarted machine, a replacement pod) before it fails as unschedulable: a task retried or
+# rebuilt after a node loss is not failed in the seconds its replacement takes to start.
+NODE_REPLACEMENT_WAIT_S = 60.0
 
 
 class ActorState(enum.Enum):
@@ -96,6 +100,7 @@ class NodeRecord:
     pending: list[Any] = field(default_factory=list)  # resource demands queued on the node
     stats: dict[str, Any] = field(default_factory=dict)  # latest machine/worker statistics
     idle_since: float | None = None  # monotonic time it last became idle; None while busy
+    died_at: float | None = None  # monotonic time the head declared it dead
     # actors sent here (StartActorOn) whose start the node has not answered yet: their resources
     # stay out of `available`, since a load report the node made before the StartActor reached
     # it would hand them out again (two 1-CPU actors on two 1-CPU nodes both landed on one node
@@ -352,6 +357,14 @@ class ControlStore:
         need = {k: v for k, v in request.items() if not k.startswith("node:") and "_group_" not in k}
         return any(R.fits(need, shape) for shape in self._launchable)
 
+    def lost_node_fitted(self, request: Mapping[str, int]) -> bool:
+        """Whether a node that died less than NODE_REPLACEMENT_WAIT_S ago fitted `request`
+        (node:<ip> and placement-group resources aside): its replacement may be starting."""
+        need = {k: v for k, v in request.items() if not k.startswith("node:") and "_group_" not in k}
+        now = self.clock.monotonic()
+        return any(not rec.alive and rec.died_at is not None and now - rec.died_at < NODE_REPLACEMENT_WAIT_S
+                   and R.fits(need, rec.total) for rec in self.nodes.values())
+
     def _autoscaler_alive(self) -> bool:
         return bool(self._launchable) and self.clock.monotonic() - self._view_at <= AUTOSCALER_VIEW_TTL_S
 
@@ -434,6 +447,7 @@ class ControlStore:
             return []
         rec.alive = False
         rec.death_cause = cause
+        rec.died_at = self.clock.monotonic()
         rec.available = {}
         rec.pending = []
         self._by_last_seen.pop(node_id, None)

@@ -245,12 +245,14 @@ class Head:
 
     def _on_pick_node(self, conn, msg: P.PickNode, rid):
         """Spillback: choose the node for a lease its requester cannot (or should not) grant.
-        A request that no node fits but an autoscaler's node type would waits here (listed as
-        a demand) until a node joins, then the requester is told to ask again."""
+        A request that no node fits but an autoscaler's node type would, or that a node which
+        died in the last minute fitted, waits here (listed as a demand) until a node joins, then
+        the requester is told to ask again."""
         choice, covered = self.store.pick_node(msg.resources, msg.strategy, msg.requester,
                                                msg.requester_available, msg.batch)
         if choice is None or (isinstance(choice, S.Infeasible) and not msg.strategy
-                              and self.store.launchable_fits(msg.resources)):
+                              and (self.store.launchable_fits(msg.resources)
+                                   or self.store.lost_node_fitted(msg.resources))):
             return self._wait_for_node(msg.resources)  # a coroutine: only this case awaits
         if isinstance(choice, S.Infeasible):
             return P.PickNodeReply(error_type="TaskUnschedulableError",
