@@ -23,13 +23,9 @@ ROOMS: dict[str, tuple[int, set[str]]] = {
     "ray_client": (4, {"client", "cluster"}),
     "cluster": (5, {"client", "ray_client", "node", "head", "runtime_env"}),
 }
-# Edges that cross between rooms of one layer without their row's leave, each waiting for the
-# structural work that removes it (issue 34, parts 2-5). None may be added.
-KNOWN_CROSSINGS = {
-    ("client.core_client", "head.task_events"),  # the driver's TaskEventBuffer lives in the head's module
-    ("client.objects", "node.object_store"),  # BUSY_NOT_FULL, the store's reply vocabulary
-    ("head.cluster_metrics", "node.stats"),  # per_host: the stats row shape, shared
-}
+# Edges that cross between rooms of one layer without their row's leave. Empty since the last
+# three (issue 34) were removed: shared vocabulary lives at _core's top. None may be added.
+KNOWN_CROSSINGS: set[tuple[str, str]] = set()
 ROLES = {"head", "node", "worker", "client"}
 PURE = {"control_store": "head", "object_store": "node", "reference_counter": "client",
         "lease_table": "node", "object_plane": "node", "worker_index": "node", "scheduling": None}

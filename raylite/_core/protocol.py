@@ -28,6 +28,11 @@ import msgpack  # type: ignore[import-untyped]
 
 PROTOCOL_VERSION = 1
 
+# The end of an object store's "full" error whose room is held only for a moment (objects being
+# written or restored): the node's store says it, a writer reads it and asks again shortly
+# instead of failing, as Ray's object creation waits.
+BUSY_NOT_FULL = "is being written or restored right now"
+
 MESSAGES: dict[int, type[Message]] = {}
 
 

@@ -1,6 +1,7 @@
 """TaskEventTable / TaskEventBuffer: merging, bounds, drop counts (pure, no cluster)."""
 
-from raylite._core.head.task_events import TaskEventBuffer, TaskEventTable
+from raylite._core.head.task_events import TaskEventTable
+from raylite._core.task_event_buffer import TaskEventBuffer
 
 
 def ev(task, state, t, job=b"j1", attempt=0, idx=(), start=0.0):

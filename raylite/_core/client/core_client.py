@@ -37,9 +37,9 @@ from raylite._core.client.tasks import TaskSubmitter
 from raylite._core.client.transfers import ObjectTransfers
 from raylite._core.config import Config
 from raylite._core.core_api import CoreAPI
-from raylite._core.head.task_events import TaskEventBuffer, describe_task
 from raylite._core.ids import TaskID
 from raylite._core.private_paths import owned_dir as private_dir
+from raylite._core.task_event_buffer import TaskEventBuffer, describe_task
 from raylite._core.task_spec import TaskSpec
 from raylite._core.transport import rpc
 from raylite._core.transport.base import ConnectionBrokenError

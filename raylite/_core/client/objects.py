@@ -26,7 +26,6 @@ from raylite._core.client.node_sync import BlockingNodeLink
 from raylite._core.client.records import ObjectEntry, _FailFastLatch, _Latch, kind_failed
 from raylite._core.client.refs import ObjectRef
 from raylite._core.ids import ObjectID
-from raylite._core.node.object_store import BUSY_NOT_FULL
 
 if TYPE_CHECKING:
     from raylite._core.client.lineage import LineageRebuilder
@@ -597,7 +596,7 @@ def _ask_while_store_busy(ask: Callable[[], Any], granted: Callable[[Any], bool]
     delay_s = 0.01
     while True:
         reply = ask()
-        if granted(reply) or BUSY_NOT_FULL not in (reply.error or "") or time.monotonic() + delay_s > deadline:
+        if granted(reply) or P.BUSY_NOT_FULL not in (reply.error or "") or time.monotonic() + delay_s > deadline:
             return reply
         time.sleep(delay_s)
         delay_s = min(delay_s * 2, 0.5)

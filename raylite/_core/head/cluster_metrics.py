@@ -21,10 +21,19 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from raylite._core.node.stats import per_host
-
 _SCALE = 10000  # resources.py fixed point
 _BYTES_RESOURCES = ("memory", "object_store_memory")
+
+
+def per_host(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One sample per host (the newest) from the nodes' samples, for machine-wide figures;
+    a sample without a host id (an older node) stands for a host of its own."""
+    newest: dict[Any, dict[str, Any]] = {}
+    for i, s in enumerate(samples):
+        key = s.get("host_id") or ("node", i)
+        if key not in newest or s.get("time", 0) > newest[key].get("time", 0):
+            newest[key] = s
+    return list(newest.values())
 
 
 def series_key(name: str, labels: Mapping[str, Any] | None = None) -> str:

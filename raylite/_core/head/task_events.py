@@ -1,7 +1,7 @@
 """Task events: what each task attempt went through, kept by the head in bounded memory.
 
 Recording is split so that neither side adds a message to the task's own path:
-- `TaskEventBuffer` (in every driver and worker): `record()` appends one tuple to a
+- `TaskEventBuffer` (`_core/task_event_buffer.py`, in every driver and worker): `record()` appends one tuple to a
   bounded deque (a full buffer drops its oldest and counts them); a background loop
   takes the batch with `drain()` about once a second and sends one TaskEvents message.
   The owner records PENDING_ARGS_AVAIL / PENDING_NODE_ASSIGNMENT at submit and the final
@@ -21,105 +21,11 @@ A retried task starts a new attempt (attempt_number + 1) with its own row.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections import OrderedDict
 from typing import Any
 
-from raylite._core import resources as R
-from raylite._core.task_spec import KIND_ACTOR_CALL, KIND_ACTOR_CREATE, TaskSpec
-
-TERMINAL = ("FINISHED", "FAILED")
-_ORDER = {"PENDING_ARGS_AVAIL": 0, "PENDING_NODE_ASSIGNMENT": 1, "SUBMITTED_TO_WORKER": 2,
-          "PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY": 3, "RUNNING": 4, "FINISHED": 5, "FAILED": 5}
-
-
-class TaskEventBuffer:
-    """A process's bounded buffer of task events waiting to be flushed to the head."""
-
-    def __init__(self, capacity: int = 100_000) -> None:
-        self._events: deque[tuple[bytes, int, bytes, str, float, Any]] = deque()
-        self._capacity = capacity
-        self._dropped = 0
-        self._lock = threading.Lock()
-        # called (in the recording thread) when an event lands in an empty buffer: the owner
-        # flushes only while there is something to flush, so idle processes never wake up;
-        # and when `batch` events are waiting: a burst is sent in batches of that size, so
-        # neither side holds (or fragments its memory with) one huge message per interval
-        self.on_first: Callable[[], None] | None = None
-        self.on_batch: Callable[[], None] | None = None
-        self.batch = 1000  # ~500 short tasks: a worker holds at most that many specs for events
-
-    def record(self, task_id: bytes, attempt: int, job_id: bytes, state: str, time_s: float,
-               extra: Any = None) -> None:
-        """`extra`: None, a dict (merged into the task's row), a TaskSpec (described at drain
-        time), or (spec, dict)."""
-        events = self._events
-        if len(events) >= self._capacity:
-            with self._lock:
-                if len(events) >= self._capacity:
-                    events.popleft()
-                    self._dropped += 1
-        was_empty = not events
-        events.append((task_id, attempt, job_id, state, time_s, extra))
-        if was_empty and self.on_first is not None:
-            self.on_first()
-        elif len(events) == self.batch and self.on_batch is not None:
-            self.on_batch()
-
-    def drain(self, describe: Callable[[Any], dict[str, Any]] | None = None) -> tuple[list[list[Any]], list[dict[str, Any]], int]:
-        """Take everything buffered as (events, descs, dropped) for one TaskEvents message.
-
-        Wire event: [task_id, attempt, job_id, state, time_s, [desc indexes], start_s]. Facts
-        shared by many events (a function's description, this worker's node and pid) are sent
-        once per batch in `descs`; a RUNNING event whose task also ended within the batch is
-        folded into the terminal one (start_s), so a short task costs the head one event."""
-        events = self._events
-        out: list[list[Any]] = []
-        descs: list[dict[str, Any]] = []
-        by_key: dict[Any, int] = {}
-        running: dict[tuple[bytes, int], int] = {}
-
-        def index_of(extra: Any) -> int:
-            if isinstance(extra, dict):
-                key: Any = id(extra)
-            elif isinstance(extra, TaskSpec):
-                key = _spec_key(extra)
-            elif isinstance(extra, tuple):  # (spec, facts of the process that ran it)
-                key = (_spec_key(extra[0]), id(extra[1]))
-            else:
-                key = None
-            i = by_key.get(key) if key is not None else None
-            if i is None:
-                i = len(descs)
-                descs.append(extra if isinstance(extra, dict) else (describe(extra) if describe else {}))
-                if key is not None:
-                    by_key[key] = i
-            return i
-
-        with self._lock:
-            for _ in range(len(events)):
-                task_id, attempt, job_id, state, time_s, extra = events.popleft()
-                idx = [] if extra is None else [index_of(extra)]
-                key = (task_id, attempt)
-                if state == "RUNNING":
-                    running[key] = len(out)
-                elif state in TERMINAL and key in running:
-                    prior = out[running.pop(key)]
-                    prior[3], prior[6], prior[4] = state, prior[4], time_s
-                    prior[5].extend(idx)
-                    continue
-                out.append([task_id, attempt, job_id, state, time_s, idx, 0.0])
-            dropped, self._dropped = self._dropped, 0
-        return out, descs, dropped
-
-    def __len__(self) -> int:
-        return len(self._events)
-
-
-def _spec_key(spec: TaskSpec) -> tuple[Any, ...]:
-    return (spec.function.function_id, spec.kind, spec.method_name, spec.name, spec.actor_id,
-            spec.parent_task_id, tuple(spec.resources.items()))
+from raylite._core.task_event_buffer import ORDER as _ORDER
+from raylite._core.task_event_buffer import TERMINAL
 
 
 class _Row:
@@ -261,27 +167,3 @@ def _merge(row: _Row, state: str, time_s: float) -> None:
         row.start_time_s = time_s
     elif row.end_time_s is None or time_s < row.end_time_s:
         row.end_time_s = time_s  # the worker's end comes before the owner hears of it: keep the first
-
-
-_TYPES = {KIND_ACTOR_CALL: "ACTOR_TASK", KIND_ACTOR_CREATE: "ACTOR_CREATION_TASK"}
-
-
-def describe_task(extra: Any) -> dict[str, Any]:
-    """What a task's spec tells the state API (Ray's TaskState field names)."""
-    if isinstance(extra, tuple):  # (spec, facts of the process that ran it)
-        spec, facts = extra
-        return {**describe_task(spec), **facts}
-    if not isinstance(extra, TaskSpec):
-        return {}
-    spec = extra
-    # Ray's form: the function's own name, or Class.method, whatever encloses them (a test's
-    # function, another class): filters such as ("func_or_class_name", "=", "Actor.f") match
-    func = spec.function.qualname.rsplit(".", 1)[-1]
-    if spec.kind == KIND_ACTOR_CALL:
-        func = f"{func}.{spec.method_name}"
-    elif spec.kind == KIND_ACTOR_CREATE:
-        func = f"{func}.__init__"
-    return {"name": spec.display_name(), "func_or_class_name": func,
-            "type": _TYPES.get(spec.kind, "NORMAL_TASK"), "actor_id": spec.actor_id,
-            "parent_task_id": spec.parent_task_id, "required_resources": R.from_fixed(spec.resources),
-            "language": "PYTHON"}

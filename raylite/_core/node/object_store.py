@@ -40,6 +40,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from raylite._core.clock import Clock, MonotonicClock
+from raylite._core.protocol import BUSY_NOT_FULL
 from raylite.exceptions import ObjectStoreFullError
 
 CREATING = "creating"
@@ -50,9 +51,6 @@ RESTORING = "restoring"
 
 _MIB = 1 << 20
 
-# The end of a full-store error whose room is held only for a moment (objects being written or
-# restored): a writer asks again shortly instead of failing, as Ray's object creation waits.
-BUSY_NOT_FULL = "is being written or restored right now"
 
 
 def default_capacity_bytes(fraction: float, shm_dir: str = "/dev/shm") -> int:

@@ -38,17 +38,6 @@ def host_id() -> str:
     return f"{machine or socket.gethostname()}:{boot}"
 
 
-def per_host(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One sample per host (the newest) from the nodes' samples, for machine-wide figures;
-    a sample without a host id (an older node) stands for a host of its own."""
-    newest: dict[Any, dict[str, Any]] = {}
-    for i, s in enumerate(samples):
-        key = s.get("host_id") or ("node", i)
-        if key not in newest or s.get("time", 0) > newest[key].get("time", 0):
-            newest[key] = s
-    return list(newest.values())
-
-
 class NodeStats:
     """Samples the machine; `sample()` returns a msgpack-able dict or None when not due."""
 

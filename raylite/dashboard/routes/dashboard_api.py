@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from raylite._core.node.stats import per_host
+from raylite._core.head.cluster_metrics import per_host
 
 _SCALE = 10000  # fixed-point resource amounts on the wire
 
