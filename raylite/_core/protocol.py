@@ -478,6 +478,10 @@ class ActorInfo(Message):
     class_name: str = ""
     pid: int = 0
     creation_error: Any = None
+    # a plain sync actor runs each caller's calls in submission order; an async or threaded one
+    # (max_concurrency > 1, concurrency groups) does not, so its callers send each call as soon
+    # as its own arguments are ready
+    in_order: bool = True
 
 
 @message(54)

@@ -82,3 +82,27 @@ def test_a_call_cancelled_while_waiting_for_its_argument_lets_the_next_one_go(cl
     assert ray.get(second, timeout=60) == 1
     ray.get(gate.open.remote())
     assert ray.get(log.items.remote()) == ["second"]
+
+
+@ray.remote(num_cpus=0)
+class AsyncLog:
+    def __init__(self) -> None:
+        self.seen: list = []
+
+    async def add(self, item) -> int:
+        self.seen.append(item)
+        return len(self.seen)
+
+    async def items(self) -> list:
+        return list(self.seen)
+
+
+def test_an_async_actors_calls_do_not_wait_behind_one_whose_argument_is_not_ready(cluster):
+    """An async (or threaded) actor does not run calls in order, as in Ray: a caller's later
+    call is sent while an earlier one's argument is still being made."""
+    gate, log = Gate.remote(), AsyncLog.remote()
+    held = log.add.remote(slow_value.remote(gate))
+    assert ray.get(log.add.remote("later"), timeout=60) == 1
+    ray.get(gate.open.remote())
+    assert ray.get(held, timeout=60) == 2
+    assert ray.get(log.items.remote()) == ["later", "slow"]

@@ -7,6 +7,7 @@ on a second worker meanwhile.
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -43,3 +44,41 @@ def test_a_get_of_an_argument_passed_again_nested_keeps_the_cpu(one_cpu):
     first = reads_both.remote(ref, {"refs": [ref]})
     second = after.remote(ref)  # queued behind the first: it runs on the same, only, worker
     assert len(set(ray.get([first, second]))) == 1
+
+
+def test_a_workers_get_answered_within_the_grace_keeps_its_cpu_a_longer_one_lends_it(cluster):
+    """A task's get() tells its node it is blocked (lending its CPU, so another task may start)
+    only once it has waited BLOCKED_GRACE_S: a get of objects already in the store, whose
+    locations come from the owner in a moment, does not start a new worker (Ray's
+    test_release_resources_race); a get that really waits still lends the CPU."""
+    stored = [ray.put(bytearray(1 << 20)) for _ in range(3)]
+
+    @ray.remote
+    def slow():
+        time.sleep(0.5)
+        return 1
+
+    @ray.remote
+    def probe(refs):
+        from raylite._core import runtime
+        from raylite._core.client import objects
+
+        client = runtime.client()
+        calls: list = []
+        original = client.blocked_hook
+
+        def spy(blocked: bool) -> None:
+            calls.append(blocked)
+            original(blocked)
+
+        client.blocked_hook = spy
+        objects.BLOCKED_GRACE_S = 60.0  # whatever the load: answered within it
+        ray.get(refs)
+        quick = list(calls)
+        objects.BLOCKED_GRACE_S = 0.0
+        ray.get(slow.remote())
+        return quick, calls[len(quick):]
+
+    quick, slow_calls = ray.get(probe.remote(stored), timeout=60)
+    assert quick == []
+    assert slow_calls == [True, False]

@@ -7,6 +7,7 @@ and calls in flight); replies go back to the task submitter as any task's do."""
 from __future__ import annotations
 
 import asyncio
+import collections
 from typing import TYPE_CHECKING, Any
 
 from raylite import exceptions as E
@@ -116,6 +117,9 @@ class ActorCaller:
                 st.connecting = True
                 self._links.loop.create_task(self._connect_actor(st))
             return
+        if not st.in_order:
+            self._flush_out_of_order(st)
+            return
         while st.queue:
             rec = st.queue[0]
             if rec.cancelled:
@@ -124,11 +128,48 @@ class ActorCaller:
             if rec.spec.arg_refs and not self._args_ready(st, rec):
                 return  # this caller's later calls wait behind it: they run in submission order
             st.queue.popleft()
-            st.seq += 1  # one connection per caller keeps calls in order; no per-call copy needed
-            st.in_flight[rec.spec.task_id] = rec
-            rec.worker_conn = st.conn
-            fut = st.conn.request_future(P.PushTask(rec.spec.to_wire()))
-            fut.add_done_callback(lambda f, rec=rec, st=st: self._on_actor_reply(st, rec, f))
+            self._push(st, rec)
+
+    def _flush_out_of_order(self, st: ActorState) -> None:
+        """An async or threaded actor does not run calls in order (as in Ray): each call goes
+        as soon as its own arguments are ready; one waiting holds up no other."""
+        waiting = collections.deque()
+        while st.queue:
+            rec = st.queue.popleft()
+            if rec.cancelled:
+                continue
+            if rec.spec.arg_refs and not self._call_args_ready(st, rec):
+                waiting.append(rec)
+                continue
+            self._push(st, rec)
+        st.queue = waiting
+
+    def _call_args_ready(self, st: ActorState, rec: TaskRecord) -> bool:
+        """Out-of-order flush: like _args_ready, with one wait registered per call."""
+        objects = self._tasks._objects
+        with self._links.lock:
+            pending = [e for r in rec.spec.arg_refs if (e := objects.entry(r[1])) is not None and e.kind is None]
+            if not pending or rec.actor_args_waited:
+                return not pending
+            rec.actor_args_waited = True
+            left = [len(pending)]
+            loop = self._links.loop
+
+            def one_ready(_entry) -> None:
+                left[0] -= 1
+                if left[0] == 0:
+                    loop.call_soon_threadsafe(self._flush_actor, st)
+
+            for e in pending:
+                e.add_waiter(one_ready)
+        return False
+
+    def _push(self, st: ActorState, rec: TaskRecord) -> None:
+        st.seq += 1  # one connection per caller keeps calls in order; no per-call copy needed
+        st.in_flight[rec.spec.task_id] = rec
+        rec.worker_conn = st.conn
+        fut = st.conn.request_future(P.PushTask(rec.spec.to_wire()))
+        fut.add_done_callback(lambda f, rec=rec, st=st: self._on_actor_reply(st, rec, f))
 
     def _args_ready(self, st: ActorState, rec: TaskRecord) -> bool:
         """Are the call's arguments that this process owns computed? As in Ray, a call is sent
@@ -166,6 +207,7 @@ class ActorCaller:
                     return
                 st.restarts_seen = info.num_restarts
                 st.node_id = info.node_id
+                st.in_order = info.in_order
                 try:
                     conn = await self._links.connection(info.address)
                 except ConnectionBrokenError:

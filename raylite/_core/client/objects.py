@@ -38,6 +38,9 @@ _RELEASED = ("its owner released it: every reference to it had been dropped, so 
              "the ObjectRef (from put() or .remote()) alive for as long as the value is needed.")
 
 
+# How long a worker's get() waits before it tells its node it is blocked (and lends its CPU)
+BLOCKED_GRACE_S = 0.05
+
 class ObjectPlane:
     """put / get / wait and object transfer; owns the object table."""
 
@@ -388,12 +391,22 @@ class ObjectPlane:
             self._drop_waiter(registered, latch)
             return
         hook = self._links.blocked_hook
-        if hook is not None:
-            hook(True)
+        blocked = False
         try:
-            ok = latch.wait(timeout)
+            if hook is None:
+                ok = latch.wait(timeout)
+            else:
+                # a worker's get() that is answered at once (objects already in this node's
+                # store: only their locations come from the owner) keeps its CPU, as in Ray;
+                # one still waiting after BLOCKED_GRACE_S lends it to the node meanwhile
+                grace = BLOCKED_GRACE_S if timeout is None else min(BLOCKED_GRACE_S, timeout)
+                ok = latch.wait(grace)
+                if not ok and (timeout is None or timeout > grace):
+                    hook(True)
+                    blocked = True
+                    ok = latch.wait(None if timeout is None else timeout - grace)
         finally:
-            if hook is not None:
+            if blocked:
                 hook(False)
             self._drop_waiter(registered, latch)
         if not ok:

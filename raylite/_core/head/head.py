@@ -320,7 +320,8 @@ class Head:
         s = rec.spec
         return P.ActorInfo(s.actor_id, rec.state.value, rec.address, rec.worker_id, rec.node_id,
                            rec.num_restarts, rec.death_cause, s.actor_name, s.namespace,
-                           s.function.qualname, rec.pid, rec.creation_error)
+                           s.function.qualname, rec.pid, rec.creation_error,
+                           not (s.is_async or s.max_concurrency > 1 or s.concurrency_groups))
 
     async def _on_get_actor_info(self, conn, msg: P.GetActorInfo, rid):
         rec = self.store.actors.get(msg.actor_id)
