@@ -77,20 +77,29 @@ def driver_sys_path(has_working_dir: bool = False) -> list[str]:
 def detect_resources(num_cpus: float | None, num_gpus: float | None, resources: dict | None,
                      memory: float | None = None) -> dict[str, int]:
     """A node's resources: what was asked for, else what the machine has (accelerator types too)."""
-    import psutil
-
     cpus = (os.cpu_count() or 1) if num_cpus is None else num_cpus
     gpus = _detect_gpus() if num_gpus is None else num_gpus
     total: dict[str, float] = {"CPU": cpus}
     if gpus:
         total["GPU"] = gpus
-    total["memory"] = memory if memory is not None else psutil.virtual_memory().total * 0.7
+    total["memory"] = memory if memory is not None else _physical_memory() * 0.7
     if not any(k.startswith(accelerators.RESOURCE_PREFIX) for k in (resources or {})):
         total.update(_accelerator_types(gpus))
     for k, v in (resources or {}).items():
         total[k] = v
     total["node:__internal_head__"] = 1
     return R.to_fixed(total)
+
+
+def _physical_memory() -> int:
+    """The machine's memory in bytes (MemTotal, as psutil reports it), without importing psutil
+    on the driver's init() path (it costs ~14 ms)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        import psutil
+
+        return int(psutil.virtual_memory().total)
 
 
 def _detect_gpus() -> int:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import importlib.metadata
 import json
 import os
 import shutil
@@ -189,6 +188,8 @@ def satisfied_by_base(spec: Any) -> bool:
             continue
         if req.url or req.extras:
             return False
+        import importlib.metadata  # here: it costs ~18 ms, and a driver's init() needs none of it
+
         try:
             version = importlib.metadata.version(req.name)
         except importlib.metadata.PackageNotFoundError:
