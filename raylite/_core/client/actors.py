@@ -71,8 +71,7 @@ class ActorCaller:
         for st in self.states.values():
             if rec in st.queue:
                 st.queue.remove(rec)
-                if st.waiting_on is rec:  # the calls behind it need not wait for its arguments
-                    st.waiting_on = None
+                if rec.actor_args_waited:  # the calls behind it need not wait for its arguments
                     self._links.call_soon(self._flush_actor, st)
 
     def holds_none(self) -> bool:
@@ -138,31 +137,11 @@ class ActorCaller:
             rec = st.queue.popleft()
             if rec.cancelled:
                 continue
-            if rec.spec.arg_refs and not self._call_args_ready(st, rec):
+            if rec.spec.arg_refs and not self._args_ready(st, rec):
                 waiting.append(rec)
                 continue
             self._push(st, rec)
         st.queue = waiting
-
-    def _call_args_ready(self, st: ActorState, rec: TaskRecord) -> bool:
-        """Out-of-order flush: like _args_ready, with one wait registered per call."""
-        objects = self._tasks._objects
-        with self._links.lock:
-            pending = [e for r in rec.spec.arg_refs if (e := objects.entry(r[1])) is not None and e.kind is None]
-            if not pending or rec.actor_args_waited:
-                return not pending
-            rec.actor_args_waited = True
-            left = [len(pending)]
-            loop = self._links.loop
-
-            def one_ready(_entry) -> None:
-                left[0] -= 1
-                if left[0] == 0:
-                    loop.call_soon_threadsafe(self._flush_actor, st)
-
-            for e in pending:
-                e.add_waiter(one_ready)
-        return False
 
     def _push(self, st: ActorState, rec: TaskRecord) -> None:
         st.seq += 1  # one connection per caller keeps calls in order; no per-call copy needed
@@ -174,13 +153,14 @@ class ActorCaller:
     def _args_ready(self, st: ActorState, rec: TaskRecord) -> bool:
         """Are the call's arguments that this process owns computed? As in Ray, a call is sent
         only then: an actor never sits blocked on one caller's slow argument while another
-        caller's ready call waits behind it. If not, the actor's queue flushes again once they are."""
+        caller's ready call waits behind it. If not, the actor's queue flushes again once they
+        are (one wait registered per call)."""
         objects = self._tasks._objects
         with self._links.lock:
             pending = [e for r in rec.spec.arg_refs if (e := objects.entry(r[1])) is not None and e.kind is None]
-            if not pending or st.waiting_on is rec:
+            if not pending or rec.actor_args_waited:
                 return not pending
-            st.waiting_on = rec
+            rec.actor_args_waited = True
             left = [len(pending)]
             loop = self._links.loop
 
@@ -194,8 +174,7 @@ class ActorCaller:
         return False
 
     def _args_now_ready(self, st: ActorState, rec: TaskRecord) -> None:
-        if st.waiting_on is rec:
-            st.waiting_on = None
+        rec.actor_args_waited = False  # should one be lost again before it is sent, wait anew
         self._flush_actor(st)
 
     async def _connect_actor(self, st: ActorState) -> None:

@@ -110,7 +110,7 @@ class TaskRecord:
     lease: Any = None
     cancelled: bool = False
     worker_conn: Any = None
-    actor_args_waited: bool = False  # an out-of-order actor call waits for its arguments (actors.py)
+    actor_args_waited: bool = False  # an actor call waits for its arguments (actors.py)
 
 
 @dataclass(eq=False)  # a lease is itself: list removal must not compare every field of every lease
@@ -166,7 +166,6 @@ class ActorState:
     seq: int = 0
     kill_when_idle: bool = False
     node_id: bytes = b""
-    waiting_on: Any = None  # the queue's head call, waiting for its arguments to be computed
     in_order: bool = True  # from the head's ActorInfo: see _flush_actor
 
 
