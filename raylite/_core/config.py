@@ -35,7 +35,7 @@ class Config:
     # connections the node's socket queues before it accepts them (the kernel caps it at
     # net.core.somaxconn); clients retry with backoff when it is full
     listen_backlog: int = 4096
-    max_tasks_in_flight_per_worker: int = 4
+    max_tasks_in_flight_per_worker: int = 16
     prestart_workers: bool = True
     # modules imported into the worker template (zygote) before it forks workers, comma-separated;
     # unset = numpy plus whichever of torch/pyarrow/pandas the starting driver has imported

@@ -25,8 +25,12 @@ if TYPE_CHECKING:
     from raylite._core.client.links import ClientLinks
     from raylite._core.client.tasks import TaskSubmitter
 
-# tasks whose push-to-reply time averages below this are pipelined (see _pipeline_depth)
+# tasks whose service time averages below this are pipelined (see _pipeline_depth) ...
 PIPELINE_BELOW_S = 0.002
+# ... with about this much work queued on each worker: enough that it never waits for the next
+# push (a reply, the owner's turn, the push: a few hundred microseconds on a busy machine), little
+# enough that the tail of a burst still spreads over every worker
+PIPELINE_WINDOW_S = 0.002
 
 
 class Leases:
@@ -84,7 +88,8 @@ class Leases:
         slow tasks spreads over all the workers the node grants.
         """
         if q.avg_task_s < PIPELINE_BELOW_S and len(q.tasks) > len(q.leases):
-            return self._links.config.max_tasks_in_flight_per_worker
+            most = self._links.config.max_tasks_in_flight_per_worker
+            return max(2, min(most, int(PIPELINE_WINDOW_S / max(q.avg_task_s, 1e-6))))
         return 1
 
     def pump_soon(self, q: SchedulingQueue) -> None:
@@ -118,7 +123,9 @@ class Leases:
         """After a reply on `lease`: keep it busy, or let it go once the queue is empty. O(1):
         the other leases of the queue are refilled on their own replies."""
         q = lease.queue
-        self._fill(q, lease, self._pipeline_depth(q))
+        limit = self._pipeline_depth(q)
+        if lease.in_flight <= limit // 2:  # pushes go out in batches: a syscall per few tasks
+            self._fill(q, lease, limit)
         if q.tasks:
             self._request_leases(q)
         elif lease.in_flight == 0 and q.spread_batch:
@@ -313,6 +320,19 @@ class Leases:
         pushed_at = time.monotonic()
         fut.add_done_callback(lambda f: self._on_reply(rec, lease, f, pushed_at))
 
+    @staticmethod
+    def _note_service_time(lease: Lease, pushed_at: float) -> None:
+        """Fold this task's time on its worker into its queue's average.
+
+        A task pushed before the lease's previous reply waited in the worker's queue: its
+        service time is the gap between the two replies, not push-to-reply (which grows with
+        the pipeline's depth and would make the depth it chooses swing)."""
+        now = time.monotonic()
+        since = lease.last_reply_at if pushed_at < lease.last_reply_at else pushed_at
+        lease.last_reply_at = now
+        q = lease.queue
+        q.avg_task_s = 0.8 * q.avg_task_s + 0.2 * (now - since)
+
     def _on_reply(self, rec: TaskRecord, lease: Lease | None, fut: asyncio.Future,
                        pushed_at: float = 0.0) -> None:
         if lease is not None:
@@ -332,8 +352,7 @@ class Leases:
                 self.tasks.requeue(rec)
         else:
             if lease is not None and pushed_at:
-                q = lease.queue
-                q.avg_task_s = 0.8 * q.avg_task_s + 0.2 * (time.monotonic() - pushed_at)
+                self._note_service_time(lease, pushed_at)
             self.tasks.task_done(rec, fut.result())
         if lease is not None and not lease.dead:
             if lease.blocked:  # a task bounced back to the queue: other leases may take it

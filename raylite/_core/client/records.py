@@ -127,6 +127,7 @@ class Lease:
     blocked: bool = False  # its worker bounced queued tasks while blocked in get()
     gpu_ids: list = field(default_factory=list)  # devices the node gave this lease
     batch: bytes = b""  # the SPREAD burst it last ran a task of
+    last_reply_at: float = 0.0  # monotonic time of its latest reply (Leases._on_reply)
 
 
 @dataclass
@@ -140,8 +141,9 @@ class SchedulingQueue:
     leases: list = field(default_factory=list)
     requesting: int = 0
     asking: dict = field(default_factory=dict)  # lease id -> (node connection, answered future), local asks in flight
-    # moving average of push-to-reply seconds; queued tasks are pipelined to a worker
-    # only while tasks are short, so long tasks still spread over every worker
+    # moving average of a task's service time on its worker (Leases._note_service_time); queued
+    # tasks are pipelined to a worker only while tasks are short, so long tasks still spread
+    # over every worker
     avg_task_s: float = 1.0
     # SPREAD: the current burst (b"": none), and whether every node has had a task of it;
     # until then a lease that ran a task of the burst gets no second one. The head says when
