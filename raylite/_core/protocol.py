@@ -55,18 +55,23 @@ class Message:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         fields = self._FIELDS
-        if len(args) > len(fields):
-            raise TypeError(f"{type(self).__name__} takes {len(fields)} fields, got {len(args)}")
-        for i, name in enumerate(fields):
-            if i < len(args):
-                value = args[i]
-            elif name in kwargs:
+        n = len(args)
+        if n > len(fields):
+            raise TypeError(f"{type(self).__name__} takes {len(fields)} fields, got {n}")
+        setter = object.__setattr__
+        for name, value in zip(fields, args):  # a message is built per call: the hot path
+            setter(self, name, value)
+        if n == len(fields) and not kwargs:
+            return
+        defaults = self._DEFAULTS
+        for name in fields[n:]:
+            if name in kwargs:
                 value = kwargs.pop(name)
-            elif name in self._DEFAULTS:
-                value = self._DEFAULTS[name]
+            elif name in defaults:
+                value = defaults[name]
             else:
                 raise TypeError(f"{type(self).__name__} is missing field {name!r}")
-            object.__setattr__(self, name, value)
+            setter(self, name, value)
         if kwargs:
             raise TypeError(f"{type(self).__name__} has no fields {sorted(kwargs)}")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import operator
 import pickle
 from dataclasses import dataclass, field
 
@@ -99,20 +100,27 @@ class TaskSpec:
         return short
 
     def to_wire(self) -> list:
-        out = []
-        for f in _FIELDS:
-            v = getattr(self, f)
-            if f == "function":
-                v = [v.module, v.qualname, v.function_id]
-            out.append(v)
+        """The fields in declaration order (positional on the wire), the function as a list."""
+        out = list(_get_fields(self))
+        fn = out[_FUNCTION_AT]
+        out[_FUNCTION_AT] = [fn.module, fn.qualname, fn.function_id]
         return out
 
     @classmethod
     def from_wire(cls, wire: list) -> TaskSpec:
-        kwargs = dict(zip(_FIELDS, wire))
-        fn = kwargs["function"]
-        kwargs["function"] = FunctionDescriptor(fn[0], fn[1], fn[2])
-        return cls(**kwargs)
+        """Positional, as to_wire wrote it; a shorter list (an older peer) leaves the trailing
+        fields at their defaults. A worker sees the same few functions over and over: their
+        descriptors are made once."""
+        fn = wire[_FUNCTION_AT]
+        key = (fn[0], fn[1], fn[2])
+        desc = _DESCRIPTORS.get(key)
+        if desc is None:
+            if len(_DESCRIPTORS) >= 4096:
+                _DESCRIPTORS.clear()
+            desc = _DESCRIPTORS[key] = FunctionDescriptor(fn[0], fn[1], fn[2])
+        args = list(wire)
+        args[_FUNCTION_AT] = desc
+        return cls(*args)
 
     def replace(self, **changes) -> TaskSpec:
         new = object.__new__(TaskSpec)
@@ -122,6 +130,10 @@ class TaskSpec:
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(TaskSpec))
+_FUNCTION_AT = _FIELDS.index("function")
+_get_fields = operator.attrgetter(*_FIELDS)
+# (module, qualname, function id) -> its FunctionDescriptor (frozen: shared safely); bounded
+_DESCRIPTORS: dict[tuple, FunctionDescriptor] = {}
 
 
 class ArgPlaceholder:

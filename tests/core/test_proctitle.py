@@ -55,3 +55,27 @@ def test_an_async_actor_call_is_titled_too(cluster):
     counter = Counter.remote()
     assert ray.get(counter.title_async.remote()) == "ray::Counter.title_async"
     ray.kill(counter)
+
+
+@ray.remote
+def named(i: int) -> tuple[int, str]:
+    return os.getpid(), psutil.Process().cmdline()[0]
+
+
+def test_a_burst_runs_each_task_under_its_name_and_ends_idle(cluster):
+    # short tasks are pipelined: the next one is queued on the worker when one ends, so the
+    # idle title is skipped between them; each still runs under its own name, and the
+    # workers are ray::IDLE once the burst is done
+    refs = [named.remote(i) for i in range(200)] + [whoami.remote() for _ in range(200)]
+    results = ray.get(refs)
+    assert {title for _, title in results[:200]} == {"ray::named"}
+    assert {title for _, title in results[200:]} == {"ray::whoami"}
+    assert {title_of(pid) for pid, _ in results} == {"ray::IDLE"}
+
+
+def test_a_burst_of_actor_calls_ends_with_the_actor_titled_as_its_class(cluster):
+    counter = Counter.remote()
+    results = ray.get([counter.title.remote() for _ in range(200)])
+    assert {title for _, title in results} == {"ray::Counter.title"}
+    assert title_of(results[0][0]) == "ray::Counter"
+    ray.kill(counter)

@@ -16,9 +16,8 @@ import contextlib
 import fcntl
 import logging
 import os
-import struct
+import select
 import sys
-import termios
 import threading
 import time
 from collections.abc import Callable
@@ -41,6 +40,7 @@ class OutputForwarder:
         self._name = name  # worker-<id>-<pid>
         self._describe = describe  # -> (job id, line prefix) of the task running now
         self._streams: list[_Stream] = []
+        self._pollers = threading.local()  # each replying thread's poll of the pipes (drain)
 
     def start(self) -> None:
         for fd, stream in ((1, "stdout"), (2, "stderr")):
@@ -100,8 +100,17 @@ class OutputForwarder:
         with contextlib.suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
+        # one poll() of both pipes: a syscall per reply, not one per pipe. A poll object is
+        # one thread's (another's concurrent poll() raises): a threaded actor's calls reply
+        # from their own threads
+        poller = getattr(self._pollers, "poller", None)
+        if poller is None:
+            poller = self._pollers.poller = select.poll()
+            for st in self._streams:
+                poller.register(st.fd, select.POLLIN)
         for _ in range(200):  # bounded: a child process may keep writing forever
-            if not any(_unread_bytes(st.fd) for st in self._streams):
+            # POLLIN alone: a pipe whose write end the task closed reports POLLHUP for good
+            if not any(events & select.POLLIN for _, events in poller.poll(0)):
                 break
             time.sleep(0.001)
 
@@ -153,7 +162,3 @@ def _route_io_thread_logging(forwarder: OutputForwarder) -> None:
                 if h.stream.fileno() in (1, 2):
                     h.setStream(_IoThreadSafeStream(forwarder, io_thread, h.stream))
 
-
-def _unread_bytes(fd: int) -> int:
-    buf = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
-    return struct.unpack("i", buf)[0]

@@ -220,7 +220,8 @@ class Worker:
                    for task_id, thread in list(self.ctx.task_threads.items()))
 
     def _reply(self, conn, rid: int, msg: P.Message) -> None:
-        self._drain_output()
+        with contextlib.suppress(Exception):  # forwarding output is best effort; the reply is not
+            self._drain_output()
         self.client.call_soon(_send_reply, conn, msg, -rid)
 
     def _drain_output(self) -> None:
@@ -380,7 +381,10 @@ class Worker:
         events.record(spec.task_id, spec.attempt, spec.job_id, state, time.time(), extra)
 
     def _record_end(self, spec: TaskSpec, reply: Any) -> None:
-        self._idle_title()
+        if threading.get_ident() != self._main_ident or self.tasks.empty():
+            # the main thread goes straight on to its next queued task, whose own title
+            # replaces this one (often the same: no syscall at all); only an idle worker says so
+            self._idle_title()
         kind = getattr(reply, "error_kind", "")
         if kind == "interrupted" or (not kind and getattr(reply, "ok", True)):
             self._record(spec, "FINISHED")
