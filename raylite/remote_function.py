@@ -221,9 +221,16 @@ class RemoteFunction(ExportedCode):
         self._placement: tuple | None = None  # (options, captured group, resources, strategy, capture) of the last call
         ExportedCode.__init__(self, function)
         try:
-            self._signature = inspect.signature(function)
+            self._signature: inspect.Signature | None = inspect.signature(function)
         except (TypeError, ValueError):
             self._signature = None
+        # (required, all) for a signature of plain parameters: a call of positional arguments
+        # only is checked by counting them, without Signature.bind (microseconds, every call)
+        self._arity: tuple[int, int] | None = None
+        if self._signature is not None:
+            params = list(self._signature.parameters.values())
+            if all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params):
+                self._arity = (sum(p.default is p.empty for p in params), len(params))
         functools.update_wrapper(self, function)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -259,7 +266,8 @@ class RemoteFunction(ExportedCode):
         args = tuple(args or ())
         kwargs = dict(kwargs or {})
         client = api.ensure_initialized()
-        if self._signature is not None:
+        arity = self._arity
+        if self._signature is not None and (kwargs or arity is None or not arity[0] <= len(args) <= arity[1]):
             try:
                 self._signature.bind(*args, **kwargs)
             except TypeError as e:

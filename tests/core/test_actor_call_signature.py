@@ -60,3 +60,28 @@ def test_a_handle_passed_to_a_task_still_checks_calls_there(cluster):
 
     calc = Calc.remote()
     assert raylite.get(call_wrongly.remote(calc)).startswith("TypeError: Calc.add.remote() got bad arguments")
+
+
+@raylite.remote
+def plain(a, b=1):
+    return a + b
+
+
+@raylite.remote
+def keyword_only(a, *, scale=2):
+    return a * scale
+
+
+def test_a_task_call_that_does_not_fit_is_a_type_error_at_remote(cluster):
+    # plain parameters: positional calls are checked by counting them (the fast path), any
+    # keyword goes through the full bind; both refuse what does not fit
+    with pytest.raises(TypeError, match=r"plain\.remote\(\) got bad arguments: missing a required argument"):
+        plain.remote()
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        plain.remote(1, 2, 3)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'c'"):
+        plain.remote(1, c=2)
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        keyword_only.remote(1, 2)
+    assert raylite.get([plain.remote(1), plain.remote(1, 5), plain.remote(a=3), plain.options(name="p").remote(2, b=2),
+                        keyword_only.remote(2), keyword_only.remote(2, scale=5)]) == [2, 6, 4, 4, 4, 10]
