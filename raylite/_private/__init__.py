@@ -1,6 +1,6 @@
 """Names from Ray's private modules that Ray's documentation examples and libraries built on Ray
-import (`ray._private.worker`, `.services`, `.state`, `.ray_constants`, `.test_utils`): see
-compat_names.py, the one module that defines the library-facing ones.
+import (`ray._private.worker`, `.services`, `.state`, `.ray_constants`, `.test_utils`,
+`.client_mode_hook`): see compat_names.py, the one module that defines the library-facing ones.
 
 Its submodules load on first attribute access (PEP 562), as code written for Ray reads
 `ray._private.worker.global_worker` after a bare `import ray`."""
@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_SUBMODULES = {"compat_names", "ray_constants", "services", "state", "test_utils", "worker"}
+_SUBMODULES = {"client_mode_hook", "compat_names", "ray_constants", "services", "state", "test_utils", "worker"}
 
 
 def __getattr__(name: str) -> Any:

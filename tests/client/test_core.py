@@ -363,3 +363,11 @@ def test_two_programs_at_once(ray_client, client_head):
     word, job = out.stdout.split()
     assert word == "boxed" and job != ray.get_runtime_context().get_job_id(), out.stderr[-2000:]
     assert ray.get(box.get.remote()) == "boxed"  # the first program is unaffected by the second's exit
+
+
+def test_client_mode_should_convert_says_whether_calls_go_through_ray_client(ray_client):
+    from raylite._private.client_mode_hook import client_mode_should_convert
+
+    assert client_mode_should_convert() is True
+    ray_client.shutdown()
+    assert client_mode_should_convert() is False

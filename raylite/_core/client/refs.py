@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import logging
 import types
 from typing import Any
 
@@ -83,6 +84,25 @@ class ObjectRef:
         """A concurrent.futures.Future that resolves to the value (or its error)."""
         client = self._client or _CLIENT[0]
         return client.future_of(self)
+
+    def _on_completed(self, py_callback: Any) -> None:
+        """Call `py_callback(value)` once the object is ready (soon, if it is already): the value,
+        or the exception object its task failed with (Ray's hook, which asyncio integrations and
+        Ray's tests use). The callback is dropped once called; what it raises is logged."""
+        held = [py_callback]  # released after the call, not kept for the future's lifetime
+
+        def done(fut: concurrent.futures.Future) -> None:
+            callback = held.pop()
+            try:
+                value = fut.result()
+            except BaseException as e:  # noqa: BLE001 - the task's error is the callback's value
+                value = e
+            try:
+                callback(value)
+            except Exception:  # noqa: BLE001
+                logging.getLogger("raylite").exception("an ObjectRef._on_completed callback raised")
+
+        self.future().add_done_callback(done)
 
     def __await__(self):
         return asyncio.wrap_future(self.future()).__await__()

@@ -47,6 +47,7 @@ class DriverInfo:
     log_to_driver: bool
     dashboard_url: str = ""
     node_sys_path: tuple[str, ...] = ()  # what a local node's workers import from already
+    ray_client: bool = False  # connected through `ray://` (its calls run in a proxy on the head)
 
 
 def start_local(config: Config, *, num_cpus, num_gpus, resources, namespace: str,
@@ -226,7 +227,7 @@ def init_ray_client(address: str, *, namespace: str, log_to_driver: bool, runtim
     if log_to_driver:
         client.log_handler = _print_worker_output
     info = DriverInfo("", None, "", facts["head_address"], facts["node_id"].hex(), token, facts["namespace"],
-                      facts["job_id"], False, log_to_driver, facts.get("dashboard_url", ""))
+                      facts["job_id"], False, log_to_driver, facts.get("dashboard_url", ""), ray_client=True)
     runtime.set_driver(client, info)
     atexit.register(shutdown)
     return info
