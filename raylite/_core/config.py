@@ -24,6 +24,13 @@ class Config:
     object_spill_bytes: int = 0  # room for spilled objects on disk; 0 = whatever the disk has free
     object_spilling: bool = True  # False: a full store refuses new objects instead of spilling old ones
     recycled_segment_idle_s: float = 10.0  # freed segments kept warm for reuse this long
+    # a store fuller than this (share of its capacity) has every process of the cluster collect
+    # reference cycles (Ray's plasma_store_usage_trigger_gc_threshold; see P.CollectGarbage), at
+    # most once per global_gc_min_interval_s; each process collects at most once per
+    # local_gc_min_interval_s
+    store_usage_gc_threshold: float = 0.7
+    global_gc_min_interval_s: float = 30.0
+    local_gc_min_interval_s: float = 10.0
     # workers and leases
     lease_idle_timeout_s: float = 0.5
     worker_start_timeout_s: float = 30.0
@@ -227,6 +234,9 @@ _RAY_SYSTEM_CONFIG: dict[str, tuple[str, float | None]] = {
     "memory_usage_threshold": ("memory_usage_threshold", 1.0),
     "memory_monitor_refresh_ms": ("memory_monitor_interval_s", 0.001),
     "automatic_object_spilling_enabled": ("object_spilling", None),
+    "plasma_store_usage_trigger_gc_threshold": ("store_usage_gc_threshold", 1.0),
+    "global_gc_min_interval_s": ("global_gc_min_interval_s", 1.0),
+    "local_gc_min_interval_s": ("local_gc_min_interval_s", 1.0),
 }
 
 

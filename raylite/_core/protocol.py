@@ -519,6 +519,7 @@ class KillActor(Message):
     # reply once the actor's process is gone (kill()'s promise to its caller); False when the
     # actor ends itself (exit_actor) and exits right after the reply
     confirm: bool = True
+    reason: str = ""  # why, for the actor's death cause ("" = ray.kill())
 
 
 @message(59)
@@ -781,6 +782,15 @@ class TaskEvents(Message):
     events: list[Any]  # [[task_id, attempt, job_id, state, time_s, [desc indexes], start_s], ...]
     dropped: int = 0
     descs: list[Any] = []  # dicts shared by this batch's events (a function's description, the worker's facts)
+
+
+@message(153)
+class CollectGarbage(Message):
+    """Ray's automatic global GC. A node whose store is past
+    Config.store_usage_gc_threshold sends it to the head (at most once per global_gc_min_interval_s);
+    the head sends it to every node, and each node to its workers and drivers, which run Python's
+    cycle collector (at most once per local_gc_min_interval_s): refs held only by reference
+    cycles otherwise pin their objects in the store until the process happens to collect."""
 
 
 @message(129)

@@ -15,10 +15,12 @@ import asyncio
 import concurrent.futures
 import contextlib
 import errno
+import gc
 import logging
 import os
 import random
 import threading
+import time
 from typing import Any
 
 from raylite._core import protocol as P
@@ -97,6 +99,7 @@ class CoreClient(HeadCalls, CoreAPI):
                                          node_address=node_address, token=token, session_dir=session_dir,
                                          task_events=events)
         self.config = config
+        self._last_gc = -float("inf")  # monotonic time of the last collection the node asked for
         self.worker_id = worker_id
         self.kind = kind
         self.job_id = job_id
@@ -156,6 +159,7 @@ class CoreClient(HeadCalls, CoreAPI):
             P.NodeDied: self._on_node_died,
             P.FlushTaskEvents: self._on_flush_task_events,
             P.CancelTask: self.tasks.on_cancel_owned,
+            P.CollectGarbage: self._on_collect_garbage,
         })
         self.handlers = links.handlers
 
@@ -293,6 +297,17 @@ class CoreClient(HeadCalls, CoreAPI):
         events, descs, dropped = buf.drain(describe_task)
         with contextlib.suppress(Exception):
             self.head.send(P.TaskEvents(events, dropped, descs))
+
+    def _on_collect_garbage(self, conn, msg: P.CollectGarbage, rid: int):
+        """This node's store is filling up: collect reference cycles now, so refs held only by
+        them are released and their objects freed (Ray's automatic global GC); at most once
+        per local_gc_min_interval_s, and only when the node asks."""
+        now = time.monotonic()
+        if conn is not self.links.node or now - self._last_gc < self.config.local_gc_min_interval_s:
+            return None
+        self._last_gc = now
+        gc.collect()
+        return None
 
     async def _on_flush_task_events(self, conn, msg: P.FlushTaskEvents, rid: int):
         """The node is about to stop this worker (its task's owner exited): hand the head

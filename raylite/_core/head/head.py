@@ -58,6 +58,7 @@ class Head:
         self._restored = False
         self.handlers = {
             P.RegisterNode: self._on_register_node,
+            P.CollectGarbage: self._on_collect_garbage,
             P.Heartbeat: self._on_heartbeat,
             P.WorkerDied: self._on_worker_died,
             P.NodeShutdown: self._on_node_shutdown,
@@ -234,6 +235,18 @@ class Head:
                 fut.set_result(None)
         return P.RegisterNodeReply(True)
 
+    def _on_collect_garbage(self, conn, msg: P.CollectGarbage, rid):
+        """A node's store is filling up: every node has its processes collect reference cycles.
+        Only a registered node may ask (the node throttles itself; drivers and workers cannot)."""
+        if "node_id" not in conn.context:
+            return None
+        for node in list(self.store.nodes.values()):
+            link = node.link
+            if link is not None and not link.is_closed():
+                with contextlib.suppress(Exception):
+                    link.send(P.CollectGarbage())
+        return None
+
     def _on_heartbeat(self, conn, msg: P.Heartbeat, rid):
         alive = self.store.heartbeat(msg.node_id, msg.available, msg.total, msg.pending, msg.stats)
         if rid:
@@ -358,7 +371,7 @@ class Head:
     async def _on_kill_actor(self, conn, msg: P.KillActor, rid):
         """kill() returns once the actor's process is gone (its node confirms), so no call its
         caller makes afterwards (an actor call or a compiled graph's execute) reaches it."""
-        effects = self.store.kill_actor(msg.actor_id, msg.no_restart)
+        effects = self.store.kill_actor(msg.actor_id, msg.no_restart, msg.reason)
         kills = [e for e in effects if isinstance(e, CS.KillWorkerOn)] if msg.confirm else []
         self._apply([e for e in effects if e not in kills])
         for e in kills:

@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import socket
+import time
 
 from raylite._core import protocol as P
 from raylite._core import resources as R
@@ -88,7 +89,9 @@ class NodeDaemon:
         self._report_handle: asyncio.TimerHandle | None = None
         self._effects = self._effect_handlers()
         self._report_sent: asyncio.Future | None = None
+        self._last_global_gc = -float("inf")  # monotonic time this node last asked for one
         self.handlers = {
+            P.CollectGarbage: self._on_collect_garbage,
             P.RegisterClient: self._on_register_client,
             P.RequestLease: self._on_request_lease,
             P.ReturnLease: self._on_return_lease,
@@ -648,7 +651,39 @@ class NodeDaemon:
     def _on_object_sealed(self, conn, msg: P.ObjectSealed, rid):
         self._objects_do(OP.Sealed(msg.object_id, msg.size, msg.owner_address, msg.copy,
                                    OP.object_cause(msg.object_id)))
+        self._gc_if_store_full()
         return P.Ack() if rid else None
+
+    def _gc_if_store_full(self) -> None:
+        """Ray's automatic global GC: a store past the threshold asks every process of the
+        cluster to collect reference cycles (refs in cycles pin objects here), at most once per
+        global_gc_min_interval_s (P.CollectGarbage)."""
+        store, cfg = self.store, self.config
+        if not store.capacity_bytes or store.used_bytes <= cfg.store_usage_gc_threshold * store.capacity_bytes:
+            return
+        now = time.monotonic()
+        if now - self._last_global_gc < cfg.global_gc_min_interval_s:
+            return
+        self._last_global_gc = now
+        log.info("the object store is %.0f%% full: every process collects reference cycles",
+                 100 * store.used_bytes / store.capacity_bytes)
+        if self.head is not None and not self.head.is_closed():
+            self.head.send(P.CollectGarbage())  # the head sends it to every node, this one too
+        else:
+            self._collect_garbage_here()
+
+    def _on_collect_garbage(self, conn, msg: P.CollectGarbage, rid):
+        """From the head only (a worker or driver has no say in the cluster's collections)."""
+        if conn is self.head:
+            self._collect_garbage_here()
+        return None
+
+    def _collect_garbage_here(self) -> None:
+        conns = [rec.conn for rec in list(self.pool.workers.values()) if rec.conn is not None]
+        for conn in conns + list(self.drivers.values()):
+            if not conn.is_closed():
+                with contextlib.suppress(Exception):
+                    conn.send(P.CollectGarbage())
 
     def _writer_gone(self, conn: rpc.Connection) -> None:
         """Objects it was writing and never sealed (it crashed mid-write): their room comes back."""
