@@ -465,6 +465,7 @@ def exit_actor() -> None:
     if worker is None or worker.actor_spec is None:
         raise TypeError("exit_actor() can only be called inside an actor.")
     client = runtime.client()
+    worker.exiting = True  # no call that has not started yet starts now
     worker.run_exit_handlers()  # before the head hears of it (the node may end us after that)
     try:
         client.exit_actor(worker.actor_spec.actor_id, timeout_s=5)

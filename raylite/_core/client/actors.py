@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from raylite import exceptions as E
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
 
 # the return index of an actor's handle token, under its creation task's id (ActorCaller.handle_token)
 HANDLE_TOKEN_INDEX = ObjectID.HANDLE_TOKEN_INDEX
+# how long calls whose actor's link dropped wait for the head to say why it went (exit_actor(),
+# ray.kill(), its node's death) before they fail with what this side knows
+LOST_CALL_VERDICT_S = 2.0
 
 
 class ActorCaller:
@@ -194,6 +198,7 @@ class ActorCaller:
                     continue
                 st.conn = conn
                 conn.on_close.append(lambda c, st=st: self._actor_conn_lost(st, c))
+                self._fail_lost_calls(st, None)  # it restarted: the calls that ran are lost
                 break
         except Exception as e:  # noqa: BLE001
             self._actor_is_dead(st, None, str(e))
@@ -202,7 +207,8 @@ class ActorCaller:
             st.connecting = False
         self._flush_actor(st)
 
-    def _actor_is_dead(self, st: ActorState, info: P.ActorInfo | None, why: str = "") -> None:
+    @staticmethod
+    def _death_error(st: ActorState, info: P.ActorInfo | None, why: str = "") -> E.RayError:
         cause = (info.death_cause if info else why) or "The actor died."
         if info is not None and info.creation_error is not None:
             try:
@@ -212,10 +218,14 @@ class ActorCaller:
                 pass
         name = info.class_name if info else ""
         msg = (f"The actor {name + ' ' if name else ''}({st.actor_id.hex()[:12]}) is dead: {cause}")
-        err: E.RayActorError = E.ActorDiedError(msg, st.actor_id.hex())
         if cause.startswith("UNSCHEDULABLE: "):
-            err = E.ActorUnschedulableError(msg)  # type: ignore[assignment]
+            return E.ActorUnschedulableError(msg)
+        return E.ActorDiedError(msg, st.actor_id.hex())
+
+    def _actor_is_dead(self, st: ActorState, info: P.ActorInfo | None, why: str = "") -> None:
+        err = self._death_error(st, info, why)
         st.dead_error = err
+        self._fail_lost_calls(st, err)
         while st.queue:
             self._tasks.finish_with_error(st.queue.popleft(), err)
         for rec in list(st.in_flight.values()):
@@ -240,7 +250,7 @@ class ActorCaller:
 
     def _kill_quietly(self, actor_id: bytes) -> None:
         try:
-            self._links.head.send(P.KillActor(actor_id, True, False))
+            self._links.head.send(P.KillActor(actor_id, True, False, "ended: all references to the actor were removed"))
         except Exception:  # noqa: BLE001
             pass
 
@@ -267,13 +277,41 @@ class ActorCaller:
                 st.connecting = True
                 self._links.loop.create_task(self._connect_actor(st))
             return
-        self._tasks.finish_with_error(rec, E.ActorDiedError(
-            f"The actor ({st.actor_id.hex()[:12]}) died while running {rec.spec.display_name()}: its "
-            "worker process exited or was killed. If the actor has max_restarts > 0 it restarts; set "
-            "max_task_retries to retry calls that were running.", st.actor_id.hex()))
+        # the head knows why the actor went (exit_actor(), ray.kill(), its node died, ...): the
+        # call fails with that once it says, or with what this side knows after a short wait
+        st.lost_calls.append(rec)
+        if len(st.lost_calls) == 1:
+            self._links.loop.create_task(self._await_verdict(st))
         if not st.connecting:
             st.connecting = True
             self._links.loop.create_task(self._connect_actor(st))
+
+    async def _await_verdict(self, st: ActorState) -> None:
+        """Ask the head until it knows the actor is gone (its node reports the process's end
+        at once): DEAD gives the cause; restarting, or no word within LOST_CALL_VERDICT_S,
+        leaves the calls with what this side knows."""
+        deadline = self._links.loop.time() + LOST_CALL_VERDICT_S
+        err = None
+        with contextlib.suppress(Exception):
+            while st.lost_calls and self._links.loop.time() < deadline:
+                info: P.ActorInfo = await self._links.head.request(P.GetActorInfo(st.actor_id, False, -1))
+                if info.state == "DEAD":
+                    err = self._death_error(st, info)
+                    break
+                if info.state != "ALIVE" or info.num_restarts > st.restarts_seen:
+                    break  # restarting: the calls that were running are lost, whatever the cause
+                await asyncio.sleep(0.05)
+        self._fail_lost_calls(st, err)
+
+    def _fail_lost_calls(self, st: ActorState, err: E.RayError | None) -> None:
+        """The calls whose link dropped while they ran: `err` is the actor's death as the head
+        tells it; None when it restarted, or has not said within LOST_CALL_VERDICT_S."""
+        lost, st.lost_calls = st.lost_calls, []
+        for rec in lost:
+            self._tasks.finish_with_error(rec, err or E.ActorDiedError(
+                f"The actor ({st.actor_id.hex()[:12]}) died while running {rec.spec.display_name()}: its "
+                "worker process exited or was killed. If the actor has max_restarts > 0 it restarts; set "
+                "max_task_retries to retry calls that were running.", st.actor_id.hex()))
 
     def actor_info(self, actor_id: bytes, wait_alive: bool = False) -> P.ActorInfo:
         return self._links.run_sync(self._links.head.request(P.GetActorInfo(actor_id, wait_alive, -1)))

@@ -17,6 +17,8 @@ from raylite._core import protocol as P
 
 # how long list_objects() waits for one node or one process to answer
 OBJECT_TABLES_TIMEOUT_S = 5.0
+# an actor that ended itself: what its callers' RayActorError says (Ray's names exit_actor too)
+EXIT_ACTOR_REASON = "ended by exit_actor() (the actor's own code asked it to exit)"
 
 
 class HeadCalls:
@@ -118,7 +120,7 @@ class HeadCalls:
 
     def exit_actor(self, actor_id: bytes, timeout_s: float) -> None:
         """Tell the head this actor ends itself (no restart, no confirmation awaited)."""
-        self.run_sync(self.head.request(P.KillActor(actor_id, True, False)), timeout=timeout_s)
+        self.run_sync(self.head.request(P.KillActor(actor_id, True, False, EXIT_ACTOR_REASON)), timeout=timeout_s)
 
     # ------------------------------------------------------------ the key-value store
     def kv_get(self, namespace: str, key: bytes) -> bytes | None:

@@ -169,6 +169,9 @@ class ActorState:
     kill_when_idle: bool = False
     node_id: bytes = b""
     in_order: bool = True  # from the head's ActorInfo: see _flush_actor
+    # calls its link dropped while they ran (no retries left): they fail once the head says why
+    # the actor went (ActorCaller._fail_lost_calls), or after LOST_CALL_VERDICT_S
+    lost_calls: list = field(default_factory=list)
 
 
 @dataclass

@@ -625,7 +625,8 @@ class ControlStore:
                 if self.actors[actor_id].state is not ActorState.DEAD
                 and (all_namespaces or ns == namespace)]
 
-    def kill_actor(self, actor_id: bytes, no_restart: bool) -> list[Effect]:
+    def kill_actor(self, actor_id: bytes, no_restart: bool, reason: str = "") -> list[Effect]:
+        """`reason`: why it ends, as its callers will read it (default: ray.kill())."""
         rec = self.actors.get(actor_id)
         if rec is None:
             return []
@@ -634,9 +635,9 @@ class ControlStore:
             rec.no_restart = True
         node = self.nodes.get(rec.node_id)
         if rec.state is ActorState.ALIVE and node is not None and node.alive:
-            return [KillWorkerOn(rec.node_id, rec.worker_id, "killed by raylite.kill()")]
+            return [KillWorkerOn(rec.node_id, rec.worker_id, reason or "killed by raylite.kill()")]
         if rec.state in (ActorState.PENDING, ActorState.RESTARTING) and no_restart:
-            return self._actor_dead(actor_id, "The actor was killed by raylite.kill() before it started.")
+            return self._actor_dead(actor_id, f"The actor was {reason or 'killed by raylite.kill()'} before it started.")
         return []
 
     def worker_died(self, worker_id: bytes, actor_id: bytes, reason: str) -> list[Effect]:

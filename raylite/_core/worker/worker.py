@@ -118,6 +118,9 @@ class Worker:
         # the plain task the main thread runs now, while a cancel may interrupt it (_execute)
         self._interruptible: bytes | None = None
         self._main_ident = threading.main_thread().ident  # where run() executes plain tasks
+        # exit_actor() was called: calls not yet started never start (the process ends within
+        # moments, and their callers get the actor's death, as in Ray)
+        self.exiting = False
 
     # ------------------------------------------------------------ I/O thread side
     def _on_push_task(self, conn, msg: P.PushTask, rid: int):
@@ -329,6 +332,8 @@ class Worker:
                 self.tasks.put(item)
 
     def _execute_and_reply(self, conn, rid: int, spec: TaskSpec) -> None:
+        if self.exiting:
+            return
         reply = self.execute(conn, spec)
         self._reply(conn, rid, reply)
 
@@ -507,8 +512,9 @@ class Worker:
         this process at any moment (on a loaded machine that came first, and they never ran)."""
         _run_atexit_handlers()
         with contextlib.suppress(Exception):
-            self.client.run_sync(self.client.head.request(P.KillActor(self.actor_spec.actor_id, True, False)),
-                                 timeout=5)
+            self.client.run_sync(self.client.head.request(P.KillActor(
+                self.actor_spec.actor_id, True, False, "ended by __ray_terminate__ (the actor was asked to exit)")),
+                timeout=5)
         self.exit_gracefully()
 
     def run_exit_handlers(self) -> None:
@@ -721,6 +727,8 @@ class Worker:
             self.async_calls.pop(spec.task_id, None)
 
     async def _run_async_call_now(self, conn, rid: int, spec: TaskSpec, sema: asyncio.Semaphore) -> None:
+        if self.exiting:
+            return
         if sema.locked():  # every slot is taken: it waits at the actor, as Ray's state shows
             self._record(spec, "PENDING_ACTOR_TASK_ORDERING_OR_CONCURRENCY")
         try:
@@ -729,6 +737,9 @@ class Worker:
             reply = self._error_reply(spec, E.TaskCancelledError(spec.task_id.hex()), "cancelled")
             self._record_end(spec, reply)
             self._reply(conn, rid, reply)
+            return
+        if self.exiting:  # exit_actor() was called while this call waited for its slot
+            sema.release()
             return
         try:
             self._enter(spec)
