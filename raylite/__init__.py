@@ -110,6 +110,12 @@ def _make_remote(target: Any, options: dict) -> Any:
 
     if inspect.isclass(target):
         return ActorClass(target, options)
+    if inspect.iscoroutinefunction(target):
+        # refused here, as Ray does, not as an unpicklable coroutine when the task runs
+        name = getattr(target, "__name__", type(target).__name__)
+        raise ValueError(f"{name} is an `async def` function: a remote task must be a plain function. "
+                         f"Run it in one: `def run(*args): return asyncio.run({name}(*args))`, or make it "
+                         "a method of an async actor (a class whose methods are `async def`).")
     if callable(target):
         return RemoteFunction(target, options)
     raise TypeError(f"@raylite.remote needs a function or a class, got {type(target).__name__}")

@@ -85,3 +85,20 @@ def test_a_task_call_that_does_not_fit_is_a_type_error_at_remote(cluster):
         keyword_only.remote(1, 2)
     assert raylite.get([plain.remote(1), plain.remote(1, 5), plain.remote(a=3), plain.options(name="p").remote(2, b=2),
                         keyword_only.remote(2), keyword_only.remote(2, scale=5)]) == [2, 6, 4, 4, 4, 10]
+
+
+def test_an_async_def_function_is_refused_at_the_decorator():
+    async def fetch():
+        return 1
+
+    with pytest.raises(ValueError, match=r"fetch is an `async def` function.*asyncio.run\(fetch"):
+        raylite.remote(fetch)
+    with pytest.raises(ValueError, match="async def"):
+        raylite.remote(num_cpus=1)(fetch)
+
+    @raylite.remote
+    class AsyncActor:  # an async actor's methods are fine
+        async def fetch(self):
+            return 1
+
+    assert AsyncActor is not None
