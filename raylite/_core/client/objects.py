@@ -12,6 +12,7 @@ import collections
 import concurrent.futures
 import contextlib
 import functools
+import logging
 import os
 import threading
 import time
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from raylite._core.client.transfers import ObjectTransfers
 
 # a ref rebuilt from an id (ObjectRef(binary)) after every real reference was dropped
+log = logging.getLogger("raylite.objects")
 _BUSY_STORE_WAIT_S = 10.0  # how long a write waits for room that others' writes and restores hold
 _RELEASED = ("its owner released it: every reference to it had been dropped, so it was freed. Keep "
              "the ObjectRef (from put() or .remote()) alive for as long as the value is needed.")
@@ -64,6 +66,10 @@ class ObjectPlane:
         # told which owned objects were just freed, when some stand for something else (an
         # actor's handles: ActorCaller.tokens_freed); None when nothing listens
         self.freed_hook: Callable[[list], None] | None = None
+        # a driver's report of an owned error nobody read before its last ref went (Ray's
+        # "Unhandled error"): called with the error's inline payload; None: not reported
+        self.unhandled_error_hook: Callable[[Any], None] | None = None
+        self._errors_read: set[bytes] = set()  # owned error objects a get() has raised
 
     def expect(self, object_ids: list[bytes]) -> None:
         """A task's returns: owned, referenced once (by the refs handed out) and pending, in one go
@@ -215,6 +221,7 @@ class ObjectPlane:
         if free and self.freed_hook is not None:
             self.freed_hook(free)
         stored = []
+        unread = []
         with self._lock:
             for oid in free:
                 entry = self.entries.pop(oid, None)
@@ -223,10 +230,16 @@ class ObjectPlane:
                     continue
                 if entry is not None and entry.kind == "s":
                     stored.append((oid, entry.payload))
+                elif entry is not None and entry.kind == "e":
+                    if oid in self._errors_read:
+                        self._errors_read.discard(oid)
+                    else:
+                        unread.append(entry.payload)
             for _owner, oid in unborrow:
                 if oid in self._adopted:  # the borrow ends, and with it the entry adopt_entry() added
                     self._adopted.discard(oid)
                     self.entries.pop(oid, None)
+        self._report_unhandled(unread)
         if stored or unborrow:
             if stored:
                 self.frees_queued.append(None)  # popped once sent (see _write_to_store)
@@ -268,13 +281,17 @@ class ObjectPlane:
         then their waiters are woken."""
         woken = []
         unowned = []
+        unread = []
         with self._lock:
             for object_id, kind, payload in items:
                 entry = self.entries.get(object_id)
                 if entry is None:
-                    # nobody holds a ref any more: free a stored copy at once
+                    # nobody holds a ref any more: free a stored copy at once; an error no one
+                    # can read now is reported
                     if kind == "s":
                         unowned.append((object_id, payload))
+                    elif kind == "e" and object_id not in self._adopted:
+                        unread.append(payload)
                     continue
                 if entry.kind is not None:
                     continue
@@ -284,6 +301,7 @@ class ObjectPlane:
                     woken.append((entry, entry.take_waiters()))
         if unowned:
             self._links.loop.call_soon(self._send_release, unowned, [])
+        self._report_unhandled(unread)
         for entry, waiters in woken:
             for w in waiters:
                 if isinstance(w, _FailFastLatch) and kind_failed(entry):
@@ -434,8 +452,20 @@ class ObjectPlane:
             return value
         if kind == "e":
             err = ser.from_inline(payload)
+            if self.unhandled_error_hook is not None and ref._id in self.entries:
+                self._errors_read.add(ref._id)  # handled: not reported when its refs go
             raise err
         raise E.RaySystemError(f"object {ref.hex()} has no value (kind={kind})")
+
+    def _report_unhandled(self, payloads: list) -> None:
+        hook = self.unhandled_error_hook
+        if hook is None:
+            return
+        for payload in payloads:
+            try:
+                hook(payload)
+            except Exception:  # noqa: BLE001 - a report must never break freeing
+                log.debug("unhandled-error report failed", exc_info=True)
 
     def _read_stored(self, oid: bytes, location: list, ahead: _RestoreAhead | None = None) -> tuple[int, Any]:
         node_id = location[0]

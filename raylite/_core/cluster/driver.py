@@ -90,9 +90,35 @@ def connect_client(config: Config, info: DriverInfo) -> CoreClient:
     client.start()
     if info.log_to_driver:
         client.log_handler = _print_worker_output
+    client.objects.unhandled_error_hook = report_unhandled_error
     client.head_request(RegisterJob(info.job_id, client.address, info.namespace, " ".join(sys.argv),
                                     job_submission_id(), os.getpid()))
     return client
+
+
+def report_unhandled_error(payload: object) -> None:
+    """A task's error that no get() read before its last ref went: said, as Ray says it, so a
+    fire-and-forget task's failure is not lost silently. RAY_IGNORE_UNHANDLED_ERRORS=1 (or
+    RAYLITE_IGNORE_UNHANDLED_ERRORS=1) keeps quiet; a cancellation the program asked for is not
+    reported. `ray._private.worker._unhandled_error_handler`, when a program replaced it, gets the
+    error instead of the log."""
+    if "1" in (os.environ.get("RAY_IGNORE_UNHANDLED_ERRORS"), os.environ.get("RAYLITE_IGNORE_UNHANDLED_ERRORS")):
+        return
+    from raylite import exceptions as E
+    from raylite._core import serialization as ser
+
+    err = ser.from_inline(payload)
+    if isinstance(err, E.TaskCancelledError):
+        return
+    handler = getattr(sys.modules.get("raylite._private.worker"), "_unhandled_error_handler", None)
+    (handler or log_unhandled_error)(err)
+
+
+def log_unhandled_error(err: BaseException) -> None:
+    """The default report of an unhandled error: one log record on the driver's stderr."""
+    import logging
+
+    logging.getLogger("raylite").error("Unhandled error (suppress with 'RAY_IGNORE_UNHANDLED_ERRORS=1'): %s", err)
 
 
 def _print_worker_output(msg) -> None:
