@@ -316,6 +316,12 @@ def env_storage_path() -> str:
     return os.environ.get("RAY_STORAGE", "")
 
 
+def env_ignore_unhandled_errors() -> bool:
+    """Ray's RAY_IGNORE_UNHANDLED_ERRORS=1 (or RAYLITE_IGNORE_UNHANDLED_ERRORS=1): a driver does
+    not report task errors nobody read. Read on each report, so a program may set it any time."""
+    return "1" in (os.environ.get("RAY_IGNORE_UNHANDLED_ERRORS"), os.environ.get(_ENV_PREFIX + "IGNORE_UNHANDLED_ERRORS"))
+
+
 def job_submission_id() -> str:
     """The submitted job this driver runs (RAYLITE_JOB_SUBMISSION_ID, set by its supervisor), or ""."""
     return os.environ.get(_ENV_PREFIX + "JOB_SUBMISSION_ID", "")

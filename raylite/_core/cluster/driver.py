@@ -20,7 +20,7 @@ from raylite._core import runtime
 from raylite._core.client import progress_bars
 from raylite._core.client.core_client import CoreClient
 from raylite._core.cluster import launch
-from raylite._core.config import Config, get_config, job_submission_id
+from raylite._core.config import Config, env_ignore_unhandled_errors, get_config, job_submission_id
 from raylite._core.ids import JobID, WorkerID
 from raylite._core.node import process_tree
 from raylite._core.private_paths import owned_dir
@@ -102,7 +102,7 @@ def report_unhandled_error(payload: object) -> None:
     RAYLITE_IGNORE_UNHANDLED_ERRORS=1) keeps quiet; a cancellation the program asked for is not
     reported. `ray._private.worker._unhandled_error_handler`, when a program replaced it, gets the
     error instead of the log."""
-    if "1" in (os.environ.get("RAY_IGNORE_UNHANDLED_ERRORS"), os.environ.get("RAYLITE_IGNORE_UNHANDLED_ERRORS")):
+    if env_ignore_unhandled_errors():
         return
     from raylite import exceptions as E
     from raylite._core import serialization as ser
