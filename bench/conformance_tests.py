@@ -101,6 +101,32 @@ def run_module(python: str, module: Path, env: dict[str, str], test_timeout_s: i
     return parse_junit(xml_path), tail, round(time.monotonic() - start, 1)
 
 
+# what the harness itself needs in each side's interpreter (Ray's venv lacks them: see --ray-extra)
+HARNESS_NEEDS = ("pytest", "pytest_timeout", "pytest_asyncio")
+
+
+def missing_harness_modules(python: str, env: dict[str, str]) -> list[str]:
+    """The modules of HARNESS_NEEDS that `python` cannot import with `env` (its PYTHONPATH)."""
+    probe = "import importlib.util, sys; print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))"
+    out = subprocess.run([python, "-c", probe, *HARNESS_NEEDS], env=env, capture_output=True, text=True, timeout=60)
+    if out.returncode:
+        return list(HARNESS_NEEDS)
+    return out.stdout.split()
+
+
+def harness_problem(side: str, python: str, env: dict[str, str], extra_dir: str) -> str:
+    """"" when `side` can run the modules, else what to install and where (run before any module:
+    without pytest a side reports no verdicts at all, and without pytest-asyncio every async test
+    fails, on either side)."""
+    missing = missing_harness_modules(python, env)
+    if not missing:
+        return ""
+    packages = " ".join(m.replace("_", "-") for m in missing)
+    pip = f"{Path(python).parent / 'pip'}" if (Path(python).parent / "pip").exists() else f"{python} -m pip"
+    return (f"the {side} side's interpreter ({python}) cannot import {', '.join(missing)}. Install them into the "
+            f"extra site directory this harness puts on its PYTHONPATH:\n    {pip} install --target {extra_dir} {packages}")
+
+
 def side_env(side: str, args: argparse.Namespace, temp_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "RAYLITE_", "PYTHONPATH"))}
     env["CONFORMANCE_SIDE"] = side
@@ -185,6 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = json.loads(results_path.read_text()) if results_path.exists() else {}
     sides = ["ray", "raylite"] if args.side == "both" else [args.side]
     extra = ["-k", args.k] if args.k else []
+    for side in sides:
+        problem = harness_problem(side, args.ray_python if side == "ray" else sys.executable,
+                                  side_env(side, args, Path(tempfile.gettempdir())),
+                                  args.ray_extra if side == "ray" else args.lite_extra)
+        if problem:
+            print(f"conformance_tests: {problem}", file=sys.stderr)
+            return 2
     for path in args.modules:
         name = Path(path).name
         if args.only and name not in args.only:

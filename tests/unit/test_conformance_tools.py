@@ -152,3 +152,16 @@ def test_directories_are_named_and_ray_verdicts_reused_only_for_the_same_file(tm
     conformance.main(args)
     [v] = json.loads(results.read_text())
     assert not v["ray"]["ok"] and v["ray"]["returncode"] == 3 and v["raylite"] is None
+
+
+def test_the_test_module_runner_names_what_a_side_cannot_import(monkeypatch):
+    import conformance_tests
+
+    monkeypatch.setattr(conformance_tests, "HARNESS_NEEDS", ("json", "surely_not_a_module_xyz"))
+    env = dict(os.environ)
+    assert conformance_tests.missing_harness_modules(sys.executable, env) == ["surely_not_a_module_xyz"]
+    problem = conformance_tests.harness_problem("ray", sys.executable, env, "/tmp/extra")
+    assert "cannot import surely_not_a_module_xyz" in problem
+    assert "install --target /tmp/extra surely-not-a-module-xyz" in problem
+    monkeypatch.setattr(conformance_tests, "HARNESS_NEEDS", ("json",))
+    assert conformance_tests.harness_problem("ray", sys.executable, env, "/tmp/extra") == ""
