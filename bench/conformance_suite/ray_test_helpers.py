@@ -1,7 +1,9 @@
 """Stand-ins for the helpers Ray's own test modules import from Ray's test-only modules.
 
 Ray's test files (run unmodified by bench/conformance_tests.py) import helpers such as
-`ray._common.test_utils.SignalActor` or `ray.tests.conftest.call_ray_start_context`. Those are
+`ray._private.test_utils.wait_for_pid_to_exit` or `ray.tests.conftest.call_ray_start_context`
+(the common ones, `ray._common.test_utils.SignalActor` and the like, both Ray 2.60 and raylite
+ship, and the harness uses theirs). Those are
 Ray's test scaffolding, not API a Ray user programs against, and the Ray wheel does not even ship
 `ray.tests`. This module writes each helper again, in the harness's own words and against the
 public `ray` API only, so that the same helper runs on Ray 2.60 and on raylite. `install()`
@@ -25,8 +27,6 @@ import time
 import types
 from collections.abc import Callable
 from typing import Any
-
-import ray
 
 
 class _Private:
@@ -58,75 +58,8 @@ def _private_module(name: str) -> types.ModuleType:
 
 # ---------------------------------------------------------------- signals and waiting
 
-@ray.remote(num_cpus=0)
-class SignalActor:
-    """An async actor that tasks wait on until the test sends the signal."""
-
-    def __init__(self) -> None:
-        self.ready_event = asyncio.Event()
-        self.num_waiters = 0
-
-    def send(self, clear: bool = False) -> None:
-        self.ready_event.set()
-        if clear:
-            self.ready_event.clear()
-
-    async def wait(self, should_wait: bool = True) -> None:
-        if should_wait:
-            self.num_waiters += 1
-            await self.ready_event.wait()
-            self.num_waiters -= 1
-
-    async def cur_num_waiters(self) -> int:
-        return self.num_waiters
-
-
-@ray.remote(num_cpus=0)
-class Semaphore:
-    def __init__(self, value: int = 1) -> None:
-        self._sema = asyncio.Semaphore(value=value)
-
-    async def acquire(self) -> None:
-        await self._sema.acquire()
-
-    async def release(self) -> None:
-        self._sema.release()
-
-    async def locked(self) -> bool:
-        return self._sema.locked()
-
-
-def wait_for_condition(condition_predictor: Callable[..., Any], timeout: float = 10,
-                       retry_interval_ms: float = 100, raise_exceptions: bool = False, **kwargs: Any) -> None:
-    deadline = time.monotonic() + timeout
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            if condition_predictor(**kwargs):
-                return
-        except Exception as e:  # noqa: BLE001 - "not yet", named at the end
-            if raise_exceptions:
-                raise
-            last = e
-        time.sleep(retry_interval_ms / 1000)
-    raise RuntimeError(f"condition not met within {timeout}s" + (f"; last error: {last!r}" if last else ""))
-
-
-async def async_wait_for_condition(condition_predictor: Callable[..., Any], timeout: float = 10,
-                                   retry_interval_ms: float = 100, **kwargs: Any) -> None:
-    deadline = time.monotonic() + timeout
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            result = condition_predictor(**kwargs)
-            if asyncio.iscoroutine(result):
-                result = await result
-            if result:
-                return
-        except Exception as e:  # noqa: BLE001
-            last = e
-        await asyncio.sleep(retry_interval_ms / 1000)
-    raise RuntimeError(f"condition not met within {timeout}s" + (f"; last error: {last!r}" if last else ""))
+# SignalActor, Semaphore, wait_for_condition, async_wait_for_condition and run_string_as_driver:
+# both Ray 2.60 and raylite have them in `ray._common.test_utils` (the helpers below use those)
 
 
 def wait_for_pid_to_exit(pid: int, timeout: float = 20) -> None:
@@ -141,16 +74,6 @@ def wait_for_pid_to_exit(pid: int, timeout: float = 20) -> None:
 
 
 # ---------------------------------------------------------------- drivers in subprocesses
-
-def run_string_as_driver(driver_script: str, env: dict | None = None, encode: str = "utf-8") -> str:
-    """Run a script in a fresh interpreter (stdin), return its combined output; raise on failure."""
-    proc = subprocess.run([sys.executable, "-"], input=driver_script.encode(encode), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, env=env, timeout=240)
-    out = proc.stdout.decode(encode, errors="replace")
-    if proc.returncode:
-        raise subprocess.CalledProcessError(proc.returncode, proc.args, out)
-    return out
-
 
 def run_string_as_driver_nonblocking(driver_script: str, env: dict | None = None) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -203,6 +126,8 @@ def invoke_state_api_n(*args: Any, **kwargs: Any) -> None:
 
 
 def create_remote_signal_actor(ray_module: Any) -> Any:
+    from ray._common.test_utils import SignalActor
+
     return SignalActor
 
 
@@ -232,17 +157,11 @@ class BatchQueue:
 
 _HELPERS: dict[str, dict[str, Any]] = {
     "ray._common": {},
-    "ray._common.test_utils": {
-        "SignalActor": SignalActor, "Semaphore": Semaphore, "wait_for_condition": wait_for_condition,
-        "async_wait_for_condition": async_wait_for_condition, "run_string_as_driver": run_string_as_driver,
-    },
     "ray._common.utils": {"hex_to_binary": hex_to_binary, "get_or_create_event_loop": get_or_create_event_loop,
                           "reset_ray_address": reset_ray_address},
     "ray._private.test_utils": {
         "client_test_enabled": client_test_enabled, "wait_for_pid_to_exit": wait_for_pid_to_exit,
-        "run_string_as_driver": run_string_as_driver,
-        "run_string_as_driver_nonblocking": run_string_as_driver_nonblocking,
-        "wait_for_condition": wait_for_condition, "BatchQueue": BatchQueue,
+        "run_string_as_driver_nonblocking": run_string_as_driver_nonblocking, "BatchQueue": BatchQueue,
     },
     "ray._private.state_api_test_utils": {"invoke_state_api": invoke_state_api,
                                           "invoke_state_api_n": invoke_state_api_n},
@@ -269,6 +188,12 @@ def _module(name: str, private: bool) -> types.ModuleType:
 
 def install(conftest_module: types.ModuleType) -> None:
     """Register every helper the running `ray` lacks; `ray.tests.conftest` is the harness's conftest."""
+    from ray._common import test_utils as common  # Ray's and raylite's own
+
+    private = _module("ray._private.test_utils", private=False)
+    for attr in ("wait_for_condition", "run_string_as_driver"):  # where older test files import them
+        if not hasattr(private, attr):
+            setattr(private, attr, getattr(common, attr))
     for name, attrs in _HELPERS.items():
         module = _module(name, private=False)
         for attr, value in attrs.items():
