@@ -25,6 +25,7 @@ from raylite.remote_function import (
     capture_and_strategy,
     check_fits_group,
     legacy_pg_options,
+    plain_arity,
 )
 
 
@@ -371,9 +372,7 @@ def _positional_fits(handle: ActorHandle, name: str, sig: inspect.Signature, n: 
     cache = handle.__dict__.setdefault("_arity", {})
     arity = cache.get(name, False)
     if arity is False:
-        params = list(sig.parameters.values())
-        plain = all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params)
-        arity = cache[name] = (sum(p.default is p.empty for p in params), len(params)) if plain else None
+        arity = cache[name] = plain_arity(sig)
     return arity is not None and arity[0] <= n <= arity[1]
 
 

@@ -210,6 +210,16 @@ class ExportedCode:
         return self._descriptor
 
 
+def plain_arity(sig: inspect.Signature) -> tuple[int, int] | None:
+    """(required, all) for a signature of plain parameters, else None: a call of positional
+    arguments only is then checked by counting them, without Signature.bind (microseconds, on
+    every .remote() of a task or an actor call)."""
+    params = list(sig.parameters.values())
+    if not all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params):
+        return None
+    return sum(p.default is p.empty for p in params), len(params)
+
+
 class RemoteFunction(ExportedCode):
     """A function that runs as a task: `f.remote(*args)` returns an ObjectRef at once."""
 
@@ -224,13 +234,7 @@ class RemoteFunction(ExportedCode):
             self._signature: inspect.Signature | None = inspect.signature(function)
         except (TypeError, ValueError):
             self._signature = None
-        # (required, all) for a signature of plain parameters: a call of positional arguments
-        # only is checked by counting them, without Signature.bind (microseconds, every call)
-        self._arity: tuple[int, int] | None = None
-        if self._signature is not None:
-            params = list(self._signature.parameters.values())
-            if all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params):
-                self._arity = (sum(p.default is p.empty for p in params), len(params))
+        self._arity = plain_arity(self._signature) if self._signature is not None else None
         functools.update_wrapper(self, function)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from raylite._core.client.links import ClientLinks
     from raylite._core.client.transfers import ObjectTransfers
 
-# a ref rebuilt from an id (ObjectRef(binary)) after every real reference was dropped
 log = logging.getLogger("raylite.objects")
+# a ref rebuilt from an id (ObjectRef(binary)) after every real reference was dropped
 _BUSY_STORE_WAIT_S = 10.0  # how long a write waits for room that others' writes and restores hold
 _RELEASED = ("its owner released it: every reference to it had been dropped, so it was freed. Keep "
              "the ObjectRef (from put() or .remote()) alive for as long as the value is needed.")
