@@ -64,7 +64,7 @@ _LAZY_ATTRIBUTES = {
 __version__ = "0.1.0"
 
 _LAZY_SUBMODULES = {"data", "train", "serve", "util", "dag", "tune", "air", "job_submission", "dashboard",
-                    "experimental", "cloudpickle", "types", "job_config"}
+                    "experimental", "cloudpickle", "types", "job_config", "_raylet", "_private", "_common"}
 
 
 def init(address: str | None = None, **kwargs: Any) -> Any:

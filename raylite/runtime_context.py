@@ -175,12 +175,13 @@ class RuntimeContext:
         return self.get_accelerator_ids()
 
     def get_node_labels(self) -> dict[str, str]:
-        """This node's labels, with Ray's built-in `ray.io/node-id`."""
+        """This node's labels, with Ray's built-in `ray.io/node-id` (every node carries it)."""
         from raylite import api
+        from raylite._core.labels import NODE_ID_LABEL
 
         node_id = self.get_node_id()
         labels = next((n["Labels"] for n in api.nodes() if n["NodeID"] == node_id), {})
-        return {"ray.io/node-id": node_id, **labels}
+        return {**labels, NODE_ID_LABEL: node_id}
 
     def is_canceled(self) -> bool:
         """Whether raylite.cancel() was called on the running task (so it can clean up and

@@ -21,6 +21,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 LABELS = "LABELS"
+# the label every node carries, its id in hex (Ray's ray._raylet.RAY_NODE_ID_KEY): a selector on
+# it pins work to one node
+NODE_ID_LABEL = "ray.io/node-id"
 
 _NAME = r"[a-zA-Z0-9]([a-zA-Z0-9_.-]{0,61}[a-zA-Z0-9])?"
 _NAME_RE = re.compile(_NAME)

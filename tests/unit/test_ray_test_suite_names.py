@@ -37,3 +37,17 @@ def test_cluster_not_supported_is_false_off_windows():
 
 def test_function_table_namespace_constant_has_rays_value():
     assert ray_constants.KV_NAMESPACE_FUNCTION_TABLE == b"fun"
+
+
+def test_names_that_rays_basic_wait_and_threaded_actor_tests_import():
+    # test_basic_4/5, test_wait, test_threaded_actor stopped at these at collection
+    from raylite._common.constants import HEAD_NODE_RESOURCE_NAME
+    from raylite._private.state import available_resources, cluster_resources
+    from raylite.autoscaler._private.constants import RAY_PROCESSES
+
+    assert HEAD_NODE_RESOURCE_NAME == "node:__internal_head__"
+    assert callable(available_resources) and callable(cluster_resources)
+    assert ["raylite._core.cluster.daemon", False] in RAY_PROCESSES
+    assert all(isinstance(k, str) and isinstance(by_name, bool) for k, by_name in RAY_PROCESSES)
+    assert raylite._raylet.RAY_NODE_ID_KEY == "ray.io/node-id"  # reachable after a bare import
+    assert raylite._raylet.RAY_NODE_ZONE_KEY == "ray.io/availability-zone"

@@ -16,6 +16,7 @@ import shutil
 import socket
 import time
 
+from raylite._core import labels as labels_mod
 from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core.clock import MonotonicClock
@@ -48,7 +49,7 @@ class NodeDaemon:
         self._exits: dict[bytes, tuple] = {}  # worker id -> (exit info, pid, kill reason)
         self.bulk = None  # multi-node: serves object bytes to other nodes (transport/bulk.py)
         self._fenced = False
-        self.labels = labels
+        self.labels = {**labels, labels_mod.NODE_ID_LABEL: node_id.hex()}
         self.session_dir = session_dir
         self.token = token
         self.head_address = head_address
@@ -77,7 +78,7 @@ class NodeDaemon:
         start_limit = config.worker_start_concurrency or max(8, 4 * (os.cpu_count() or 1))
         gpus = GpuIds(node_device_ids(resources.get("GPU", 0), os.environ.get("CUDA_VISIBLE_DEVICES")))
         # the pure part: resources, the lease queue, leases, bundles (lease_table.py)
-        self.table = LT.LeaseTable(node_id=node_id, total=total, labels=labels, workers=self.pool, gpus=gpus,
+        self.table = LT.LeaseTable(node_id=node_id, total=total, labels=self.labels, workers=self.pool, gpus=gpus,
                                    clock=self.clock, start_limit=start_limit)
         self._stats = NodeStats()
         self.clients: dict[bytes, rpc.Connection] = {}  # worker_id -> conn (drivers and workers)
@@ -537,7 +538,8 @@ class NodeDaemon:
             self._worker_gone(rec, "did not start in time")
 
     def _on_return_lease(self, conn, msg: P.ReturnLease, rid):
-        self._lease(LT.LeaseReturned(msg.lease_id, msg.disconnect_worker, LT.lease_cause(msg.lease_id)))
+        self._lease(LT.LeaseReturned(msg.lease_id, msg.disconnect_worker, LT.lease_cause(msg.lease_id),
+                                     msg.retire_worker))
         return None
 
     def _on_cancel_lease(self, conn, msg: P.CancelLease, rid):
