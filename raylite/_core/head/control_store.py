@@ -129,6 +129,9 @@ class ActorRecord:
     # handles live, as in Ray; a kill (raylite.kill, or the last handle dropped) or the
     # owner's exit frees it. Not persisted: a restarted head frees such names.
     name_held: bool = False
+    # ray.kill(no_restart=False) while the actor was starting: the reason, to stop it (a death
+    # that counts against max_restarts, as in Ray) as soon as its process is up. Not persisted.
+    kill_on_start: str = ""
 
 
 @dataclass
@@ -594,6 +597,14 @@ class ControlStore:
             return [KillWorkerOn(node_id, reply.worker_id, "its actor was killed while it was starting")]
         if rec is None or rec.state is ActorState.DEAD:
             return []
+        if reply.ok and rec.kill_on_start:
+            # killed while it started: stopped now, before anyone calls it; its exit decides
+            # (worker_died) whether it restarts
+            reason, rec.kill_on_start = rec.kill_on_start, ""
+            rec.worker_id = reply.worker_id
+            rec.node_id = node_id
+            self._node_actors.setdefault(node_id, set()).add(actor_id)
+            return [KillWorkerOn(node_id, reply.worker_id, reason)]
         if reply.ok:
             rec.state = ActorState.ALIVE
             rec.address = reply.address
@@ -636,8 +647,14 @@ class ControlStore:
         node = self.nodes.get(rec.node_id)
         if rec.state is ActorState.ALIVE and node is not None and node.alive:
             return [KillWorkerOn(rec.node_id, rec.worker_id, reason or "killed by raylite.kill()")]
-        if rec.state in (ActorState.PENDING, ActorState.RESTARTING) and no_restart:
-            return self._actor_dead(actor_id, f"The actor was {reason or 'killed by raylite.kill()'} before it started.")
+        if rec.state in (ActorState.PENDING, ActorState.RESTARTING):
+            if no_restart:
+                stop = self._kill_everywhere(rec)  # a process started for it, stopped on start
+                return stop + self._actor_dead(actor_id, f"The actor was {reason or 'killed by raylite.kill()'} "
+                                                         "before it started.")
+            # Ray counts this kill as a death: the starting process is stopped once it is up,
+            # and the actor restarts if max_restarts allows (actor_start_replied)
+            rec.kill_on_start = reason or "killed by raylite.kill()"
         return []
 
     def worker_died(self, worker_id: bytes, actor_id: bytes, reason: str) -> list[Effect]:
