@@ -20,12 +20,26 @@ from raylite import api
 _DEFAULT_NAMESPACE = ""
 
 
+# Ray keeps namespaces inside its keys under this prefix, so its key-value store refuses keys
+# that start with it (a RaySystemError); refused the same way here, so code that works on
+# raylite keeps working on Ray
+_RESERVED_PREFIX = b"@namespace_"
+
+
 def _key(key: str | bytes, what: str = "key") -> bytes:
     if isinstance(key, str):
-        return key.encode()
-    if isinstance(key, bytes | bytearray | memoryview):
-        return bytes(key)
-    raise TypeError(f"internal_kv {what} must be str or bytes, not {type(key).__name__}")
+        out = key.encode()
+    elif isinstance(key, bytes | bytearray | memoryview):
+        out = bytes(key)
+    else:
+        raise TypeError(f"internal_kv {what} must be str or bytes, not {type(key).__name__}")
+    if out.startswith(_RESERVED_PREFIX):
+        from raylite.exceptions import RaySystemError
+
+        raise RaySystemError(f"internal_kv {what} {out!r} starts with the reserved prefix "
+                             f"{_RESERVED_PREFIX.decode()!r} (Ray stores namespaces under it); "
+                             "use another key, and the namespace= argument for namespaces")
+    return out
 
 
 def _ns(namespace: str | None) -> str:

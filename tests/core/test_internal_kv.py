@@ -41,3 +41,16 @@ def test_bad_types_are_clear_errors(cluster):
         kv._internal_kv_put("k", {"a": 1})
     with pytest.raises(TypeError, match="key must be str or bytes"):
         kv._internal_kv_get(3)
+
+
+def test_keys_under_rays_reserved_namespace_prefix_are_refused(cluster):
+    # Ray's store keeps namespaces under "@namespace_" inside its keys and refuses such keys
+    # in every call; a refused put stores nothing
+    for call in (lambda: kv._internal_kv_put("@namespace_", "x", True),
+                 lambda: kv._internal_kv_get("@namespace_", namespace="n"),
+                 lambda: kv._internal_kv_del("@namespace_def", namespace="n"),
+                 lambda: kv._internal_kv_list("@namespace_abc", namespace="n")):
+        with pytest.raises(raylite.exceptions.RaySystemError, match="reserved prefix"):
+            call()
+    assert kv._internal_kv_put("namespace_ok", b"v") is False  # only the prefix is reserved
+    assert kv._internal_kv_get("namespace_ok") == b"v"
