@@ -228,6 +228,13 @@ class RemoteFunction(ExportedCode):
         self._options = O.validate(dict(options), O.TASK_OPTIONS, f"remote function {function.__qualname__}")
         self._is_generator = inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function)
         self._check_returns(self._options)
+        # Ray's max_calls (decorator only): a worker that ran this function that many times
+        # exits; a GPU function defaults to 1, so each run gets a fresh process and the GPU
+        # memory a library cached is given back (Ray's default too). 0: no limit.
+        max_calls = self._options.get("max_calls")
+        if max_calls is None:
+            max_calls = 1 if (self._options.get("num_gpus") or 0) > 0 else 0
+        self._max_calls = max_calls
         self._placement: tuple | None = None  # (options, captured group, resources, strategy, capture) of the last call
         ExportedCode.__init__(self, function)
         try:
@@ -251,6 +258,9 @@ class RemoteFunction(ExportedCode):
         return _FunctionWithOptions(self, {**self._options, **options})
 
     def _check_returns(self, options: dict) -> None:
+        if "max_calls" in options and options is not self._options:
+            raise ValueError("Setting 'max_calls' is not supported in '.options()': give it to the "
+                             f"decorator, @remote(max_calls=...) (remote function {self._function.__qualname__}).")
         O.check_generator_returns(options.get("num_returns"), self._is_generator,
                                   f"remote function {self._function.__qualname__}")
 
@@ -308,7 +318,8 @@ class RemoteFunction(ExportedCode):
             max_retries=3 if max_retries is None else max_retries,
             retry_exceptions=bool(retry_exc), runtime_env=runtime_env, strategy=strategy,
             namespace=client.namespace, parent_task_id=api.current_task_id(),
-            method_meta=_NOTHING, concurrency_groups=_NOTHING, gpu_ids=_NO_GPUS, capture_pg=capture_pg)
+            method_meta=_NOTHING, concurrency_groups=_NOTHING, gpu_ids=_NO_GPUS, capture_pg=capture_pg,
+            max_calls=self._max_calls)
         return client.submit_task(spec, pinned, retry_exc)
 
 

@@ -31,7 +31,7 @@ ACTOR_OPTIONS = {
 METHOD_OPTIONS = {"num_returns", "concurrency_group", "max_task_retries", "retry_exceptions",
                   "name", "enable_task_events", "_generator_backpressure_num_objects",
                   "tensor_transport"}
-_IGNORED_WITH_WARNING = {"max_calls", "_metadata",
+_IGNORED_WITH_WARNING = {"_metadata",
                          "enable_task_events", "_labels", "object_store_memory",
                          "max_pending_calls", "allow_out_of_order_execution",
                          "_generator_backpressure_num_objects", "tensor_transport"}

@@ -222,6 +222,9 @@ class RequestLeaseReply(Message):
 class ReturnLease(Message):
     lease_id: bytes
     disconnect_worker: bool = False
+    # the worker reached a function's max_calls: it is never leased again and exits on its
+    # own once nothing it owns is referenced (it may still serve its objects until then)
+    retire_worker: bool = False
 
 
 @message(15)

@@ -84,6 +84,8 @@ class TaskSpec:
     # hex id of the placement group this task's children are scheduled in when they name no
     # strategy (Ray's placement_group_capture_child_tasks=True); "" when they are not captured
     capture_pg: str = ""
+    # Ray's max_calls: a worker that ran this function that many times exits (0: no limit)
+    max_calls: int = 0
 
     def return_ids(self) -> list[ObjectID]:
         n = self.num_returns if self.num_returns > 0 else 1

@@ -410,6 +410,10 @@ class CoreClient(HeadCalls, CoreAPI):
         return await self.links.connection(address)
 
     # ================================================================ the components' API
+    def owns_referenced_objects(self) -> bool:
+        """Some object this process owns is still referenced (objects.py, owns_referenced)."""
+        return self.objects.owns_referenced()
+
     def put(self, value: Any, *, _owner_address: str | None = None) -> Any:
         return self.objects.put(value, _owner_address=_owner_address)
 

@@ -109,15 +109,21 @@ class Leases:
             if lease.in_flight:
                 return
             lease.blocked = False
+        if lease.retiring:
+            return
         spreading = bool(q.spread_batch) and not q.spread_covered
         while q.tasks and lease.in_flight < limit and not lease.dead:
             if spreading and lease.batch == q.spread_batch:
                 break  # its node ran a task of this burst: every other node gets one first
+            if q.tasks[0].spec.max_calls and lease.in_flight:
+                break  # a max_calls task goes alone: its worker may exit after it
             rec = q.tasks.popleft()
             if rec.cancelled:
                 continue
             lease.batch = q.spread_batch
             self._push(rec, lease)
+            if rec.spec.max_calls:
+                break
 
     def _refill(self, lease: Lease) -> None:
         """After a reply on `lease`: keep it busy, or let it go once the queue is empty. O(1):
@@ -264,16 +270,19 @@ class Leases:
             lease.queue.leases.remove(lease)
         self.leases.pop(lease.lease_id, None)
 
-    def _return_lease(self, lease: Lease) -> None:
+    def _return_lease(self, lease: Lease, retire: bool = False) -> None:
+        """Give the lease back to its node; `retire`: its worker reached a function's max_calls,
+        so the node never leases it again (it exits once its objects are released)."""
         lease.idle_handle = None
         if lease.in_flight or lease.dead:
             return
+        retire = retire or lease.retiring
         if lease in lease.queue.leases:
             lease.queue.leases.remove(lease)
         self.leases.pop(lease.lease_id, None)
         lease.dead = True
         try:
-            (lease.node_conn or self._links.node).send(P.ReturnLease(lease.lease_id))
+            (lease.node_conn or self._links.node).send(P.ReturnLease(lease.lease_id, retire_worker=retire))
         except Exception:  # noqa: BLE001
             pass
 
@@ -351,11 +360,18 @@ class Leases:
             else:
                 self.tasks.requeue(rec)
         else:
+            reply = fut.result()
             if lease is not None and pushed_at:
                 self._note_service_time(lease, pushed_at)
-            self.tasks.task_done(rec, fut.result())
+            if reply.worker_exiting and lease is not None:
+                lease.retiring = True
+            self.tasks.task_done(rec, reply)
         if lease is not None and not lease.dead:
-            if lease.blocked:  # a task bounced back to the queue: other leases may take it
+            if lease.retiring:
+                if lease.in_flight == 0:
+                    self._return_lease(lease, retire=True)
+                    self._pump(lease.queue)
+            elif lease.blocked:  # a task bounced back to the queue: other leases may take it
                 self._pump(lease.queue)
             else:
                 self._refill(lease)

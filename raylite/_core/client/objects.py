@@ -71,6 +71,12 @@ class ObjectPlane:
         self.unhandled_error_hook: Callable[[Any], None] | None = None
         self._errors_read: set[bytes] = set()  # owned error objects a get() has raised
 
+    def owns_referenced(self) -> bool:
+        """Whether some object this process owns is still referenced (here or by a borrower):
+        a worker that retires (max_calls) serves its objects until this is False."""
+        with self._lock:
+            return any(rc.owned and rc.in_use() for rc in self._refs.refs.values())
+
     def expect(self, object_ids: list[bytes]) -> None:
         """A task's returns: owned, referenced once (by the refs handed out) and pending, in one go
         under the lock (a task may have 10,000 returns)."""

@@ -128,6 +128,7 @@ class Lease:
     gpu_ids: list = field(default_factory=list)  # devices the node gave this lease
     batch: bytes = b""  # the SPREAD burst it last ran a task of
     last_reply_at: float = 0.0  # monotonic time of its latest reply (Leases._on_reply)
+    retiring: bool = False  # its worker reached a function's max_calls: no more pushes
 
 
 @dataclass

@@ -106,6 +106,7 @@ class LeaseReturned:
     lease_id: bytes
     disconnect_worker: bool
     cause: str
+    retire_worker: bool = False  # max_calls reached: STOPPING, not killed (it exits by itself)
 
 
 @dataclass(slots=True)
@@ -366,6 +367,8 @@ class LeaseTable:
         effects: list[Effect] = []
         if e.disconnect_worker:
             effects.append(KillWorker(rec, "returned with disconnect", False, e.cause))
+        elif e.retire_worker:
+            self.workers.set_state(rec, "STOPPING")
         else:
             self.workers.set_state(rec, "IDLE")
         return effects + self._grant(e.cause)

@@ -121,6 +121,11 @@ class Worker:
         # exit_actor() was called: calls not yet started never start (the process ends within
         # moments, and their callers get the actor's death, as in Ray)
         self.exiting = False
+        # max_calls: how many times each function (by export key) ran here. Once one reaches
+        # its limit the worker retires: it takes no more tasks and exits when nothing it owns
+        # is referenced any longer (the refs its tasks handed out stay readable until then)
+        self._calls: dict[bytes, int] = {}
+        self.retiring = False
 
     # ------------------------------------------------------------ I/O thread side
     def _on_push_task(self, conn, msg: P.PushTask, rid: int):
@@ -129,7 +134,7 @@ class Worker:
             self._dispatch_actor_call(conn, rid, spec)
         else:
             with self.queue_lock:
-                if self.blocked_in_get and spec.kind == KIND_TASK and self.actor_spec is None:
+                if (self.blocked_in_get or self.retiring) and spec.kind == KIND_TASK and self.actor_spec is None:
                     conn.send(P.PushTaskReply(spec.task_id, [], [], "bounced"), -rid)
                     return None
                 self.tasks.put((conn, rid, spec))
@@ -334,8 +339,40 @@ class Worker:
     def _execute_and_reply(self, conn, rid: int, spec: TaskSpec) -> None:
         if self.exiting:
             return
+        if self.retiring and spec.kind == KIND_TASK:
+            self._reply(conn, rid, P.PushTaskReply(spec.task_id, [], [], "bounced"))  # runs elsewhere
+            return
         reply = self.execute(conn, spec)
+        if spec.max_calls and spec.kind == KIND_TASK:
+            key = spec.function.function_id
+            self._calls[key] = self._calls.get(key, 0) + 1
+            if self._calls[key] >= spec.max_calls:
+                with self.queue_lock:
+                    self.retiring = True
+                # its owner gives the lease back for good
+                reply = P.PushTaskReply(reply.task_id, reply.returns, reply.borrowed, reply.error_kind, True)
+                self._reply(conn, rid, reply)
+                self._retire()
+                return
         self._reply(conn, rid, reply)
+
+    def _retire(self) -> None:
+        """Main thread, after a function's max_calls-th run: hand queued tasks back to their
+        owners, wait until no object this process owns is referenced anywhere (a caller may
+        still read what its tasks returned, as the refs they created are served from here),
+        then end the process the way a finished worker does."""
+        while True:
+            try:
+                conn, rid, spec = self.tasks.get_nowait()
+            except queue.Empty:
+                break
+            self._reply(conn, rid, P.PushTaskReply(spec.task_id, [], [], "bounced"))
+        # the replies go out before anything else: the loop runs its callbacks in order
+        with contextlib.suppress(Exception):
+            self.client.run_sync(asyncio.sleep(0), timeout=5)
+        while self.client.owns_referenced_objects():
+            time.sleep(0.05)
+        self.exit_gracefully()
 
     def _resolve_args(self, spec: TaskSpec, held: list | None = None) -> tuple[tuple, dict]:
         """The call's arguments, their refs fetched. `held` (kept by the caller while the call
