@@ -229,14 +229,15 @@ def no_auth_refusal(config: Config) -> str:
 
 # Ray's `init(_system_config={...})` keys that raylite honours: the Config field each sets, and
 # the factor from Ray's unit to the field's (Ray counts the monitor's period in milliseconds;
-# None: the value is a switch).
-_RAY_SYSTEM_CONFIG: dict[str, tuple[str, float | None]] = {
+# None: the value is a switch; "names": a list of module names).
+_RAY_SYSTEM_CONFIG: dict[str, tuple[str, float | str | None]] = {
     "memory_usage_threshold": ("memory_usage_threshold", 1.0),
     "memory_monitor_refresh_ms": ("memory_monitor_interval_s", 0.001),
     "automatic_object_spilling_enabled": ("object_spilling", None),
     "plasma_store_usage_trigger_gc_threshold": ("store_usage_gc_threshold", 1.0),
     "global_gc_min_interval_s": ("global_gc_min_interval_s", 1.0),
     "local_gc_min_interval_s": ("local_gc_min_interval_s", 1.0),
+    "preload_python_modules": ("preload_modules", "names"),  # imported by the workers' template
 }
 
 
@@ -254,8 +255,12 @@ def system_config_env(system_config: Mapping | None) -> tuple[dict[str, str], li
             if not isinstance(value, bool):
                 raise ValueError(f"_system_config[{key!r}] must be True or False, not {value!r}")
             env[_ENV_PREFIX + field.upper()] = "1" if value else "0"
+        elif factor == "names":
+            if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"_system_config[{key!r}] must be a list of module names, not {value!r}")
+            env[_ENV_PREFIX + field.upper()] = ",".join(value)
         else:
-            env[_ENV_PREFIX + field.upper()] = repr(float(value) * factor)
+            env[_ENV_PREFIX + field.upper()] = repr(float(value) * float(factor))
     return env, unknown
 
 

@@ -69,6 +69,30 @@ def test_memory_usage_threshold_from_init_reaches_the_memory_monitor():
         ray.shutdown()
 
 
+def test_preload_python_modules_are_imported_by_every_worker_and_a_missing_one_is_skipped():
+    # Ray's test_preload_workers: modules named in preload_python_modules are imported in the
+    # workers before any task (here by the workers' fork template); a name that does not
+    # import is skipped, not fatal
+    assert system_config_env({"preload_python_modules": ["a.b", "c"]})[0] == {"RAYLITE_PRELOAD_MODULES": "a.b,c"}
+    with pytest.raises(ValueError, match="list of module names"):
+        system_config_env({"preload_python_modules": "webbrowser"})
+    if ray.is_initialized():
+        ray.shutdown()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ray.init(num_cpus=1, _system_config={"preload_python_modules": ["webbrowser", "no_such_module_xyz"]})
+    try:
+        @ray.remote
+        def imported():
+            import sys
+
+            return "webbrowser" in sys.modules, "no_such_module_xyz" in sys.modules
+
+        assert ray.get(imported.remote(), timeout=60) == (True, False)
+    finally:
+        ray.shutdown()
+
+
 def test_unknown_system_config_keys_are_named_in_a_warning():
     if ray.is_initialized():
         ray.shutdown()

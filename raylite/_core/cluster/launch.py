@@ -41,6 +41,14 @@ class NodeProcess:
     sys_path: tuple[str, ...] = ()  # the driver's directories its workers import from (PYTHONPATH)
 
 
+def daemon_command() -> list[str]:
+    """How to start a node daemon: this interpreter with the site flags it was started with
+    (`python -s` or `-S`, as Ray's workers inherit them), so the daemon, the workers' template
+    it forks and every worker see the same packages as the driver."""
+    flags = (["-S"] if sys.flags.no_site else []) + (["-s"] if sys.flags.no_user_site else [])
+    return [sys.executable, *flags, "-m", "raylite._core.cluster.daemon"]
+
+
 def package_root_path() -> list[str]:
     """raylite's package root for a child interpreter's PYTHONPATH, where that interpreter would
     not find raylite by itself (a source checkout run in place). Installed into site-packages,
@@ -182,7 +190,7 @@ def spawn_node(config: Config, *, num_cpus=None, num_gpus=None, resources=None,
     env.update(system_config_env(system_config)[0])  # Ray's init(_system_config=...)
     code = tuple(driver_sys_path())  # the workers import the driver's modules beside its script
     env["PYTHONPATH"] = os.pathsep.join(p for p in [*package_root_path(), *code, env.get("PYTHONPATH", "")] if p)
-    cmd = [sys.executable, "-m", "raylite._core.cluster.daemon", "--session-dir", session, "--head",
+    cmd = [*daemon_command(), "--session-dir", session, "--head",
            "--resources", json.dumps(total), "--labels", json.dumps(labels or {}), "--exit-with-creator",
            "--creator-pid", str(os.getpid())]
     if dashboard:
