@@ -168,3 +168,39 @@ def test_generator_values_larger_than_the_store_together_spill(small_store):
     assert [int(ray.get(r)[0]) for r in refs] == [0, 1, 2]
     del refs
     gc.collect()
+
+
+def test_an_object_larger_than_the_store_lives_on_disk_as_in_ray(small_store):
+    # Ray's fallback allocation: an object bigger than the whole store is made on disk instead
+    # of refused; it takes no room from the objects in memory, and its file goes with it
+    gc.collect()
+    wait_for(lambda: _info().store_used_bytes == 0 and not _spill_files(), what="earlier tests' objects to go")
+    spilled_before = _info().store_stats["num_spilled"]
+    small = ray.put(_block(3))
+    big_value = np.arange(80 * MIB // 8, dtype=np.int64)  # 80 MiB: more than the 64 MiB store
+    big = ray.put(big_value)
+    assert [n for n in _spill_files() if n.endswith(".fallback")]
+    assert _info().store_used_bytes < 20 * MIB  # only `small` is in memory
+
+    @ray.remote
+    def checksum(a):
+        return int(a[-1]), len(a)
+
+    @ray.remote
+    def make_big():
+        return np.ones(90 * MIB, dtype=np.uint8)
+
+    assert np.array_equal(ray.get(big), big_value)
+    assert ray.get(checksum.remote(big), timeout=60) == (len(big_value) - 1, len(big_value))
+    assert _info().store_stats["num_spilled"] == spilled_before  # nothing in memory was pushed out for it
+    del big  # the 96 MiB spill space holds one of these at a time
+    gc.collect()
+    wait_for(lambda: not [n for n in _spill_files() if n.endswith(".fallback")], what="its file on disk to go")
+    made = make_big.remote()  # a task's return larger than the store
+    assert int(ray.get(made, timeout=60).sum()) == 90 * MIB
+    assert np.array_equal(ray.get(small), _block(3))
+    del made
+    gc.collect()
+    wait_for(lambda: not [n for n in _spill_files() if n.endswith(".fallback")], what="the files on disk to go")
+    with pytest.raises(ray.exceptions.ObjectStoreFullError, match="larger than the whole store, and the spill space"):
+        ray.put(np.zeros(200 * MIB, dtype=np.uint8))  # more than the 96 MiB spill space too

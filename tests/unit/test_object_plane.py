@@ -60,8 +60,18 @@ def test_a_full_store_spills_and_the_writer_waits_only_past_the_bytes_allowed_ah
     assert plane.store.where(b"a") == "spilled"
 
 
-def test_a_full_store_with_nothing_to_spill_refuses():
+def test_an_object_larger_than_the_store_is_made_on_disk_and_its_free_says_so():
     plane = _plane()
+    effects = _create(plane, b"big", 11, _Writer())
+    assert _kinds(effects) == ["WatchWriter", "TakeSegment"] and effects[1].fallback
+    _seal(plane, b"big", 11)
+    released = plane.handle(OP.FreeRequested([b"big"], "t"))
+    assert _kinds(released) == ["ReleaseFiles"] and released[0].freed[0].fallback
+
+
+def test_a_store_without_a_spill_directory_refuses_an_object_larger_than_itself():
+    store = ObjectStore("/dev/shm/x", 10 * MIB, spill_dir="")
+    plane = OP.ObjectPlane(store, spill_ahead_bytes=4 * MIB)
     effects = _create(plane, b"big", 11, _Writer())
     assert _kinds(effects) == ["Answer"] and not effects[0].ok and "larger than the whole store" in effects[0].error
 

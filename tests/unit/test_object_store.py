@@ -150,9 +150,37 @@ def test_disk_free_space_limits_spilling():
         s.reserve(b"b", 4 * MIB, OWNER, spill_free_bytes=1 * MIB)
 
 
-def test_object_larger_than_the_store():
-    with pytest.raises(ObjectStoreFullError, match="larger than the whole store"):
-        _store().reserve(b"a", 11 * MIB, OWNER)
+def test_object_larger_than_the_store_goes_to_disk_as_ray_does():
+    # Ray's fallback allocation: it cannot fit however much is spilled, so it is made on disk;
+    # it counts against neither the capacity nor the spill space, and nothing is spilled for it
+    s = _store()
+    _put(s, b"small", 4)
+    res = s.reserve(b"big", 11 * MIB, OWNER, spill_free_bytes=100 * MIB)
+    assert res.fallback and res.spill == [] and res.evict == [] and res.reuse == ""
+    s.sealed(b"big", 11 * MIB, OWNER)
+    assert s.used_bytes == 4 * MIB and s.fallback_bytes == 11 * MIB and s.where(b"big") == "shared_memory"
+    s.mapped(b"big")
+    assert s.mapped_bytes == 0  # never counted in memory, mapped or not
+    s.unmapped(b"big")
+    _put(s, b"next", 6)  # the whole capacity is still there for the others
+    assert s.where(b"small") == s.where(b"next") == "shared_memory"
+    freed = s.free(b"big")
+    assert freed.fallback and freed.shm and not freed.spill_file
+    assert s.fallback_bytes == 0 and b"big" not in s.objects
+
+
+def test_object_larger_than_the_store_is_refused_when_the_disk_cannot_hold_it():
+    with pytest.raises(ObjectStoreFullError, match="larger than the whole store, and the spill space"):
+        _store().reserve(b"a", 11 * MIB, OWNER, spill_free_bytes=5 * MIB)
+    with pytest.raises(ObjectStoreFullError, match="larger than the whole store"):  # nowhere to put it
+        ObjectStore("/dev/shm/x", 10 * MIB, spill_dir="").reserve(b"a", 11 * MIB, OWNER)
+
+
+def test_a_pulled_copy_larger_than_the_store_sealed_without_a_reservation_is_on_disk():
+    s = _store()
+    s.sealed(b"copy", 20 * MIB, "", copy=True, fallback=True)
+    assert s.used_bytes == 0 and s.fallback_bytes == 20 * MIB
+    assert s.free(b"copy").fallback
 
 
 def test_restore_makes_room_and_counts_back():

@@ -651,8 +651,12 @@ class NodeDaemon:
         return spills, last
 
     def _on_object_sealed(self, conn, msg: P.ObjectSealed, rid):
+        # a copy larger than the store, written under another id's reservation and renamed,
+        # is a link to a file on disk (the only check by file; it runs only for such sizes)
+        fallback = (msg.size > self.store.capacity_bytes and msg.object_id not in self.store.objects
+                    and shm_files.is_fallback_file(self.store, msg.object_id))
         self._objects_do(OP.Sealed(msg.object_id, msg.size, msg.owner_address, msg.copy,
-                                   OP.object_cause(msg.object_id)))
+                                   OP.object_cause(msg.object_id), fallback))
         self._gc_if_store_full()
         return P.Ack() if rid else None
 
@@ -708,6 +712,16 @@ class NodeDaemon:
             OP.object_cause(msg.object_id)))
         if isinstance(last, OP.Answer):
             return P.CreateObjectReply(last.ok, last.error)
+        if last.fallback:
+            try:
+                shm_files.make_fallback_file(self.store, last.object_id)
+            except OSError as e:
+                self._objects_do(OP.FreeRequested([last.object_id], OP.object_cause(last.object_id)))
+                return P.CreateObjectReply(False, f"Cannot store object {last.object_id.hex()} ({msg.size} bytes): "
+                                                  f"it is larger than the whole object store, and its file on "
+                                                  f"disk could not be made ({e}). Raise object_store_memory, or "
+                                                  "free disk space in the spill directory.")
+            return P.CreateObjectReply(True)
         if last.after_spills:
             return self._spill_then_create(spills, last)
         shm_files.take_segment(self.store, last.reuse, last.object_id)

@@ -51,6 +51,7 @@ class Sealed:
     owner_address: str
     copy: bool
     cause: str
+    fallback: bool = False  # its path links to a file on disk (an object larger than the store)
 
 
 @dataclass(slots=True)
@@ -153,6 +154,7 @@ class TakeSegment:
     reuse: str
     after_spills: bool
     cause: str
+    fallback: bool = False  # larger than the store: make its file on disk and link it
 
 
 @dataclass(slots=True)
@@ -208,7 +210,8 @@ class ObjectPlane:
         writing.add(e.object_id)
         self.writers[e.object_id] = e.writer
         effects += self._make_room(res.evict, res.drop_pool, res.spill, e.cause)
-        effects.append(TakeSegment(e.object_id, res.reuse, bool(res.spill) and self._too_much_in_flight(), e.cause))
+        effects.append(TakeSegment(e.object_id, res.reuse, bool(res.spill) and self._too_much_in_flight(), e.cause,
+                                   res.fallback))
         return effects
 
     def _make_room(self, evict: list[Freed], drop_pool: list[str], spill: list[bytes], cause: str) -> list[Effect]:
@@ -232,7 +235,7 @@ class ObjectPlane:
         return self.spill_inflight_bytes > self.spill_ahead_bytes
 
     def _sealed(self, e: Sealed) -> list[Effect]:
-        self.store.sealed(e.object_id, e.size, e.owner_address, copy=e.copy)
+        self.store.sealed(e.object_id, e.size, e.owner_address, copy=e.copy, fallback=e.fallback)
         self._written(e.object_id)
         return []
 

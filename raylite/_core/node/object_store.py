@@ -25,6 +25,13 @@ counts as just used, and counts against the capacity again. If the spill space
 cannot take the victims either, `reserve` raises ObjectStoreFullError with the
 numbers.
 
+Objects larger than the whole store (Ray's fallback allocation): such an object cannot fit
+however much is spilled, so it is written straight to a file in `spill_dir` (on disk),
+which the object's shared-memory path links to; writers and readers open that path as
+for any object. It counts against neither the capacity nor the spill space's accounting
+(the disk's free space is checked when it is made), is never spilled, and its file goes
+when it is freed. Ray puts such objects on disk the same way instead of refusing them.
+
 Every decision is bounded by the work it does, not by the number of objects held:
 sealed objects sit in recency order (an OrderedDict per kind), split by whether a
 reader maps them, so choosing victims walks only the victims; readers report the
@@ -76,6 +83,7 @@ class StoredObject:
     state: str = SHM
     copy: bool = False  # pulled from another node: dropped (not spilled) when room is needed
     readers: int = 0  # clients on this node that map it now (as they report it)
+    fallback: bool = False  # larger than the store: its bytes live in a file on disk (see above)
 
 
 class _Recency:
@@ -129,6 +137,7 @@ class Reservation:
     evict: list[Freed] = field(default_factory=list)
     drop_pool: list[str] = field(default_factory=list)
     reuse: str = ""
+    fallback: bool = False  # larger than the store: the node makes its file on disk, linked
 
 
 @dataclass
@@ -139,6 +148,7 @@ class Freed:
     size: int
     shm: bool  # its shared-memory file exists (recycle it, or unlink it)
     spill_file: bool  # its spill file exists (delete it)
+    fallback: bool = False  # its path links to a file on disk: delete both, recycle nothing
 
 
 class ObjectStore:
@@ -160,6 +170,7 @@ class ObjectStore:
         self.used_bytes = 0
         self.mapped_bytes = 0
         self.spilled_bytes = 0
+        self.fallback_bytes = 0  # objects larger than the store, on disk (not in used_bytes)
         self.pool: OrderedDict[str, int] = OrderedDict()  # recycled segment path -> size, oldest first
         self._pool_since: dict[str, float] = {}  # when it was recycled
         self._pool_by_size: dict[int, dict[str, None]] = {}  # size -> paths of that size
@@ -177,6 +188,10 @@ class ObjectStore:
 
     def spill_path(self, object_id: bytes) -> str:
         return os.path.join(self.spill_dir, object_id.hex())
+
+    def fallback_path(self, object_id: bytes) -> str:
+        """Where an object larger than the store keeps its bytes (its path links here)."""
+        return os.path.join(self.spill_dir, object_id.hex() + ".fallback")
 
     def _recency(self, obj: StoredObject) -> _Recency:
         return self._copies if obj.copy else self._primaries
@@ -208,7 +223,7 @@ class ObjectStore:
         obj = self.objects.get(object_id)
         if obj is not None:
             obj.readers += 1
-            if obj.readers == 1 and obj.state == SHM:
+            if obj.readers == 1 and obj.state == SHM and not obj.fallback:
                 self._recency(obj).set_mapped(object_id, True)
                 self.mapped_bytes += obj.size
 
@@ -216,7 +231,7 @@ class ObjectStore:
         obj = self.objects.get(object_id)
         if obj is not None and obj.readers > 0:
             obj.readers -= 1
-            if obj.readers == 0 and obj.state == SHM:
+            if obj.readers == 0 and obj.state == SHM and not obj.fallback:
                 self._recency(obj).set_mapped(object_id, False)
                 self.mapped_bytes -= obj.size
 
@@ -231,12 +246,27 @@ class ObjectStore:
         existing = self.objects.get(object_id)
         if existing is not None:  # a retried write of the same object: nothing new to hold
             self._recency(existing).touch(object_id)
-            return Reservation(object_id, 0)
+            return Reservation(object_id, 0, fallback=existing.fallback)
+        if size > self.capacity_bytes and self.spill_dir:
+            return self._reserve_fallback(object_id, size, owner_address, spill_free_bytes)
         res = self._make_room(object_id, size, spill_free_bytes, what="store")
         self.objects[object_id] = StoredObject(size, owner_address, CREATING)
         self.used_bytes += size
         res.reuse = self._take_pool_file(size)
         return res
+
+    def _reserve_fallback(self, object_id: bytes, size: int, owner_address: str,
+                          spill_free_bytes: int | None) -> Reservation:
+        """An object larger than the whole store goes to a file on disk (see the module's
+        docstring), if the disk has room for it."""
+        room = self._spill_room(spill_free_bytes)
+        if room is not None and size > room:
+            raise self._full_error(object_id, size, "store",
+                                   f"it is larger than the whole store, and the spill space ({self.spill_dir}) "
+                                   f"has only {_mib(room)} left to hold it on disk")
+        self.objects[object_id] = StoredObject(size, owner_address, CREATING, fallback=True)
+        self.fallback_bytes += size
+        return Reservation(object_id, size, fallback=True)
 
     def _make_room(self, object_id: bytes, size: int, spill_free_bytes: int | None, what: str,
                    extra_spill_room: int = 0) -> Reservation:
@@ -310,7 +340,7 @@ class ObjectStore:
     def _spill_room(self, spill_free_bytes: int | None) -> int | None:
         rooms = []
         if self.spill_capacity_bytes:
-            rooms.append(max(0, self.spill_capacity_bytes - self.spilled_bytes))
+            rooms.append(max(0, self.spill_capacity_bytes - self.spilled_bytes - self.fallback_bytes))
         if spill_free_bytes is not None:
             rooms.append(spill_free_bytes)
         return min(rooms) if rooms else None
@@ -325,9 +355,24 @@ class ObjectStore:
             "(del ref), raise object_store_memory in raylite.init() / `raylite start`, or free disk "
             "space in the spill directory.")
 
-    def sealed(self, object_id: bytes, size: int, owner_address: str, *, copy: bool = False) -> None:
-        """The writer finished the file. Objects written without a reservation are counted now."""
+    def sealed(self, object_id: bytes, size: int, owner_address: str, *, copy: bool = False,
+               fallback: bool = False) -> None:
+        """The writer finished the file. Objects written without a reservation are counted now.
+        `fallback`: such an object's path links to a file on disk (a pulled copy larger than
+        the store, written under a reservation of another id, then renamed)."""
         obj = self.objects.get(object_id)
+        if obj is None and fallback:
+            self.objects[object_id] = StoredObject(size, owner_address, SHM, copy=copy, fallback=True)
+            self.fallback_bytes += size
+            return
+        if obj is not None and obj.fallback:
+            if obj.state == CREATING:
+                self.fallback_bytes += size - obj.size
+                obj.size = size
+                obj.state = SHM
+                if owner_address:
+                    obj.owner_address = owner_address
+            return
         if obj is None:
             obj = self.objects[object_id] = StoredObject(size, owner_address, CREATING, copy=copy)
             self.used_bytes += size
@@ -394,6 +439,9 @@ class ObjectStore:
         obj = self.objects.pop(object_id, None)
         if obj is None:
             return None
+        if obj.fallback:
+            self.fallback_bytes -= obj.size
+            return Freed(object_id, obj.size, True, False, fallback=True)
         if obj.state == SHM:
             self._leave_memory(object_id, obj, SHM)
         in_shm = obj.state != SPILLED
@@ -478,6 +526,7 @@ class ObjectStore:
         return {"used_bytes": self.used_bytes, "capacity_bytes": self.capacity_bytes,
                 "mapped_bytes": self.mapped_bytes,
                 "spilled_bytes": self.spilled_bytes, "pool_bytes": self.pool_bytes,
+                "fallback_bytes": self.fallback_bytes,
                 "num_objects": len(self.objects), "num_spilled": self.num_spilled,
                 "num_restored": self.num_restored, "bytes_spilled_total": self.bytes_spilled_total,
                 "bytes_restored_total": self.bytes_restored_total}

@@ -36,6 +36,9 @@ def spill_free_bytes(store: ObjectStore) -> int | None:
 
 def release(store: ObjectStore, freed: Freed) -> None:
     """Recycle a freed object's segment when nobody maps it; delete it otherwise."""
+    if freed.fallback:
+        _release_fallback(store.path(freed.object_id))
+        return
     if freed.spill_file:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(store.spill_path(freed.object_id))
@@ -63,6 +66,36 @@ def release(store: ObjectStore, freed: Freed) -> None:
             os.unlink(path)  # a reader's mapping stays valid until it is dropped
     finally:
         os.close(fd)
+
+
+def _release_fallback(path: str) -> None:
+    """An object larger than the store: its path links to its file on disk; both go. A link
+    already renamed to another object's path (a pulled copy's reservation) leaves that
+    object's file alone."""
+    try:
+        target = os.readlink(path)
+    except OSError:  # gone (renamed to the object it was written for) or not a link
+        return
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(target)  # a reader's mapping stays valid until it is dropped
+
+
+def make_fallback_file(store: ObjectStore, object_id: bytes) -> None:
+    """An object larger than the store: an empty file for it on disk (the writer sizes and
+    fills it), linked from its path in the store, so writers and readers find it there."""
+    path = store.path(object_id)
+    if os.path.islink(path):
+        return  # a retried reservation: made already
+    target = store.fallback_path(object_id)
+    fd = os.open(target, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    os.close(fd)
+    os.symlink(target, path)
+
+
+def is_fallback_file(store: ObjectStore, object_id: bytes) -> bool:
+    return os.path.islink(store.path(object_id))
 
 
 def drop_pool_files(paths: list[str]) -> None:
