@@ -376,11 +376,23 @@ def available_resources() -> dict[str, float]:
     for n in client.cluster_info().nodes:
         if not n["alive"]:
             continue
-        avail = n["available"]
-        if n["node_id"] == client.node_id:
-            avail = client.local_node_info().available
+        avail = node_available(client, n)
         R.add(total, {k: v for k, v in avail.items() if "_group_" not in k and v > 0})
     return {k: float(v) for k, v in R.from_fixed(total).items() if v > 0}
+
+
+def node_available(client: Any, node: dict) -> dict[str, int]:
+    """A node's available resources (fixed point), `object_store_memory` less what its store
+    holds now, as Ray reports it (objects are not scheduled by it, so only this view changes).
+    This node's own figures are read from it directly; another's from its last report (~2 s)."""
+    if node["node_id"] == client.node_id:
+        info = client.local_node_info()
+        avail, used = dict(info.available), info.store_used_bytes
+    else:
+        avail, used = dict(node["available"]), int((node.get("stats") or {}).get("store_used_bytes", 0))
+    if "object_store_memory" in avail and used:
+        avail["object_store_memory"] = max(0, avail["object_store_memory"] - used * R.SCALE)
+    return avail
 
 
 def is_picklable(obj: Any) -> bool:

@@ -165,16 +165,14 @@ def get_node_ip_address(address: str | None = None) -> str:
 # --- ray._private.state ----------------------------------------------------------------------
 def _per_node(which: str) -> dict[str, dict[str, float]]:
     from raylite._core import resources as R
-    from raylite.api import ensure_initialized
+    from raylite.api import ensure_initialized, node_available
 
     client = ensure_initialized()
     out: dict[str, dict[str, float]] = {}
     for node in client.cluster_info().nodes:
         if not node["alive"]:
             continue
-        res = node[which]
-        if which == "available" and node["node_id"] == client.node_id:
-            res = client.local_node_info().available  # this node: no report lag
+        res = node_available(client, node) if which == "available" else node[which]
         public = {k: v for k, v in res.items() if "_group_" not in k}
         values = {k: float(v) for k, v in R.from_fixed(public).items()}
         if which == "available":

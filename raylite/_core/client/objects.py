@@ -70,6 +70,7 @@ class ObjectPlane:
         # "Unhandled error"): called with the error's inline payload; None: not reported
         self.unhandled_error_hook: Callable[[Any], None] | None = None
         self._errors_read: set[bytes] = set()  # owned error objects a get() has raised
+        self._prefetching: set[bytes] = set()  # wait(fetch_local=True) pulls left running (_prefetch)
 
     def owns_referenced(self) -> bool:
         """Whether some object this process owns is still referenced (here or by a borrower):
@@ -561,7 +562,38 @@ class ObjectPlane:
                 late = (set(map(id, ready)) - set(map(id, fetched))) | set(map(id, not_ready))
                 not_ready = [r for r in refs if id(r) in late]
                 ready = fetched
+        if fetch_local and not_ready:
+            self._prefetch(not_ready)
         return ready, not_ready
+
+    def _prefetch(self, refs: list[ObjectRef]) -> None:
+        """wait(fetch_local=True) on a multi-node cluster: as in Ray, the objects it did not
+        return that are computed on other nodes start coming here anyway (in the background,
+        once each), so the next wait or get finds them local."""
+        node_id, store_dir = self._links.node_id, self._links.store_dir
+        todo = []
+        for r in refs:
+            oid = r._id
+            if oid in self._prefetching:
+                continue
+            entry = self.entries.get(oid)
+            if entry is None or entry.kind != "s" or entry.payload[0] == node_id:
+                continue
+            if os.path.exists(os.path.join(store_dir, oid.hex())):
+                continue
+            self._prefetching.add(oid)
+            todo.append((oid, entry.payload))
+
+        async def pull(oid: bytes, location: list) -> None:
+            try:
+                await self._transfers.pull(oid, location)
+            except Exception:  # noqa: BLE001  a later get() pulls it again and reports why not
+                pass
+            finally:
+                self._prefetching.discard(oid)
+
+        for oid, location in todo:
+            self._links.loop.call_soon_threadsafe(lambda o=oid, loc=location: self._links.loop.create_task(pull(o, loc)))
 
     def _fetch_remote(self, refs: list[ObjectRef], deadline: float | None) -> list[ObjectRef]:
         """wait(fetch_local=True): pull ready objects that live on other nodes into this

@@ -6,6 +6,7 @@ them). A copy pulled here is cached in this node's store for every process on it
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import threading
@@ -28,9 +29,37 @@ class ObjectTransfers:
         self._data_addresses: dict[bytes, str] = {}  # node id -> its bulk server HOST:PORT
         self._bulk_clients: dict[str, Any] = {}
         self._bulk_lock = threading.Lock()
+        self._pulls: dict[bytes, asyncio.Future] = {}  # object id -> its pull in flight (I/O loop)
 
     async def pull(self, oid: bytes, location: list) -> None:
-        """Copy an object from another node's store into ours (cached there for others)."""
+        """Copy an object from another node's store into ours (cached there for others). One
+        pull per object at a time: a second caller (a get() behind a wait()'s prefetch) waits
+        for the first one's copy instead of making another."""
+        running = self._pulls.get(oid)
+        if running is not None:
+            try:
+                await asyncio.shield(running)
+                return
+            except asyncio.CancelledError:
+                if not running.cancelled():
+                    raise  # this caller was cancelled
+            # the first pull was cancelled (its caller was): this one copies it itself
+        done = self._pulls[oid] = asyncio.get_running_loop().create_future()
+        done.add_done_callback(lambda f: f.cancelled() or f.exception())  # read: never "unretrieved"
+        try:
+            await self._pull_once(oid, location)
+            done.set_result(None)
+        except asyncio.CancelledError:
+            done.cancel()
+            raise
+        except BaseException as e:
+            done.set_exception(e)
+            raise
+        finally:
+            if self._pulls.get(oid) is done:
+                del self._pulls[oid]
+
+    async def _pull_once(self, oid: bytes, location: list) -> None:
         if location[0] in self._links.dead_nodes:
             raise E.ObjectLostError(oid.hex(), f"node {location[0].hex()[:8]} died holding its only copy")
         try:
