@@ -277,7 +277,7 @@ class ActorHandle:
 
     def __init__(self, actor_id: bytes, class_name: str, method_meta: dict, max_task_retries: int = 0,
                  *, owned: bool = False, token: Any = None) -> None:
-        self._actor_id = bytes(actor_id)
+        self._actor_id = ActorID(actor_id)  # bytes, with Ray's .job_id
         self._class_name = class_name
         self._meta = dict(method_meta)
         self._max_task_retries = max_task_retries

@@ -24,8 +24,10 @@ class _UniqueSource:
     `os.urandom` costs tens of microseconds on a busy machine, and an id is made on
     every task submission. The first 8 bytes step through a random permutation of a
     per-process counter (so any prefix of the hex form, as used in socket names, stays
-    distinct); the last 8 bytes are random per process. Forked children reseed, so a
-    worker forked from the template never repeats its siblings' ids.
+    distinct); then 4 bytes random per process, and the last 4 the job the process works
+    for now (`set_job`), so the job that made a task, an actor or an object is read from
+    its id, as in Ray (`ObjectRef.job_id()`, `ActorID.job_id`). Forked children reseed,
+    so a worker forked from the template never repeats its siblings' ids.
     """
 
     _STEP = 0x9E3779B97F4A7C15  # odd: counter -> offset is a bijection mod 2**64
@@ -36,8 +38,13 @@ class _UniqueSource:
     def reseed(self) -> None:
         seed = os.urandom(16)
         self.start = int.from_bytes(seed[:8], "big")
-        self.suffix = seed[8:]
+        self.suffix = seed[8:12] + b"\x00\x00\x00\x00"
         self.counter = itertools.count(1)
+
+    def set_job(self, job_id: bytes) -> None:
+        """Ids made from now on carry `job_id` (4 bytes) in their bytes 12 to 16."""
+        if len(job_id) == 4 and self.suffix[4:] != job_id:
+            self.suffix = self.suffix[:4] + bytes(job_id)
 
     def next16(self) -> bytes:
         head = (self.start + next(self.counter) * self._STEP) & 0xFFFFFFFFFFFFFFFF
@@ -47,6 +54,16 @@ class _UniqueSource:
 _UNIQUE = _UniqueSource()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_UNIQUE.reseed)
+
+
+def set_job(job_id: bytes) -> None:
+    """The job this process works for now (a driver's, or a worker's current task's)."""
+    _UNIQUE.set_job(job_id)
+
+
+def job_of(id16: bytes) -> JobID:
+    """The job recorded in a task, actor or put id (or an object id: its first 16 bytes)."""
+    return JobID(id16[12:16])
 
 
 class BaseID(bytes):
@@ -91,9 +108,17 @@ class WorkerID(BaseID):
 class ActorID(BaseID):
     SIZE = 16
 
+    @property
+    def job_id(self) -> JobID:
+        """The job that created the actor (Ray's `ActorID.job_id`)."""
+        return job_of(self)
+
 
 class TaskID(BaseID):
     SIZE = 16
+
+    def job_id(self) -> JobID:
+        return job_of(self)
 
 
 class PlacementGroupID(BaseID):
@@ -119,6 +144,9 @@ class ObjectID(BaseID):
 
     def task_id(self) -> TaskID:
         return TaskID(self[:16])
+
+    def job_id(self) -> JobID:
+        return job_of(self)
 
     def return_index(self) -> int:
         index: int = struct.unpack(">I", self[16:])[0]

@@ -75,7 +75,8 @@ def test_ray_start_flags_act_or_say_they_do_nothing(dirs, monkeypatch, tmp_path)
     assert glob.glob(os.path.join(dirs["flag_temp"], "session_*")) and not os.path.exists(dirs["env_temp"])
     token = open(glob.glob(os.path.join(dirs["flag_temp"], "session_*", "token"))[0]).read()
     (node,) = query_cluster(f"127.0.0.1:{port}", token)
-    assert node["labels"] == {"region": "us-west", "tier": "a", "zone": "z1"}
+    # the --labels given, and Ray's built-in node id label every node carries
+    assert node["labels"] == {"region": "us-west", "tier": "a", "zone": "z1", "ray.io/node-id": node["node_id"].hex()}
     assert node["address"] == f"tcp://127.0.0.1:{node_port}"
     # a driver sees the memory resource, and a full store spills into --object-spilling-directory
     monkeypatch.setattr(config_mod, "_CONFIG", config_mod.get_config().replace(temp_dir=dirs["flag_temp"]))

@@ -39,7 +39,7 @@ from raylite._core.client.tasks import TaskSubmitter
 from raylite._core.client.transfers import ObjectTransfers
 from raylite._core.config import Config
 from raylite._core.core_api import CoreAPI
-from raylite._core.ids import TaskID
+from raylite._core.ids import TaskID, set_job
 from raylite._core.private_paths import owned_dir as private_dir
 from raylite._core.task_event_buffer import TaskEventBuffer, describe_task
 from raylite._core.task_spec import TaskSpec
@@ -103,6 +103,8 @@ class CoreClient(HeadCalls, CoreAPI):
         self.worker_id = worker_id
         self.kind = kind
         self.job_id = job_id
+        if job_id:  # a driver: the ids it makes carry its job (ids.py)
+            set_job(job_id)
         self.node_address = node_address
         self.token = token
         self.session_dir = session_dir

@@ -62,6 +62,12 @@ class ObjectRef:
 
         return ObjectID(self._id).task_id()
 
+    def job_id(self):
+        """The job whose task (or put) made this object, as in Ray."""
+        from raylite._core.ids import job_of
+
+        return job_of(self._id)
+
     def owner_address(self) -> str:
         return self._owner
 

@@ -35,7 +35,7 @@ from raylite._core.client.core_client import CoreClient
 from raylite._core.client.records import ObjectEntry
 from raylite._core.client.refs import ObjectRef
 from raylite._core.config import get_config
-from raylite._core.ids import ObjectID
+from raylite._core.ids import ObjectID, set_job
 from raylite._core.runtime_env import packaging, pip_env
 from raylite._core.task_spec import (
     DYNAMIC,
@@ -450,6 +450,7 @@ class Worker:
         self.ctx.current_spec = spec
         self.ctx.job_id = spec.job_id
         self.client.job_id = spec.job_id
+        set_job(spec.job_id)  # the ids this task makes carry its job
         self.client.namespace = spec.namespace or self.client.namespace
         if spec.kind != KIND_ACTOR_CALL:
             self.ctx.assigned_resources = spec.resources
