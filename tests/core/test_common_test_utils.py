@@ -126,3 +126,15 @@ def test_on_completed_calls_back_with_the_value_or_the_error_then_lets_go(cluste
     arrived.clear()
     fails.remote()._on_completed(callback)
     assert arrived.wait(10) and isinstance(seen[-1], ValueError)
+
+
+def test_enable_client_mode_marks_the_block_only():
+    # Ray's test_generators imports it at the top: a missing name stopped the whole module
+    from raylite._private.client_mode_hook import disable_client_hook, enable_client_mode, is_client_mode_enabled
+
+    assert not is_client_mode_enabled()
+    with enable_client_mode():
+        assert is_client_mode_enabled()
+        with disable_client_hook():
+            assert is_client_mode_enabled()
+    assert not is_client_mode_enabled()
