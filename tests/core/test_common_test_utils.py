@@ -130,7 +130,11 @@ def test_on_completed_calls_back_with_the_value_or_the_error_then_lets_go(cluste
 
 def test_enable_client_mode_marks_the_block_only():
     # Ray's test_generators imports it at the top: a missing name stopped the whole module
-    from raylite._private.client_mode_hook import disable_client_hook, enable_client_mode, is_client_mode_enabled
+    from raylite._private.client_mode_hook import (
+        disable_client_hook,
+        enable_client_mode,
+        is_client_mode_enabled,
+    )
 
     assert not is_client_mode_enabled()
     with enable_client_mode():
