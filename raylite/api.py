@@ -353,6 +353,9 @@ def nodes() -> list[dict]:
             "NodeManagerHostname": n["ip"], "NodeName": n["ip"], "Resources": _public(n["total"]),
             "Labels": n.get("labels", {}), "alive": n["alive"], "DeathReason": n.get("death_cause", ""),
             "address": n["address"],
+            # Ray's plasma socket: one per node, so code and tests tell nodes apart by it; here
+            # the node's shared-memory store directory
+            "ObjectStoreSocketName": n.get("store_dir", ""),
         })
     return out
 

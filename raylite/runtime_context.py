@@ -14,6 +14,9 @@ from raylite._core import resources as R
 from raylite._core import runtime
 from raylite._core.task_spec import KIND_ACTOR_CALL
 
+# the accelerator kinds Ray reports besides GPUs (get_accelerator_ids)
+_OTHER_ACCELERATORS = ("neuron_cores", "TPU", "NPU", "HPU", "RBLN")
+
 
 class RuntimeContext:
     """A view of where the calling code runs. Ids are hex strings, as in Ray."""
@@ -167,8 +170,11 @@ class RuntimeContext:
         return out
 
     def get_accelerator_ids(self) -> dict[str, list[str]]:
+        """The accelerator devices this task or actor holds, per kind, with Ray's keys. raylite
+        hands out GPU devices; the other kinds are listed (empty) so code that reads them runs."""
         w = runtime.worker()
-        return {"GPU": [str(i) for i in w.ctx.gpu_ids] if w is not None else []}
+        gpus = [str(i) for i in w.ctx.gpu_ids] if w is not None else []
+        return {"GPU": gpus, **{kind: [] for kind in _OTHER_ACCELERATORS}}
 
     def get_resource_ids(self) -> dict[str, list[str]]:
         _deprecated("Use get_accelerator_ids() instead")

@@ -170,8 +170,10 @@ _HELPERS: dict[str, dict[str, Any]] = {
     "ray.serve._private.test_utils": {"get_application_url": get_application_url},
 }
 
-_PRIVATE_MODULES = ["ray.core", "ray.core.generated", "ray.core.generated.gcs_pb2", "ray._private.utils",
-                    "ray._private.client_mode_hook", "ray.util.client", "ray.util.client.ray_client_helpers"]
+_PRIVATE_MODULES = ["ray.core", "ray.core.generated", "ray.core.generated.gcs_pb2", "ray.core.generated.common_pb2",
+                    "ray._private.utils", "ray._private.client_mode_hook", "ray._private.internal_api",
+                    "ray._private.profiling", "ray._private.async_compat", "ray.util.client",
+                    "ray.util.client.ray_client_helpers"]
 
 
 def _module(name: str, private: bool) -> types.ModuleType:

@@ -166,6 +166,11 @@ def resolve_num_returns(num_returns: Any, is_generator: bool) -> Any:
     return num_returns
 
 
+# Resources whose units are devices handed out one by one (Ray's "unit instance" resources): a
+# share of one device is fine, but more than one must be whole devices
+UNIT_INSTANCE_RESOURCES = frozenset({"GPU", "TPU", "neuron_cores", "NPU", "HPU", "RBLN"})
+
+
 def resource_request(options: dict[str, Any], *, default_cpus: float) -> dict[str, int]:
     """Fixed-point resource request from num_cpus/num_gpus/memory/resources."""
     req: dict[str, float] = {}
@@ -179,4 +184,10 @@ def resource_request(options: dict[str, Any], *, default_cpus: float) -> dict[st
         req[name] = amount
     if options.get("accelerator_type"):
         req.update(accelerators.request_resources(options["accelerator_type"], "this request"))
+    for name in UNIT_INSTANCE_RESOURCES.intersection(req):
+        amount = req[name]
+        if amount > 1 and amount != int(amount):
+            raise ValueError(f"{name} resource quantities >1 must be whole numbers. The specified quantity "
+                             f"{amount} is invalid: ask for a share of one device (at most 1) or for whole "
+                             "devices.")
     return R.to_fixed(req)

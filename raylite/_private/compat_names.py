@@ -36,6 +36,11 @@ class NodeView:
     session_dir: str
 
     @property
+    def unique_id(self) -> str:
+        """Ray's name for the node's id (hex)."""
+        return self.node_id
+
+    @property
     def session_name(self) -> str:
         return os.path.basename(self.session_dir.rstrip("/"))
 

@@ -12,5 +12,12 @@ from raylite._private.compat_names import (
 available_resources = state.available_resources
 cluster_resources = state.cluster_resources
 
-__all__ = ["GlobalState", "available_resources", "available_resources_per_node", "cluster_resources", "state",
-           "total_resources_per_node"]
+
+def current_node_id() -> str:
+    """This process's node as Ray names it in resources: `node:<its IP>`."""
+    from raylite.api import node_ip_address
+
+    return "node:" + node_ip_address()
+
+__all__ = ["GlobalState", "available_resources", "available_resources_per_node", "cluster_resources",
+           "current_node_id", "state", "total_resources_per_node"]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from raylite._core import accelerators
 from raylite._core import resources as R
 from raylite._core.cluster import files as CF
-from raylite._core.cluster.launch import daemon_command, package_root_path
+from raylite._core.cluster.launch import daemon_command, json_argument, package_root_path
 from raylite._core.config import Config
 from raylite._core.node import process_tree
 from raylite._core.private_paths import owned_dir
@@ -163,7 +163,7 @@ def _start_in(session: str, config: Config, *, head: bool, port: int, address: s
     total = node_resources(num_cpus, num_gpus, {**accelerators.label_resources(labels), **(resources or {}),
                                                 **(extra_resources or {})}, head, ip)
     if labels:
-        extra += ["--labels", json.dumps(labels)]
+        extra += ["--labels", json_argument(labels, session, "labels")]
     if node_port:
         extra += ["--node-port", str(node_port)]
     if agent_port:
@@ -182,7 +182,7 @@ def _start_in(session: str, config: Config, *, head: bool, port: int, address: s
         env["RAYLITE_TLS_KEY_FILE"] = os.path.abspath(tls_key) if tls_key else ""
     env["PYTHONPATH"] = os.pathsep.join(p for p in [*package_root_path(), env.get("PYTHONPATH", "")] if p)
     cmd = [*daemon_command(), "--session-dir", session, "--ip", ip,
-           "--resources", json.dumps(total), *extra]
+           "--resources", json_argument(total, session, "resources"), *extra]
     err_path = os.path.join(session, "logs", "node.err")
     with open(err_path, "wb") as errf:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, stdin=subprocess.DEVNULL,

@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import sys
+from typing import Any
 
 from raylite._core.cluster.creator_watch import watch_creator
 from raylite._core.cluster.files import private_dir
@@ -26,6 +27,13 @@ from raylite._core.node.worker_pool import WorkerPool
 from raylite._core.transport.base import ConnectionBrokenError, HandshakeError
 from raylite._core.transport.gate import raise_open_file_limit
 
+
+def read_json_argument(text: str) -> Any:
+    """A JSON argument as launch.json_argument wrote it: inline, or "@<file>" when too long."""
+    if text.startswith("@"):
+        with open(text[1:]) as f:
+            return json.load(f)
+    return json.loads(text)
 
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="raylite-node")
@@ -149,8 +157,8 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool, 
             head_address = f"tcp://{args.ip}:{args.head_port}"
     dashboard = _bind_dashboard(args) if head is not None else None
     ray_client = _start_ray_client_server(args, config, token, head_address) if head is not None else None
-    node = NodeDaemon(config, node_id=node_id, ip=args.ip, resources=json.loads(args.resources),
-                      labels=json.loads(args.labels), session_dir=args.session_dir, token=token,
+    node = NodeDaemon(config, node_id=node_id, ip=args.ip, resources=read_json_argument(args.resources),
+                      labels=read_json_argument(args.labels), session_dir=args.session_dir, token=token,
                       head_address=head_address, address=node_address, tcp_address=tcp_address,
                       tcp_sock=tcp_sock, exit_with_creator=args.exit_with_creator)
     node.adopt_pool(pool)

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from raylite._core import accelerators
 from raylite._core import resources as R
@@ -39,6 +40,20 @@ class NodeProcess:
     process: subprocess.Popen
     stderr_path: str
     sys_path: tuple[str, ...] = ()  # the driver's directories its workers import from (PYTHONPATH)
+
+
+def json_argument(value: Any, session: str, name: str) -> str:
+    """`value` as a daemon's JSON argument. Past 16 KiB (10,000 custom resources, say) it goes
+    to a file in the session directory, passed as "@<path>" (daemon.py reads it back): one argument may not exceed 128 KiB
+    on Linux, and a longer one fails the start with "Argument list too long"."""
+    text = json.dumps(value)
+    if len(text) <= 16 * 1024:
+        return text
+    path = os.path.join(session, f"{name}-{secrets.token_hex(4)}.json")
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return "@" + path
 
 
 def daemon_command() -> list[str]:
@@ -191,7 +206,8 @@ def spawn_node(config: Config, *, num_cpus=None, num_gpus=None, resources=None,
     code = tuple(driver_sys_path())  # the workers import the driver's modules beside its script
     env["PYTHONPATH"] = os.pathsep.join(p for p in [*package_root_path(), *code, env.get("PYTHONPATH", "")] if p)
     cmd = [*daemon_command(), "--session-dir", session, "--head",
-           "--resources", json.dumps(total), "--labels", json.dumps(labels or {}), "--exit-with-creator",
+           "--resources", json_argument(total, session, "resources"),
+           "--labels", json_argument(labels or {}, session, "labels"), "--exit-with-creator",
            "--creator-pid", str(os.getpid())]
     if dashboard:
         host, port, fallback = dashboard
