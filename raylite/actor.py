@@ -206,7 +206,12 @@ class ActorClass(ExportedCode):
         opts = legacy_pg_options(opts)
         namespace = opts.get("namespace") or client.namespace
         name = opts.get("name") or ""
-        detached = opts.get("lifetime") == "detached"
+        lifetime = opts.get("lifetime")
+        if lifetime is None:  # the job's JobConfig(default_actor_lifetime=...), wherever this runs
+            from raylite._core.runtime_env.check import DEFAULT_ACTOR_LIFETIME
+
+            lifetime = api.inherited_runtime_env().get(DEFAULT_ACTOR_LIFETIME)
+        detached = lifetime == "detached"
         if detached and not name:
             pass  # Ray allows unnamed detached actors
         resources = O.resource_request(opts, default_cpus=0)

@@ -18,6 +18,7 @@ from raylite._core import resources as R
 from raylite._core import runtime
 from raylite._core.client.refs import DynamicObjectRefGenerator, ObjectRef, ObjectRefGenerator
 from raylite._core.config import env_address, env_storage_path  # noqa: F401  (libraries read these through here)
+from raylite._core.task_spec import KIND_ACTOR_CALL
 from raylite._runtime_env import merge_runtime_env
 from raylite.experimental.compiled_dag_ref import CompiledDAGRef
 
@@ -156,6 +157,10 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             paths = [os.path.abspath(p) for p in job_config.code_search_path]
             _job_runtime_env = {**_job_runtime_env,
                                 DRIVER_SYS_PATH: [*_job_runtime_env.get(DRIVER_SYS_PATH, []), *paths]}
+        if job_config is not None and job_config.default_actor_lifetime == "detached":
+            from raylite._core.runtime_env.check import DEFAULT_ACTOR_LIFETIME
+
+            _job_runtime_env = {**_job_runtime_env, DEFAULT_ACTOR_LIFETIME: "detached"}
         return RayContext(info)
 
 
@@ -205,17 +210,20 @@ def _anon_namespace() -> str:
 
 def job_runtime_env() -> dict:
     """The job's runtime_env as its user gave it (raylite's own fields left out)."""
-    from raylite._core.runtime_env.check import DRIVER_SYS_PATH
+    from raylite._core.runtime_env.check import PRIVATE_KEYS
 
     env = inherited_runtime_env()
-    return {k: v for k, v in env.items() if k != DRIVER_SYS_PATH} if DRIVER_SYS_PATH in env else env
+    return {k: v for k, v in env.items() if k not in PRIVATE_KEYS} if PRIVATE_KEYS.intersection(env) else env
 
 
 def inherited_runtime_env() -> dict:
     """What a task or actor submitted from here starts from: the driver's job runtime_env, or in
     a worker the running task's."""
     if runtime.is_worker():
-        spec = runtime.worker().ctx.current_spec
+        w = runtime.worker()
+        spec = w.ctx.current_spec
+        if w.actor_spec is not None and (spec is None or spec.kind == KIND_ACTOR_CALL):
+            spec = w.actor_spec  # in an actor, its calls run in the actor's runtime_env (as in Ray)
         return dict(spec.runtime_env) if spec is not None and spec.runtime_env else {}
     return _job_runtime_env
 

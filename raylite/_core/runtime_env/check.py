@@ -19,6 +19,10 @@ UNSUPPORTED_KEYS = frozenset({"conda", "container", "image_uri", "java_jars", "n
 # Set by raylite itself, never by a user: the driver's script directory and working directory,
 # which its job's workers import from (Ray's JobConfig._py_driver_sys_path).
 DRIVER_SYS_PATH = "_driver_sys_path"
+# JobConfig(default_actor_lifetime="detached"): carried with the job's tasks, so an actor created
+# anywhere in the job without a lifetime= gets the job's default (raylite's own field, as above)
+DEFAULT_ACTOR_LIFETIME = "_default_actor_lifetime"
+PRIVATE_KEYS = frozenset({DRIVER_SYS_PATH, DEFAULT_ACTOR_LIFETIME})
 
 
 def check(env: Any) -> None:
@@ -31,7 +35,7 @@ def check(env: Any) -> None:
                          "Python environment the node was started with. Install what the tasks need "
                          "there (on every node), use runtime_env pip / uv for packages, or "
                          "working_dir / py_modules for your own code.")
-    unknown = sorted(str(k) for k in set(env) - KNOWN_KEYS - UNSUPPORTED_KEYS - {DRIVER_SYS_PATH})
+    unknown = sorted(str(k) for k in set(env) - KNOWN_KEYS - UNSUPPORTED_KEYS - PRIVATE_KEYS)
     if unknown:
         raise ValueError(f"unknown runtime_env field(s) {unknown}; raylite knows {sorted(KNOWN_KEYS)}.")
     for key in ("pip", "uv"):
