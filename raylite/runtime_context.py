@@ -15,7 +15,7 @@ from raylite._core import runtime
 from raylite._core.task_spec import KIND_ACTOR_CALL
 
 # the accelerator kinds Ray reports besides GPUs (get_accelerator_ids)
-_OTHER_ACCELERATORS = ("neuron_cores", "TPU", "NPU", "HPU", "RBLN")
+_OTHER_ACCELERATORS = ("neuron_cores", "TPU", "NPU", "HPU", "RBLN", "FURIOSA", "MBLT", "TTNPU")
 
 
 class RuntimeContext:

@@ -20,6 +20,7 @@ from raylite.exceptions import (
     TaskUnschedulableError,
     WorkerCrashedError,
 )
+from raylite.runtime_context import _OTHER_ACCELERATORS as OTHER_ACCELERATORS
 
 
 @ray.remote
@@ -613,7 +614,7 @@ def test_gpu_requests_get_their_own_devices(tmp_path):
         "print(ray.get(both.ids.remote()))\n")
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["[[0], [1]] ['0', '1']", "[]", "True", "([0, 1], {'GPU': ['0', '1']})"]
+    assert out.stdout.splitlines() == ["[[0], [1]] ['0', '1']", "[]", "True", "([0, 1], {'GPU': ['0', '1'], " + ", ".join(f"'{k}': []" for k in OTHER_ACCELERATORS) + "})"]
 
 
 def test_lineage_is_kept_while_results_live_and_dropped_with_them(cluster):
