@@ -60,9 +60,13 @@ def run(program: str, mode: str, cwd: Path, cpus: int = 2, timeout_s: float = 60
         proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(sessions), cwd=cwd, timeout=timeout_s)
     finally:
         shutil.rmtree(sessions, ignore_errors=True)
-    assert proc.returncode == 0, (f"{program} {mode} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
-                                  f"stderr:\n{proc.stderr[-6000:]}")
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    # the library's own run (no raylite in it) is only the reference: a crash of the library in
+    # the interpreter's teardown, after its result was printed, is not raylite's (daft's native
+    # runner aborts there now and then: "PyGILState_Release ... finalizing")
+    torn_down = mode == "native" and lines and "Python runtime state: finalizing" in proc.stderr
+    assert proc.returncode == 0 or torn_down, (f"{program} {mode} exited {proc.returncode}\nstdout:\n"
+                                               f"{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-6000:]}")
     assert lines, f"{program} {mode} printed no result line:\n{proc.stdout[-3000:]}"
     return json.loads(lines[-1])
 
