@@ -19,5 +19,12 @@ def current_node_id() -> str:
 
     return "node:" + node_ip_address()
 
+
+def node_ids() -> list[str]:
+    """Every alive node's `node:<IP>` resource, once per node (nodes sharing an IP, as a local
+    test cluster's do, each count), without the head's `node:__internal_head__` marker."""
+    return [name for per_node in total_resources_per_node().values() for name in per_node
+            if name.startswith("node:") and name != "node:__internal_head__"]
+
 __all__ = ["GlobalState", "available_resources", "available_resources_per_node", "cluster_resources",
-           "current_node_id", "state", "total_resources_per_node"]
+           "current_node_id", "node_ids", "state", "total_resources_per_node"]

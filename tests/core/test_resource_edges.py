@@ -53,6 +53,8 @@ def test_node_facts_code_reads_to_tell_nodes_apart(cluster):
     assert node["ObjectStoreSocketName"] == raylite._core.runtime.client().store_dir
     assert raylite._private.worker.global_worker.node.unique_id == raylite.get_runtime_context().get_node_id()
     assert state.current_node_id() == "node:" + node["NodeManagerAddress"]
+    # the node resources code can pin work with: this node's, and never the head marker
+    assert state.node_ids() == [state.current_node_id()]
 
     @raylite.remote
     def held():

@@ -617,6 +617,23 @@ def test_gpu_requests_get_their_own_devices(tmp_path):
     assert out.stdout.splitlines() == ["[[0], [1]] ['0', '1']", "[]", "True", "([0, 1], {'GPU': ['0', '1'], " + ", ".join(f"'{k}': []" for k in OTHER_ACCELERATORS) + "})"]
 
 
+def test_gpu_ids_are_the_uuids_the_driver_was_given(tmp_path):
+    """A driver started with CUDA_VISIBLE_DEVICES naming devices by UUID: tasks get those names
+    (as Ray hands them out), not indexes that would point a library at another device."""
+    script = tmp_path / "uuids.py"
+    script.write_text(
+        "import os, raylite as ray\n"
+        "ray.init(num_cpus=2, num_gpus=1)\n"
+        "@ray.remote(num_gpus=1)\n"
+        "def one():\n"
+        "    return ray.get_gpu_ids(), os.environ['CUDA_VISIBLE_DEVICES']\n"
+        "print(ray.get(one.remote()))\n")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "GPU-7f1e,GPU-03aa"}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["(['GPU-7f1e'], 'GPU-7f1e')"]
+
+
 def test_lineage_is_kept_while_results_live_and_dropped_with_them(cluster):
     """The owner keeps how to rebuild each result in a node's store (lineage), and only while
     it is referenced. Values returned inline live in the owner and cannot be lost: no record."""

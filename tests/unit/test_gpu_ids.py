@@ -25,3 +25,8 @@ def test_bundle_gpus_counted_once_and_node_ids():
     two = R.to_fixed({"GPU": 2})["GPU"]
     assert node_device_ids(two, "4,6") == [4, 6]
     assert node_device_ids(two, None) == [0, 1]
+    # device UUIDs (as `nvidia-smi -L` names them) are handed out as given, in the node's order
+    assert node_device_ids(two, "GPU-b2,GPU-a1,GPU-c3") == ["GPU-b2", "GPU-a1"]
+    gpus = GpuIds(node_device_ids(two, "GPU-b2,GPU-a1"))
+    assert gpus.acquire(two // 2) == ["GPU-b2"]
+    assert gpus.acquire(two // 2) == ["GPU-a1"]

@@ -17,6 +17,7 @@ import socket
 import sys
 from typing import Any
 
+from raylite._core import resources as R
 from raylite._core.cluster.creator_watch import watch_creator
 from raylite._core.cluster.files import private_dir
 from raylite._core.config import env_token, get_config
@@ -157,7 +158,10 @@ async def _serve(args, config, token, node_id, node_address, tcp_address, pool, 
             head_address = f"tcp://{args.ip}:{args.head_port}"
     dashboard = _bind_dashboard(args) if head is not None else None
     ray_client = _start_ray_client_server(args, config, token, head_address) if head is not None else None
-    node = NodeDaemon(config, node_id=node_id, ip=args.ip, resources=read_json_argument(args.resources),
+    resources = read_json_argument(args.resources)
+    if not any(k.startswith("node:") and k != "node:__internal_head__" for k in resources):
+        resources.update(R.to_fixed({f"node:{args.ip}": 1}))  # Ray's per-node resource, as `raylite start` gives it
+    node = NodeDaemon(config, node_id=node_id, ip=args.ip, resources=resources,
                       labels=read_json_argument(args.labels), session_dir=args.session_dir, token=token,
                       head_address=head_address, address=node_address, tcp_address=tcp_address,
                       tcp_sock=tcp_sock, exit_with_creator=args.exit_with_creator)

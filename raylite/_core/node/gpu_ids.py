@@ -24,26 +24,29 @@ def gpu_amount(request: Mapping[str, int]) -> int:
 
 
 class GpuIds:
-    def __init__(self, device_ids: list[int]) -> None:
-        self.free = {i: _SCALE for i in device_ids}
+    """Device ids are ints (indexes) or, when the node was started with CUDA_VISIBLE_DEVICES of
+    device UUIDs, those strings; the node's order is the preference order."""
 
-    def acquire(self, amount: int) -> list[int]:
+    def __init__(self, device_ids: list[int | str]) -> None:
+        self.free = {i: _SCALE for i in device_ids}  # dicts keep the node's order
+
+    def acquire(self, amount: int) -> list[int | str]:
         """Device ids for `amount` (fixed-point); empty when nothing is asked or none fit."""
         if amount <= 0 or not self.free:
             return []
         if amount >= _SCALE:
-            whole = [i for i in sorted(self.free) if self.free[i] == _SCALE][: amount // _SCALE]
+            whole = [i for i in self.free if self.free[i] == _SCALE][: amount // _SCALE]
             for i in whole:
                 self.free[i] = 0
             return whole
-        fitting = [i for i in sorted(self.free) if self.free[i] >= amount]
+        fitting = [i for i in self.free if self.free[i] >= amount]
         if not fitting:
             return []
         best = min(fitting, key=lambda i: self.free[i])
         self.free[best] -= amount
         return [best]
 
-    def release(self, ids: list[int], amount: int) -> None:
+    def release(self, ids: list[int | str], amount: int) -> None:
         if not ids:
             return
         if amount >= _SCALE:
@@ -53,11 +56,13 @@ class GpuIds:
             self.free[ids[0]] = min(_SCALE, self.free[ids[0]] + amount)
 
 
-def node_device_ids(total_gpu_fixed: int, visible: str | None) -> list[int]:
-    """The node's device ids: its own CUDA_VISIBLE_DEVICES when that matches its GPU count."""
+def node_device_ids(total_gpu_fixed: int, visible: str | None) -> list[int | str]:
+    """The node's device ids: its own CUDA_VISIBLE_DEVICES when that lists at least its GPU
+    count, as ints where they are indexes and as given where they are not (`GPU-<uuid>`, as Ray
+    hands them out: a task then sees CUDA_VISIBLE_DEVICES=<that uuid>); else 0..count-1."""
     count = total_gpu_fixed // _SCALE
     if visible:
-        ids = [int(x) for x in visible.split(",") if x.strip().isdigit()]
-        if len(ids) >= count:
-            return ids[:count]
+        entries = [x.strip() for x in visible.split(",") if x.strip()]
+        if len(entries) >= count:
+            return [int(x) if x.isdigit() else x for x in entries[:count]]
     return list(range(count))
