@@ -170,11 +170,12 @@ class RuntimeContext:
         return out
 
     def get_accelerator_ids(self) -> dict[str, list[str]]:
-        """The accelerator devices this task or actor holds, per kind, with Ray's keys. raylite
-        hands out GPU devices; the other kinds are listed (empty) so code that reads them runs."""
+        """The accelerator devices this task or actor holds, per kind, with Ray's keys (every
+        kind listed, empty where it holds none), as strings."""
         w = runtime.worker()
         gpus = [str(i) for i in w.ctx.gpu_ids] if w is not None else []
-        return {"GPU": gpus, **{kind: [] for kind in _OTHER_ACCELERATORS}}
+        held = w.ctx.device_ids if w is not None else {}
+        return {"GPU": gpus, **{kind: [str(i) for i in held.get(kind, ())] for kind in _OTHER_ACCELERATORS}}
 
     def get_resource_ids(self) -> dict[str, list[str]]:
         _deprecated("Use get_accelerator_ids() instead")

@@ -28,6 +28,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 RESOURCE_PREFIX = "accelerator_type:"
+# the accelerators besides GPUs whose devices are handed out one by one (node/gpu_ids.py), and the
+# variable that tells a process which of them it may use (Ray's names for both)
+OTHER_DEVICE_ENV = {"neuron_cores": "NEURON_RT_VISIBLE_CORES", "TPU": "TPU_VISIBLE_CHIPS",
+                    "NPU": "ASCEND_RT_VISIBLE_DEVICES", "HPU": "HABANA_VISIBLE_MODULES", "RBLN": "RBLN_DEVICES"}
 # what a task asks for when it names a type: a token amount, so any number of them fit a node
 REQUEST_AMOUNT = 0.001
 

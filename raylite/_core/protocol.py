@@ -216,6 +216,7 @@ class RequestLeaseReply(Message):
     error: str = ""
     spillback_address: str = ""  # ask this node instead
     gpu_ids: list[Any] = []  # GPU devices the lease holds (its worker sets CUDA_VISIBLE_DEVICES)
+    device_ids: dict[Any, Any] = {}  # other accelerators' devices: {"neuron_cores": [0, 1], ...}
 
 
 @message(14)
@@ -441,6 +442,7 @@ class CreateActor(Message):
 
     spec: list[Any]
     gpu_ids: list[Any] = []  # GPU devices the actor holds
+    device_ids: dict[Any, Any] = {}  # other accelerators' devices the actor holds
 
 
 @message(39)

@@ -86,6 +86,7 @@ class TaskSpec:
     capture_pg: str = ""
     # Ray's max_calls: a worker that ran this function that many times exits (0: no limit)
     max_calls: int = 0
+    device_ids: dict = field(default_factory=dict)  # other accelerators' devices (neuron_cores, TPU, ...), as gpu_ids
 
     def return_ids(self) -> list[ObjectID]:
         n = self.num_returns if self.num_returns > 0 else 1

@@ -634,6 +634,42 @@ def test_gpu_ids_are_the_uuids_the_driver_was_given(tmp_path):
     assert out.stdout.splitlines() == ["(['GPU-7f1e'], 'GPU-7f1e')"]
 
 
+def test_neuron_cores_are_handed_out_as_devices_like_gpus(tmp_path):
+    """Neuron cores (and TPU chips, ...) are devices, as GPUs are: each task or actor holds its
+    own, sees them in NEURON_RT_VISIBLE_CORES and get_accelerator_ids(), also through a
+    placement group's bundle; a GPU actor in a group without a bundle index gets its device."""
+    script = tmp_path / "neuron.py"
+    script.write_text(
+        "import os, raylite as ray\n"
+        "from raylite.util.placement_group import placement_group\n"
+        "from raylite.util.scheduling_strategies import PlacementGroupSchedulingStrategy\n"
+        "ray.init(num_cpus=4, num_gpus=1, resources={'neuron_cores': 3})\n"
+        "print(ray.cluster_resources().get('accelerator_type:aws-neuron-core'))\n"
+        "@ray.remote(resources={'neuron_cores': 1})\n"
+        "def one():\n"
+        "    import time; time.sleep(0.3)\n"
+        "    return ray.get_runtime_context().get_accelerator_ids()['neuron_cores'], os.environ['NEURON_RT_VISIBLE_CORES']\n"
+        "@ray.remote\n"
+        "def none():\n"
+        "    return ray.get_runtime_context().get_accelerator_ids()['neuron_cores'], os.environ.get('NEURON_RT_VISIBLE_CORES')\n"
+        "print(sorted(ray.get([one.remote() for _ in range(3)])))\n"
+        "print(ray.get(none.remote()))\n"
+        "@ray.remote(num_gpus=1, resources={'neuron_cores': 2})\n"
+        "class Both:\n"
+        "    def ids(self):\n"
+        "        ids = ray.get_runtime_context().get_accelerator_ids()\n"
+        "        return ids['GPU'], ids['neuron_cores'], os.environ['NEURON_RT_VISIBLE_CORES']\n"
+        "pg = placement_group([{'CPU': 1, 'GPU': 1, 'neuron_cores': 2}])\n"
+        "ray.get(pg.ready(), timeout=60)\n"
+        "both = Both.options(scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg)).remote()\n"
+        "print(ray.get(both.ids.remote(), timeout=60))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("NEURON_RT_VISIBLE_CORES", "CUDA_VISIBLE_DEVICES")}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["1.0", "[(['0'], '0'), (['1'], '1'), (['2'], '2')]", "([], None)",
+                                       "(['0'], ['0', '1'], '0,1')"]
+
+
 def test_lineage_is_kept_while_results_live_and_dropped_with_them(cluster):
     """The owner keeps how to rebuild each result in a node's store (lineage), and only while
     it is referenced. Values returned inline live in the owner and cannot be lost: no record."""

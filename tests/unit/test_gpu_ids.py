@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from raylite._core import resources as R
-from raylite._core.node.gpu_ids import GpuIds, gpu_amount, node_device_ids
+from raylite._core.node.gpu_ids import (
+    GpuIds,
+    device_amount,
+    gpu_amount,
+    node_device_ids,
+    other_device_pools,
+)
 
 
 def test_whole_and_fractional_requests():
@@ -30,3 +36,20 @@ def test_bundle_gpus_counted_once_and_node_ids():
     gpus = GpuIds(node_device_ids(two, "GPU-b2,GPU-a1"))
     assert gpus.acquire(two // 2) == ["GPU-b2"]
     assert gpus.acquire(two // 2) == ["GPU-a1"]
+
+
+def test_a_placement_group_request_without_a_bundle_index_counts_its_devices():
+    one = R.to_fixed({"GPU": 1})["GPU"]
+    # no bundle index: only the group's wildcard is asked for, and it is what the lease holds
+    assert gpu_amount(R.to_fixed({"GPU_group_ab12": 1, "CPU_group_ab12": 1})) == one
+    assert device_amount(R.to_fixed({"neuron_cores_group_ab12": 2}), "neuron_cores") == 2 * one
+    assert device_amount(R.to_fixed({"neuron_cores_group_1_ab12": 2, "neuron_cores_group_ab12": 2}),
+                         "neuron_cores") == 2 * one
+    assert device_amount(R.to_fixed({"GPU": 1}), "neuron_cores") == 0
+
+
+def test_other_accelerators_get_pools_named_by_their_visible_variable():
+    total = R.to_fixed({"CPU": 4, "neuron_cores": 3, "TPU": 0.5})
+    pools = other_device_pools(total, {"NEURON_RT_VISIBLE_CORES": "4,5,6"})
+    assert set(pools) == {"neuron_cores"}  # less than one whole TPU: no device to name
+    assert pools["neuron_cores"].acquire(R.to_fixed({"n": 2})["n"]) == [4, 5]

@@ -236,7 +236,7 @@ class Leases:
             self._pump(q)
             return
         lease = Lease(lease_id, reply.worker_id, conn, q, node_conn=node_conn, node_id=reply.node_id,
-                      gpu_ids=list(reply.gpu_ids or []))
+                      gpu_ids=list(reply.gpu_ids or []), device_ids=dict(reply.device_ids or {}))
         self.leases[lease_id] = lease
         q.leases.append(lease)
         conn.on_close.append(lambda c, lease=lease: self._lease_conn_lost(lease))
@@ -323,8 +323,8 @@ class Leases:
         lease.in_flight += 1
         rec.lease = lease
         rec.worker_conn = lease.conn
-        if lease.gpu_ids or rec.spec.gpu_ids:
-            rec.spec = rec.spec.replace(gpu_ids=lease.gpu_ids)
+        if lease.gpu_ids or rec.spec.gpu_ids or lease.device_ids or rec.spec.device_ids:
+            rec.spec = rec.spec.replace(gpu_ids=lease.gpu_ids, device_ids=lease.device_ids)
         fut = lease.conn.request_future(P.PushTask(rec.spec.to_wire()))
         pushed_at = time.monotonic()
         fut.add_done_callback(lambda f: self._on_reply(rec, lease, f, pushed_at))

@@ -126,6 +126,7 @@ class Lease:
     node_id: bytes = b""
     blocked: bool = False  # its worker bounced queued tasks while blocked in get()
     gpu_ids: list = field(default_factory=list)  # devices the node gave this lease
+    device_ids: dict = field(default_factory=dict)  # other accelerators' devices it gave
     batch: bytes = b""  # the SPREAD burst it last ran a task of
     last_reply_at: float = 0.0  # monotonic time of its latest reply (Leases._on_reply)
     retiring: bool = False  # its worker reached a function's max_calls: no more pushes

@@ -110,6 +110,8 @@ def detect_resources(num_cpus: float | None, num_gpus: float | None, resources: 
         total.update(_accelerator_types(gpus))
     for k, v in (resources or {}).items():
         total[k] = v
+    if total.get("neuron_cores"):  # as Ray: a node with neuron cores is of their type
+        total.setdefault(accelerators.RESOURCE_PREFIX + "aws-neuron-core", 1)
     total["node:__internal_head__"] = 1
     return R.to_fixed(total)
 

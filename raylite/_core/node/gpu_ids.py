@@ -1,4 +1,5 @@
-"""Which GPU devices a lease or actor gets, so its worker sees exactly those devices.
+"""Which GPU devices (and neuron cores, TPU chips, ...: accelerators.OTHER_DEVICE_ENV) a lease
+or actor gets, so its worker sees exactly those devices.
 
 Resource accounting (resources.py) says *how much* GPU is free; this says *which* device
 ids. Whole-GPU requests take whole free devices, lowest id first; fractional requests
@@ -8,19 +9,33 @@ are fixed-point, as in resources.py.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
+from raylite._core.accelerators import OTHER_DEVICE_ENV
 from raylite._core.resources import _SCALE
 
-# bundle-indexed placement group GPU resources ("GPU_group_0_<pg>"); the wildcard
-# "GPU_group_<pg>" is requested alongside them and must not be counted twice
-_BUNDLE_GPU = re.compile(r"^GPU_group_\d+_")
+
+def device_amount(request: Mapping[str, int], kind: str = "GPU") -> int:
+    """How much of device `kind` (GPU, neuron_cores, ...) a request asks for. A placement-group
+    request names a bundle's resource (`GPU_group_0_<pg>`) with the group's wildcard
+    (`GPU_group_<pg>`) beside it: counted once; a request that names no bundle index has the
+    wildcard alone, and that counts."""
+    prefix = kind + "_group_"
+    indexed = wildcard = 0
+    for name, amount in request.items():
+        if name.startswith(prefix):
+            rest = name[len(prefix):]
+            head, sep, _ = rest.partition("_")
+            if sep and head.isdigit():
+                indexed += amount
+            else:
+                wildcard += amount
+    return request.get(kind, 0) + (indexed or wildcard)
 
 
 def gpu_amount(request: Mapping[str, int]) -> int:
-    """GPU asked for by a request, counting placement-group bundle GPUs once."""
-    return request.get("GPU", 0) + sum(v for k, v in request.items() if _BUNDLE_GPU.match(k))
+    """GPU asked for by a request (see device_amount)."""
+    return device_amount(request, "GPU")
 
 
 class GpuIds:
@@ -66,3 +81,10 @@ def node_device_ids(total_gpu_fixed: int, visible: str | None) -> list[int | str
         if len(entries) >= count:
             return [int(x) if x.isdigit() else x for x in entries[:count]]
     return list(range(count))
+
+
+def other_device_pools(total: Mapping[str, int], env: Mapping[str, str]) -> dict[str, GpuIds]:
+    """A pool of device ids for each other accelerator kind the node has (its own visible-devices
+    variable, when set, names them)."""
+    return {kind: GpuIds(node_device_ids(total[kind], env.get(var)))
+            for kind, var in OTHER_DEVICE_ENV.items() if total.get(kind, 0) >= _SCALE}

@@ -29,7 +29,7 @@ from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core import scheduling as S
 from raylite._core.clock import Clock
-from raylite._core.node.gpu_ids import GpuIds, gpu_amount
+from raylite._core.node.gpu_ids import GpuIds, device_amount, gpu_amount
 from raylite._core.node.worker_index import WorkerIndex, WorkerRecord
 from raylite._core.strategy import decode as decode_strategy
 from raylite._core.task_spec import env_key
@@ -267,7 +267,7 @@ Effect = (Reply | Granted | LaunchActor | FailActorStart | StartWorker | SpillBa
 
 class LeaseTable:
     def __init__(self, *, node_id: bytes, total: Resources, labels: dict[str, str], workers: WorkerIndex,
-                 gpus: GpuIds, clock: Clock, start_limit: int) -> None:
+                 gpus: GpuIds, clock: Clock, start_limit: int, devices: dict[str, GpuIds] | None = None) -> None:
         self.node_id = node_id
         self.total: Resources = dict(total)
         self.available: Resources = dict(total)
@@ -275,6 +275,7 @@ class LeaseTable:
         self.labels = labels
         self.workers = workers
         self.gpus = gpus
+        self.devices = devices or {}  # neuron_cores, TPU, ...: their ids, as for GPUs
         self.clock = clock
         self.start_limit = start_limit
         self.pending: list[PendingLease] = []
@@ -393,6 +394,9 @@ class LeaseTable:
             R.add(self.available, held)
         self.gpus.release(rec.gpu_ids, gpu_amount(rec.held))
         rec.gpu_ids = []
+        for kind, ids in rec.device_ids.items():
+            self.devices[kind].release(ids, device_amount(rec.held, kind))
+        rec.device_ids = {}
         rec.held = {}
 
     def _worker_gone(self, e: WorkerGone) -> list[Effect]:
@@ -478,6 +482,8 @@ class LeaseTable:
         req = p.msg.resources
         rec.held = dict(req)
         rec.gpu_ids = self.gpus.acquire(gpu_amount(req))
+        rec.device_ids = {kind: ids for kind, pool in self.devices.items()
+                          if (ids := pool.acquire(device_amount(req, kind)))}
         rec.busy_since = self.clock.monotonic()
         if p.actor is not None:
             self.workers.set_state(rec, "ACTOR")
@@ -488,7 +494,7 @@ class LeaseTable:
         rec.lessee = p.conn
         self.leases[p.msg.lease_id] = rec
         return Granted(p, rec, P.RequestLeaseReply(p.msg.lease_id, rec.worker_id, rec.address, self.node_id,
-                                                   gpu_ids=rec.gpu_ids), cause)
+                                                   gpu_ids=rec.gpu_ids, device_ids=rec.device_ids), cause)
 
     def _ask_lessees_to_release(self, cause: str) -> list[Effect]:
         now = self.clock.monotonic()

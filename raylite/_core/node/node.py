@@ -25,7 +25,7 @@ from raylite._core.node import lease_table as LT
 from raylite._core.node import log_files, shm_files
 from raylite._core.node import memory_monitor as MM
 from raylite._core.node import object_plane as OP
-from raylite._core.node.gpu_ids import GpuIds, node_device_ids
+from raylite._core.node.gpu_ids import GpuIds, node_device_ids, other_device_pools
 from raylite._core.node.lease_table import PendingLease, worker_key
 from raylite._core.node.object_store import ObjectStore, default_capacity_bytes
 from raylite._core.node.stats import NodeStats
@@ -79,7 +79,8 @@ class NodeDaemon:
         gpus = GpuIds(node_device_ids(resources.get("GPU", 0), os.environ.get("CUDA_VISIBLE_DEVICES")))
         # the pure part: resources, the lease queue, leases, bundles (lease_table.py)
         self.table = LT.LeaseTable(node_id=node_id, total=total, labels=self.labels, workers=self.pool, gpus=gpus,
-                                   clock=self.clock, start_limit=start_limit)
+                                   clock=self.clock, start_limit=start_limit,
+                                   devices=other_device_pools(resources, os.environ))
         self._stats = NodeStats()
         self.clients: dict[bytes, rpc.Connection] = {}  # worker_id -> conn (drivers and workers)
         self.drivers: dict[bytes, rpc.Connection] = {}
@@ -569,7 +570,7 @@ class NodeDaemon:
 
         async def create() -> None:
             try:
-                reply = await rec.conn.request(P.CreateActor(spec, rec.gpu_ids))
+                reply = await rec.conn.request(P.CreateActor(spec, rec.gpu_ids, rec.device_ids))
             except Exception as e:  # noqa: BLE001
                 if not fut.done():
                     fut.set_result(P.StartActorReply(False, system_error=f"the actor's worker died while starting: {rec.exit_info or e}"))

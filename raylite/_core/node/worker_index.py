@@ -26,6 +26,7 @@ class WorkerRecord:
     actor_id: bytes = b""
     held: dict[str, int] = field(default_factory=dict)  # resources held by the lease or actor
     gpu_ids: list[int] = field(default_factory=list)  # devices given with `held`
+    device_ids: dict[str, list] = field(default_factory=dict)  # other accelerators' devices (neuron_cores, TPU, ...)
     blocked: bool = False
     exit_info: str = ""
     started_at: float = 0.0

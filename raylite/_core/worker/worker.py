@@ -31,6 +31,7 @@ from raylite import exceptions as E
 from raylite._core import protocol as P
 from raylite._core import resources as R
 from raylite._core import serialization as ser
+from raylite._core.accelerators import OTHER_DEVICE_ENV
 from raylite._core.client.core_client import CoreClient
 from raylite._core.client.records import ObjectEntry
 from raylite._core.client.refs import ObjectRef
@@ -72,6 +73,7 @@ class WorkerContext:
         self.job_id = b""
         self.assigned_resources: dict = {}
         self.gpu_ids: list = []
+        self.device_ids: dict[str, list] = {}  # neuron_cores, TPU, ...: the devices held, as gpu_ids
         self.current_spec: TaskSpec | None = None
         self.task_threads: dict[bytes, int] = {}
 
@@ -110,6 +112,7 @@ class Worker:
         self._hooks_run: set[str] = set()  # worker_process_setup_hooks already run here
         self.cgraph: GraphHost | None = None  # this actor's part in a compiled graph
         self._initial_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        self._initial_device_env = {var: os.environ.get(var) for var in OTHER_DEVICE_ENV.values()}
         # set by the user's environment or the runtime_env's env_vars: then tasks leave it alone
         self._initial_omp = os.environ.get("OMP_NUM_THREADS")
         self._output: OutputForwarder | None = None  # fds 1 and 2 -> log files and drivers
@@ -161,8 +164,8 @@ class Worker:
 
     def _on_create_actor(self, conn, msg: P.CreateActor, rid: int):
         spec = TaskSpec.from_wire(msg.spec)
-        if msg.gpu_ids:  # the node picked the actor's devices; they hold for its lifetime
-            spec = spec.replace(gpu_ids=list(msg.gpu_ids))
+        if msg.gpu_ids or msg.device_ids:  # the node picked the actor's devices; they hold for its lifetime
+            spec = spec.replace(gpu_ids=list(msg.gpu_ids), device_ids=dict(msg.device_ids))
         self.tasks.put((conn, rid, spec))
         return None
 
@@ -455,6 +458,7 @@ class Worker:
         if spec.kind != KIND_ACTOR_CALL:
             self.ctx.assigned_resources = spec.resources
             self._set_visible_gpus(spec.gpu_ids)
+            self._set_visible_devices(spec.device_ids)
             self._set_omp_threads(spec.resources.get("CPU", 0))
         if not self.actor_spec:
             self.log_prefix = f"({spec.display_name()} pid={os.getpid()}, ip={self.client.node_ip}) "
@@ -478,6 +482,20 @@ class Worker:
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
         else:
             os.environ["CUDA_VISIBLE_DEVICES"] = self._initial_visible
+
+    def _set_visible_devices(self, device_ids: dict) -> None:
+        """The other accelerators (neuron cores, TPU chips, ...) as GPUs: a task or actor sees only
+        the devices it holds; one that holds none of a kind sees what the worker started with."""
+        self.ctx.device_ids = {kind: list(ids) for kind, ids in device_ids.items()}
+        for kind, var in OTHER_DEVICE_ENV.items():
+            ids = device_ids.get(kind)
+            initial = self._initial_device_env[var]
+            if ids:
+                os.environ[var] = ",".join(str(i) for i in ids)
+            elif initial is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = initial
 
     def execute(self, conn, spec: TaskSpec) -> P.PushTaskReply:
         """Run one task or actor call; never raises."""
