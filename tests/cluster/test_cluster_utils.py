@@ -146,3 +146,37 @@ def test_ray_only_node_options_are_accepted(cluster):
     node = cluster.add_node(num_cpus=1, min_worker_port=0, max_worker_port=0, dashboard_agent_listen_port=None)
     cluster.wait_for_nodes()
     assert node in cluster.worker_nodes
+
+
+def test_a_burst_reaches_the_room_another_burst_just_left(fresh_temp_dir):
+    """Two bursts of short tasks, each kind on resources both nodes have: the second starts while
+    the head's copy of the other node still counts the first burst's leases there (it learns of
+    their return from that node's next report). Its requests queued on the driver's node are
+    offered to the head again, and the other node reports the room it got back, so the burst
+    uses both nodes (it stayed on one before) and every task runs once."""
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 3, "resources": {"A": 1, "B": 2}})
+    try:
+        other = c.add_node(num_cpus=3, resources={"A": 3, "B": 4})
+        c.wait_for_nodes()
+        c.connect()
+
+        def burst(resource: str) -> dict[str, int]:
+            @raylite.remote(resources={resource: 1})
+            def short(i):
+                import time
+
+                time.sleep(0.005)
+                return i, raylite.get_runtime_context().get_node_id()
+
+            done = raylite.get([short.remote(i) for i in range(400)], timeout=120)
+            assert sorted(i for i, _ in done) == list(range(400))
+            per_node: dict[str, int] = {}
+            for _, node in done:
+                per_node[node] = per_node.get(node, 0) + 1
+            return per_node
+
+        for resource in ("A", "B", "A", "B"):
+            per_node = burst(resource)
+            assert len(per_node) == 2 and other.node_id in per_node, (resource, per_node)
+    finally:
+        c.shutdown()

@@ -240,3 +240,18 @@ def test_closed_requesters_are_skipped_and_a_stopped_table_grants_nothing():
     assert effects == [] and table.pending == []
     table.stopped = True
     assert _request(table, cpus(1))[1] == []
+
+
+def test_a_return_whose_room_nobody_here_takes_is_reported_and_a_queued_request_can_be_withdrawn():
+    table, index, _clock = _table(cpus(1))
+    _idle_worker(index)
+    first, effects = _request(table, cpus(1))
+    assert _kinds(effects) == ["Granted"]
+    second, effects = _request(table, cpus(1))
+    assert table.is_pending(second.msg.lease_id)
+    # the shell sends a queued request elsewhere (the head found room on another node)
+    assert table.withdraw(second.msg.lease_id) and not table.is_pending(second.msg.lease_id)
+    assert not table.withdraw(second.msg.lease_id)  # once only
+    back = table.handle(LT.LeaseReturned(first.msg.lease_id, False, "back"))
+    assert _kinds(back) == ["ReportResources"] and back[0].room_freed
+    assert table.available == cpus(1)

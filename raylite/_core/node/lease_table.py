@@ -256,9 +256,11 @@ class ActorWorkerDied:
 
 @dataclass(slots=True)
 class ReportResources:
-    """Tell the head this node's resources soon (they changed)."""
+    """Tell the head this node's resources soon (they changed). `room_freed`: a return left room
+    nothing here claims; worth a report only if the head's copy still shows this node full."""
 
     cause: str
+    room_freed: bool = False
 
 
 Effect = (Reply | Granted | LaunchActor | FailActorStart | StartWorker | SpillBack | KillWorker | AskToRelease
@@ -356,6 +358,18 @@ class LeaseTable:
                                                                   error="cancelled"), e.cause)]
         return []
 
+    def withdraw(self, lease_id: bytes) -> bool:
+        """Take a request out of the queue, unanswered (the shell sends it elsewhere); False
+        when it is no longer queued (granted or cancelled meanwhile)."""
+        for p in self.pending:
+            if p.msg.lease_id == lease_id:
+                self.pending.remove(p)
+                return True
+        return False
+
+    def is_pending(self, lease_id: bytes) -> bool:
+        return any(p.msg.lease_id == lease_id for p in self.pending)
+
     def _returned(self, e: LeaseReturned) -> list[Effect]:
         self.lease_events += 1
         rec = self.leases.pop(e.lease_id, None)
@@ -372,7 +386,10 @@ class LeaseTable:
             self.workers.set_state(rec, "STOPPING")
         else:
             self.workers.set_state(rec, "IDLE")
-        return effects + self._grant(e.cause)
+        granted = self._grant(e.cause)
+        if not self.pending and not granted:  # room no request here takes: the head should know
+            granted.append(ReportResources(e.cause, room_freed=True))
+        return effects + granted
 
     def _blocked(self, e: WorkerBlockedChanged) -> list[Effect]:
         rec = self.workers.workers.get(e.worker_id)

@@ -38,6 +38,12 @@ log = logging.getLogger("raylite.node")
 __all__ = ["NodeDaemon", "PendingLease", "worker_key", "run_node_forever", "remove_session_dir"]
 
 
+# a request queued here because no node had room is offered to the head again after this long,
+# then at twice the interval each time up to the last; at most this many are retried at once
+RESPILL_FIRST_S = 0.02
+RESPILL_MAX_S = 0.32
+RESPILL_MAX = 64
+
 class NodeDaemon:
     def __init__(self, config: Config, *, node_id: bytes, ip: str, resources: dict, labels: dict,
                  session_dir: str, token: str, head_address: str, address: str,
@@ -89,6 +95,9 @@ class NodeDaemon:
         self._servers: list[asyncio.AbstractServer] = []
         self._bg: set[asyncio.Task] = set()
         self._report_handle: asyncio.TimerHandle | None = None
+        self._reported_available: dict = {}  # `available` as the head last heard it
+        self._granted_remote = False  # a lease went to another node's client since our last report
+        self._respilling: set[bytes] = set()  # queued requests the head is asked about again (_respill_later)
         self._effects = self._effect_handlers()
         self._report_sent: asyncio.Future | None = None
         self._last_global_gc = -float("inf")  # monotonic time this node last asked for one
@@ -296,6 +305,8 @@ class NodeDaemon:
             sent = report
             try:
                 msg = P.Heartbeat(self.node_id, report[0], report[1], report[2], stats)
+                self._reported_available = report[0]
+                self._granted_remote = False
                 if ask:
                     asked = now
                     head.request_future(msg).add_done_callback(self._heartbeat_answered)
@@ -454,6 +465,8 @@ class NodeDaemon:
     def _do_granted(self, e: LT.Granted) -> None:
         p = e.lease
         p.conn.context["lessee"] = True
+        if p.conn.context.get("lessee_watched"):
+            self._granted_remote = True
         p.conn.send(e.reply, -p.rid)
 
     def _do_fail_actor_start(self, e: LT.FailActorStart) -> None:
@@ -510,7 +523,42 @@ class NodeDaemon:
             log.debug("[%s] spilled back to node %s", LT.lease_cause(msg.lease_id), pick.node_id.hex()[:8])
             return P.RequestLeaseReply(msg.lease_id, node_id=pick.node_id, spillback_address=pick.address)
         local = P.RequestLease(msg.lease_id, msg.resources, [], msg.runtime_env, msg.description, False)
-        return self._on_request_lease(conn, local, rid)
+        answer = self._on_request_lease(conn, local, rid)
+        if not msg.strategy and self.table.is_pending(msg.lease_id):
+            self._respill_later(conn, msg, rid, RESPILL_FIRST_S)
+        return answer
+
+    def _respill_later(self, conn: rpc.Connection, msg: P.RequestLease, rid: int, delay_s: float) -> None:
+        """A request queued here because no node had room when the head looked: ask the head
+        again in a moment. Its copy of the other nodes' resources lags (a heartbeat, or a report
+        once a full node frees room), and a burst queued here meanwhile would never reach the
+        room that opened elsewhere (Ray's raylet reschedules its queue on each resource update)."""
+        if len(self._respilling) >= RESPILL_MAX and msg.lease_id not in self._respilling:
+            return
+        self._respilling.add(msg.lease_id)
+        asyncio.get_running_loop().call_later(
+            delay_s, lambda: asyncio.ensure_future(self._respill(conn, msg, rid, delay_s)))
+
+    async def _respill(self, conn: rpc.Connection, msg: P.RequestLease, rid: int, delay_s: float) -> None:
+        self._respilling.discard(msg.lease_id)
+        if conn.is_closed() or self.stopped.is_set() or not self.table.is_pending(msg.lease_id):
+            return
+        try:
+            pick: P.PickNodeReply = await self.head.request(
+                P.PickNode(msg.resources, msg.strategy, self.node_id, msg.description, self._free_after_queued()),
+                timeout_s=10)
+        except Exception:  # noqa: BLE001  no head right now: it stays queued here
+            return
+        if pick.node_id and pick.node_id != self.node_id and not pick.error_type and not pick.wait:
+            if self.table.withdraw(msg.lease_id):  # not granted here meanwhile
+                log.debug("[%s] queued here, spilled back to node %s", LT.lease_cause(msg.lease_id),
+                          pick.node_id.hex()[:8])
+                with contextlib.suppress(Exception):
+                    conn.send(P.RequestLeaseReply(msg.lease_id, node_id=pick.node_id,
+                                                  spillback_address=pick.address), -rid)
+            return
+        if self.table.is_pending(msg.lease_id):
+            self._respill_later(conn, msg, rid, min(delay_s * 2, RESPILL_MAX_S))
 
     def _on_remote_lessee_closed(self, conn: rpc.Connection) -> None:
         self._lease(LT.RequesterGone(conn, "the task's owner on another node went away", "lessee-closed"))
@@ -601,7 +649,19 @@ class NodeDaemon:
         return None
 
     def _do_report(self, e: LT.ReportResources) -> None:
+        if e.room_freed and not (self.tcp_address and (self._granted_remote or self._head_saw_full())):
+            return  # single node, or the head knows we have room: the next heartbeat will do
         self._report_soon()
+
+    def _head_saw_full(self) -> bool:
+        """Whether our last report showed a resource used up: the head then sends no lease here
+        until it hears otherwise, so a return should not wait for the next heartbeat (a burst on
+        another node would stay there meanwhile). Reports go out on such a change only (or after
+        leases the head sent here, `_granted_remote`: it subtracted them from its copy), so a
+        node busy at capacity does not report on every lease it turns over."""
+        seen = self._reported_available
+        return any(seen.get(k, 0) <= 0 for k, v in self.total.items()
+                   if v > 0 and not k.startswith("node:") and "_group_" not in k)
 
     def _report_soon(self) -> asyncio.Future:
         """Tell the head our resources a moment after they changed; resolves once it is sent.
@@ -619,6 +679,8 @@ class NodeDaemon:
         self._report_handle = None
         with contextlib.suppress(Exception):
             self.head.send(P.Heartbeat(self.node_id, self.available, [], self.total))
+            self._reported_available = dict(self.available)
+            self._granted_remote = False
         if not self._report_sent.done():
             self._report_sent.set_result(None)
 
