@@ -486,6 +486,8 @@ class Worker:
     def _set_visible_devices(self, device_ids: dict) -> None:
         """The other accelerators (neuron cores, TPU chips, ...) as GPUs: a task or actor sees only
         the devices it holds; one that holds none of a kind sees what the worker started with."""
+        if not device_ids and not self.ctx.device_ids:
+            return  # the usual case: nothing held now or by the last task, nothing to undo
         self.ctx.device_ids = {kind: list(ids) for kind, ids in device_ids.items()}
         for kind, var in OTHER_DEVICE_ENV.items():
             ids = device_ids.get(kind)
