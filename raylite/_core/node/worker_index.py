@@ -25,8 +25,8 @@ class WorkerRecord:
     lessee: Any = None
     actor_id: bytes = b""
     held: dict[str, int] = field(default_factory=dict)  # resources held by the lease or actor
-    gpu_ids: list[int] = field(default_factory=list)  # devices given with `held`
-    device_ids: dict[str, list] = field(default_factory=dict)  # other accelerators' devices (neuron_cores, TPU, ...)
+    gpu_ids: list[int | str] = field(default_factory=list)  # devices given with `held` (indexes, or UUIDs)
+    device_ids: dict[str, list[int | str]] = field(default_factory=dict)  # other accelerators' devices (neuron_cores, TPU, ...)
     blocked: bool = False
     exit_info: str = ""
     started_at: float = 0.0
