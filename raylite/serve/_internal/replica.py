@@ -376,12 +376,33 @@ class ReplicaImpl:
         self._spawn(proto, rid, kind, meta, payload)
 
     def _spawn(self, proto: wire.FrameProtocol, rid: int, kind: int, meta: tuple, payload: Any) -> None:
-        key = (id(proto), rid)
-        task = self.loop.create_task(self._run(proto, rid, kind, meta, payload))
-        self.tasks[key] = task
-        task.add_done_callback(lambda _t, k=key: self.tasks.pop(k, None))
+        started = [False]
+        task = self.loop.create_task(self._run(proto, rid, kind, meta, payload, started))
+        self._track(proto, rid, task, started, meta, payload)
 
-    async def _run(self, proto: wire.FrameProtocol, rid: int, kind: int, meta: tuple, payload: Any) -> None:
+    def _track(self, proto: wire.FrameProtocol, rid: int, task: asyncio.Task, started: list,
+               meta: tuple, payload: Any) -> None:
+        """Index a request's task for CANCEL, and settle a request cancelled before its task's
+        first step: its coroutine then never runs, so neither does the `finally` that gives its
+        slot back, answers it and starts the next request of the backlog (a client that gave up
+        on a request the moment it left the backlog would hold the slot for good, and every
+        request after it would wait forever)."""
+        key = (id(proto), rid)
+        self.tasks[key] = task
+
+        def done(_t: asyncio.Task) -> None:
+            self.tasks.pop(key, None)
+            if not started[0]:
+                self.ongoing -= 1
+                if not proto.closed:
+                    proto.send((rid, R_ERR, cloudpickle.dumps(_cancelled(self.deployment_name)), self.ongoing))
+                self._finish(time.perf_counter(), 499, meta[0], payload, meta[5], meta[1])
+
+        task.add_done_callback(done)
+
+    async def _run(self, proto: wire.FrameProtocol, rid: int, kind: int, meta: tuple, payload: Any,
+                   started: list) -> None:
+        started[0] = True
         start = time.perf_counter()
         request_id, route, app_name, model_id, stream, method_name = meta
         serve_context._serve_request_context.set(
@@ -530,6 +551,7 @@ class ReplicaImpl:
                            scope: dict, start: float) -> None:
         """Finish a Response / generator result of an inline call on a task (it needs ASGI sends)."""
         async def send() -> None:
+            started[0] = True
             sender = http_util.WireSender(proto, rid, self)
             status = 500
             try:
@@ -548,10 +570,8 @@ class ReplicaImpl:
                 self.ongoing -= 1
                 self._finish(start, status, meta[0], payload, meta[5], meta[1])
 
-        key = (id(proto), rid)
-        task = self.loop.create_task(send())
-        self.tasks[key] = task
-        task.add_done_callback(lambda _t, k=key: self.tasks.pop(k, None))
+        started = [False]
+        self._track(proto, rid, self.loop.create_task(send()), started, meta, payload)
 
     def _finish(self, start: float, status: int, request_id: str, payload: Any, method_name: str,
                 route: str) -> None:
