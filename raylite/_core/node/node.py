@@ -537,7 +537,7 @@ class NodeDaemon:
             return
         self._respilling.add(msg.lease_id)
         asyncio.get_running_loop().call_later(
-            delay_s, lambda: asyncio.ensure_future(self._respill(conn, msg, rid, delay_s)))
+            delay_s, lambda: self._spawn(self._respill(conn, msg, rid, delay_s)))
 
     async def _respill(self, conn: rpc.Connection, msg: P.RequestLease, rid: int, delay_s: float) -> None:
         self._respilling.discard(msg.lease_id)
