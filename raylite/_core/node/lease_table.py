@@ -257,7 +257,8 @@ class ActorWorkerDied:
 @dataclass(slots=True)
 class ReportResources:
     """Tell the head this node's resources soon (they changed). `room_freed`: a return left room
-    nothing here claims; worth a report only if the head's copy still shows this node full."""
+    nothing here claims; the shell reports it only where the head's copy may show this node full
+    (its last report did, or the head sent leases here since: NodeDaemon._do_report)."""
 
     cause: str
     room_freed: bool = False
