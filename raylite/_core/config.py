@@ -108,6 +108,8 @@ class Config:
     dashboard_allowed_hosts: str = ""
     # session directories (and their logs) kept after their cluster stopped; older ones go
     sessions_to_keep: int = 10
+    # raise Python's third GC threshold while the client's tables are large (client/gc_pacing.py)
+    gc_pacing: bool = True
     # task events: per-job cap (oldest dropped first, counted) and how often processes flush
     task_events_enabled: bool = True
     task_events_max_per_job: int = 10000

@@ -74,8 +74,23 @@ class TaskEventBuffer:
         descs: list[dict[str, Any]] = []
         by_key: dict[Any, int] = {}
         running: dict[tuple[bytes, int], int] = {}
+        # specs of one .remote() call site share their function and resources objects: a key on
+        # those objects' identities saves building the full key once per event (a million queued
+        # tasks are a million events); the entry holds both objects, so neither id is reused by
+        # another object while this batch is described
+        by_identity: dict[tuple[Any, ...], tuple[int, Any, Any]] = {}
 
         def index_of(extra: Any) -> int:
+            if type(extra) is TaskSpec:
+                quick = (id(extra.function), id(extra.resources), extra.kind, extra.method_name,
+                         extra.name, extra.actor_id, extra.parent_task_id)
+                known = by_identity.get(quick)
+                if known is None:
+                    known = by_identity[quick] = (index_by_key(extra), extra.function, extra.resources)
+                return known[0]
+            return index_by_key(extra)
+
+        def index_by_key(extra: Any) -> int:
             if isinstance(extra, dict):
                 key: Any = id(extra)
             elif isinstance(extra, TaskSpec):

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from raylite._core import protocol as P
+from raylite._core.client.gc_pacing import GcPacer
 from raylite._core.client.head_link import HeadLink
 from raylite._core.client.reference_counter import ReferenceCounter
 from raylite._core.config import Config
@@ -61,6 +62,7 @@ class ClientLinks:
         self.closed = False
         # guards the reference counter and the object table together (user threads and the loop)
         self.lock = threading.Lock()
+        self.gc_pacer = GcPacer(config.gc_pacing)  # full collections paced to the tables' size
         self.refs = ReferenceCounter(self.address)
         self.dead_nodes: set[bytes] = set()  # nodes the head declared dead
         self.handlers: dict[type, Any] = {}  # every message this process answers, by type

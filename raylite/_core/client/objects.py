@@ -56,6 +56,7 @@ class ObjectPlane:
         self.entries: dict[bytes, ObjectEntry] = {}
         self._adopted: set[bytes] = set()  # entries adopt_entry() added: the owner frees their copies
         self.entry = self.entries.get  # the entry of an object id, or None (other components read it)
+        links.gc_pacer.sizes.append(self.entries.__len__)
         self.frees_queued: collections.deque = collections.deque()  # frees handed to the loop, not yet sent
         self._mappings: dict[bytes, int] = {}  # store objects this process maps now (I/O loop only)
         self._mapping_news: dict[bytes, bool] = {}  # not yet told to the node: mapped or not
@@ -229,6 +230,7 @@ class ObjectPlane:
             self.freed_hook(free)
         stored = []
         unread = []
+        self._links.gc_pacer.tick(len(free))
         with self._lock:
             for oid in free:
                 entry = self.entries.pop(oid, None)

@@ -50,6 +50,8 @@ class TaskSubmitter:
         self._call_soon = links.call_soon
         self.records: dict[bytes, TaskRecord] = {}  # task id -> record, until the task finished
         self._oom_kills: dict[bytes, str] = {}  # worker id -> why the memory monitor killed it
+        self._gc = links.gc_pacer  # full collections paced to these tables
+        self._gc.sizes.append(self.records.__len__)
         # set by the CoreClient once built (each calls back into this submitter)
         self.actors: ActorCaller
         self.lineage: LineageRebuilder
@@ -69,6 +71,7 @@ class TaskSubmitter:
         refs = [ObjectRef.counted(oid, self._address, api) for oid in return_ids]
         self.records[spec.task_id] = rec
         self._call_soon(self.enqueue, rec)
+        self._gc.tick()
         if spec.num_returns == 1:
             return refs[0]
         return refs if spec.num_returns > 1 else None
@@ -169,6 +172,7 @@ class TaskSubmitter:
 
     def _task_finished(self, rec: TaskRecord, borrowed: list) -> None:
         self.records.pop(rec.spec.task_id, None)
+        self._gc.tick()
         with self._lock:
             for oid, addr in borrowed or []:
                 self._refs.add_borrower(oid, addr)
