@@ -65,15 +65,17 @@ class TaskEventBuffer:
     def drain(self, describe: Callable[[Any], dict[str, Any]] | None = None) -> tuple[list[list[Any]], list[dict[str, Any]], int]:
         """Take everything buffered as (events, descs, dropped) for one TaskEvents message.
 
-        Wire event: [task_id, attempt, job_id, state, time_s, [desc indexes], start_s]. Facts
-        shared by many events (a function's description, this worker's node and pid) are sent
-        once per batch in `descs`; a RUNNING event whose task also ended within the batch is
-        folded into the terminal one (start_s), so a short task costs the head one event."""
+        Wire event: [task_id, attempt, job_id, state, time_s, [desc indexes], start_s, earlier].
+        Facts shared by many events (a function's description, this worker's node and pid) are
+        sent once per batch in `descs`. All of one attempt's events within the batch travel as
+        one wire event: the last state and its time, the RUNNING time in start_s, and the other
+        earlier (state, time) pairs flat in `earlier` -- a short task costs the head one event
+        from its owner (submitted and finished) and one from its worker (started and finished)."""
         events = self._events
         out: list[list[Any]] = []
         descs: list[dict[str, Any]] = []
         by_key: dict[Any, int] = {}
-        running: dict[tuple[bytes, int], int] = {}
+        in_batch: dict[tuple[bytes, int], int] = {}  # (task id, attempt) -> its event in `out`
         # specs of one .remote() call site share their function and resources objects: a key on
         # those objects' identities saves building the full key once per event (a million queued
         # tasks are a million events); the entry holds both objects, so neither id is reused by
@@ -112,14 +114,18 @@ class TaskEventBuffer:
                 task_id, attempt, job_id, state, time_s, extra = events.popleft()
                 idx = [] if extra is None else [index_of(extra)]
                 key = (task_id, attempt)
-                if state == "RUNNING":
-                    running[key] = len(out)
-                elif state in TERMINAL and key in running:
-                    prior = out[running.pop(key)]
-                    prior[3], prior[6], prior[4] = state, prior[4], time_s
+                at = in_batch.get(key)
+                if at is not None:  # a later event of an attempt already in this batch: one wire event
+                    prior = out[at]
+                    if prior[3] == "RUNNING" and not prior[6]:
+                        prior[6] = prior[4]
+                    else:
+                        prior[7] += (prior[3], prior[4])
+                    prior[3], prior[4] = state, time_s
                     prior[5].extend(idx)
                     continue
-                out.append([task_id, attempt, job_id, state, time_s, idx, 0.0])
+                in_batch[key] = len(out)
+                out.append([task_id, attempt, job_id, state, time_s, idx, 0.0, []])
             dropped, self._dropped = self._dropped, 0
         return out, descs, dropped
 

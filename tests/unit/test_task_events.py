@@ -68,6 +68,29 @@ def test_drain_shares_descriptions_and_folds_running_into_the_end():
     assert rows[b"long"]["state"] == "RUNNING" and rows[b"\x00"]["worker_pid"] == 9
 
 
+def test_drain_sends_an_owners_submit_and_end_in_one_event_and_the_head_keeps_both():
+    buf = TaskEventBuffer()
+    desc = {"name": "f"}
+    buf.record(b"t", 0, b"j", "PENDING_ARGS_AVAIL", 1.0, desc)
+    buf.record(b"t", 0, b"j", "PENDING_NODE_ASSIGNMENT", 2.0, desc)
+    buf.record(b"t", 0, b"j", "FINISHED", 4.0)
+    buf.record(b"t", 1, b"j", "PENDING_NODE_ASSIGNMENT", 5.0, desc)  # a retry: its own attempt
+    events, descs, _ = buf.drain()
+    assert [(e[1], e[3], e[4], list(e[7])) for e in events] == [
+        (0, "FINISHED", 4.0, ["PENDING_ARGS_AVAIL", 1.0, "PENDING_NODE_ASSIGNMENT", 2.0]),
+        (1, "PENDING_NODE_ASSIGNMENT", 5.0, [])]
+    table = TaskEventTable()
+    table.add(events, descs)
+    table.add([ev(b"t", "FINISHED", 3.5, job=b"j", idx=[0], start=3.0)], [{"worker_pid": 9}])  # the worker's
+    rows = {r["attempt_number"]: r for r in table.rows()}
+    row = rows[0]
+    assert row["state"] == "FINISHED" and row["name"] == "f" and row["worker_pid"] == 9
+    assert (row["creation_time_s"], row["start_time_s"], row["end_time_s"]) == (1.0, 3.0, 3.5)
+    assert [e["state"] for e in row["events"]] == [
+        "PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "RUNNING", "FINISHED", "FINISHED"]
+    assert rows[1]["state"] == "PENDING_NODE_ASSIGNMENT"
+
+
 def test_owner_and_worker_ends_keep_the_workers_end_time():
     table = TaskEventTable()
     table.add([ev(b"t", "PENDING_NODE_ASSIGNMENT", 1.0), ev(b"t", "FINISHED", 3.5)])  # the owner's view

@@ -66,7 +66,8 @@ class TaskEventTable:
     def add(self, events: list[list[Any]], descs: list[dict[str, Any]] | None = None, dropped_at_source: int = 0,
             source_job: bytes = b"") -> None:
         descs = descs or []
-        for task_id, attempt, job_id, state, time_s, idx, start_s in events:
+        for event in events:
+            task_id, attempt, job_id, state, time_s, idx, start_s = event[:7]
             rows = self._jobs.get(job_id)
             if rows is None:
                 rows = self._jobs[job_id] = OrderedDict()
@@ -77,6 +78,10 @@ class TaskEventTable:
                     rows.popitem(last=False)  # O(1); a plain dict's front deletions degrade
                     self.dropped[job_id] = self.dropped.get(job_id, 0) + 1
                 row = rows[key] = _Row(task_id, attempt, job_id, state)
+            if len(event) > 7:  # earlier events of this attempt, sent with this one (drain)
+                earlier = event[7]
+                for i in range(0, len(earlier) - 1, 2):
+                    _merge(row, earlier[i], earlier[i + 1])
             if start_s:
                 _merge(row, "RUNNING", start_s)
             _merge(row, state, time_s)
