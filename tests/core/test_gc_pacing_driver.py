@@ -14,12 +14,11 @@ from tests.conftest import wait_for
 
 @pytest.fixture
 def scaled_down(monkeypatch, cluster):
-    """The pacer's real limits need ~50,000 tasks; scaled down so a few thousand show it."""
+    """The pacer's real limit needs ~50,000 tasks; scaled down so a few thousand show it."""
     saved = gc.get_threshold()
     gc.set_threshold(700, 10, 10)
     monkeypatch.setattr(gc_pacing, "MIN_ENTRIES", 1000)
     monkeypatch.setattr(gc_pacing, "CHECK_EVERY", 64)
-    monkeypatch.setattr(gc_pacing, "OBJECTS_PER_ENTRY", 100.0)
     yield
     gc.set_threshold(*saved)
 
@@ -29,10 +28,12 @@ def square(x: int) -> int:
     return x * x
 
 
-def test_thresholds_rise_with_the_tables_and_come_back(scaled_down):
+def test_full_collections_wait_while_the_tables_grow_and_the_threshold_comes_back(scaled_down):
     refs = [square.remote(i) for i in range(3000)]
-    assert gc.get_threshold()[2] > 10  # full collections spaced out while the tables are large
-    assert ray.get(refs) == [i * i for i in range(3000)]
+    gc.collect()  # a full collection with the tables large: the next waits for them to double
+    refs += [square.remote(i) for i in range(3000, 4000)]
+    assert gc.get_threshold() == (700, 10, gc_pacing.MAX_THRESHOLD2)
+    assert ray.get(refs) == [i * i for i in range(4000)]
     del refs
     # releasing the refs empties the tables, and the pacer gives the base threshold back
     wait_for(lambda: gc.get_threshold() == (700, 10, 10), what="the GC thresholds restored")

@@ -1,5 +1,6 @@
-"""GcPacer: full garbage collections paced to the client's tables, never against the program's
-own GC settings, and given back when the tables drain."""
+"""GcPacer: full garbage collections held back until the client's tables have doubled, never
+against the program's own GC settings, and given back when the tables drain or the client
+shuts down."""
 
 from __future__ import annotations
 
@@ -24,68 +25,111 @@ def own_thresholds():
         gc.disable()
 
 
-def pacer_of(size: list[int], enabled: bool = True) -> GcPacer:
-    pacer = GcPacer(enabled)
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pacer_of(size: list[int], enabled: bool = True, clock: Clock | None = None) -> GcPacer:
+    pacer = GcPacer(enabled, clock=clock or Clock())
     pacer.sizes.append(lambda: size[0])
     return pacer
 
 
+HELD = gc_pacing.MAX_THRESHOLD2
+
+
 def test_small_tables_leave_the_thresholds_alone():
-    size = [gc_pacing.MIN_ENTRIES - 1]
-    pacer_of(size).update()
+    pacer_of([gc_pacing.MIN_ENTRIES - 1]).update()
     assert gc.get_threshold() == (700, 10, 10)
 
 
-def test_large_tables_space_full_collections_then_the_base_comes_back():
-    size = [1_000_000]
+def test_full_collections_wait_for_the_tables_to_double():
+    size = [100_000]
     pacer = pacer_of(size)
     pacer.update()
-    t0, t1, t2 = gc.get_threshold()
-    assert (t0, t1) == (700, 10)
-    # a full collection once the heap has grown by about what the tables hold
-    assert t2 == int(1_000_000 * gc_pacing.OBJECTS_PER_ENTRY / 7000)
+    assert gc.get_threshold() == (700, 10, 10)  # none ran yet: the first one may come
+    pacer.full_collection_ran()
+    pacer.update()
+    assert gc.get_threshold() == (700, 10, HELD)  # held back while the tables grow
+    size[0] = 190_000
+    pacer.update()
+    assert gc.get_threshold()[2] == HELD
+    size[0] = 200_000  # doubled since the last full collection: the interpreter decides again
+    pacer.update()
+    assert gc.get_threshold() == (700, 10, 10)
+    pacer.full_collection_ran()
+    pacer.update()
+    assert gc.get_threshold()[2] == HELD
+
+
+def test_a_full_collection_is_let_through_after_max_gap_s():
+    clock = Clock()
+    size = [100_000]
+    pacer = pacer_of(size, clock=clock)
+    pacer.update()
+    pacer.full_collection_ran()
+    pacer.update()
+    assert gc.get_threshold()[2] == HELD
+    clock.now += gc_pacing.MAX_GAP_S
+    pacer.update()
+    assert gc.get_threshold()[2] == 10
+
+
+def test_drained_tables_and_shutdown_give_the_threshold_back():
+    size = [100_000]
+    pacer = pacer_of(size)
+    pacer.update()
+    pacer.full_collection_ran()
+    pacer.update()
     size[0] = 10
     pacer.update()
     assert gc.get_threshold() == (700, 10, 10)
+    size[0] = 100_000
+    pacer.update()
+    assert gc.get_threshold()[2] == HELD
+    pacer.close()
+    assert gc.get_threshold() == (700, 10, 10)
+    pacer.update()  # closed: it never touches the thresholds again
+    assert gc.get_threshold() == (700, 10, 10)
 
 
-def test_the_threshold_has_a_ceiling():
-    pacer_of([10**9]).update()
-    assert gc.get_threshold()[2] == gc_pacing.MAX_THRESHOLD2
-
-
-def test_small_moves_do_not_rewrite_the_threshold():
-    size = [1_000_000]
+def test_the_collectors_callback_reports_full_collections():
+    size = [100_000]
     pacer = pacer_of(size)
     pacer.update()
-    first = gc.get_threshold()[2]
-    size[0] = 1_100_000  # 10% more: not worth a change
+    gc.collect()  # a full collection: the pacer hears of it through gc.callbacks
     pacer.update()
-    assert gc.get_threshold()[2] == first
-    size[0] = 2_000_000
-    pacer.update()
-    assert gc.get_threshold()[2] == 2 * first
+    assert gc.get_threshold()[2] == HELD
+    pacer.close()
 
 
 def test_a_program_that_sets_its_own_thresholds_keeps_them():
-    size = [1_000_000]
+    size = [100_000]
     pacer = pacer_of(size)
     pacer.update()
-    gc.set_threshold(1000, 20, 30)  # the user's own choice, after the pacer's
-    size[0] = 5_000_000
+    pacer.full_collection_ran()
     pacer.update()
-    assert gc.get_threshold() == (1000, 20, 30)
+    gc.set_threshold(1000, 20, 30)  # the user's own choice, after the pacer's
     size[0] = 10
     pacer.update()
+    pacer.close()
     assert gc.get_threshold() == (1000, 20, 30)
 
 
 def test_disabled_collector_or_pacer_changes_nothing():
     gc.disable()
-    pacer_of([1_000_000]).update()
+    pacer = pacer_of([100_000])
+    pacer.full_collection_ran()
+    pacer.update()
     assert gc.get_threshold() == (700, 10, 10)
     gc.enable()
-    pacer_of([1_000_000], enabled=False).update()
+    pacer = pacer_of([100_000], enabled=False)
+    pacer.full_collection_ran()
+    pacer.update()
     assert gc.get_threshold() == (700, 10, 10)
 
 

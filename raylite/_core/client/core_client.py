@@ -374,6 +374,7 @@ class CoreClient(HeadCalls, CoreAPI):
         if self._closed or self.loop is None:
             return
         self.links.closed = True
+        self.links.gc_pacer.close()  # the process's own GC thresholds come back
 
         async def close() -> None:
             if self.kind == "driver" and self.log_handler is not None and self.node is not None:
