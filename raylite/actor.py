@@ -277,6 +277,11 @@ _pinned_tokens: set = set()
 _counts_lock = threading.Lock()
 
 
+# an actor call asks for no resources of its own (its actor holds them); one dict read by every
+# call's spec, never changed
+_CALL_RESOURCES: dict = {}
+
+
 class ActorHandle:
     """A handle to an actor: `handle.method.remote(...)` calls it; pass it to other tasks freely."""
 
@@ -284,6 +289,9 @@ class ActorHandle:
                  *, owned: bool = False, token: Any = None) -> None:
         self._actor_id = ActorID(actor_id)  # bytes, with Ray's .job_id
         self._class_name = class_name
+        # shared by every call's spec (frozen): not one descriptor per call, and the task-event
+        # buffer describes a burst of calls from the identity of its function and resources
+        self._call_function = FunctionDescriptor("", class_name, b"")
         self._meta = dict(method_meta)
         self._max_task_retries = max_task_retries
         # A strong handle holds `token`, a ref to an object its actor's creator owns: the
@@ -361,9 +369,9 @@ class ActorHandle:
         nr = opts.get("num_returns", self._meta.get(method_name, 1))
         spec = TaskSpec(
             task_id=client.new_task_id(), job_id=client.job_id, kind=KIND_ACTOR_CALL,
-            function=FunctionDescriptor("", self._class_name, b""), args=payload, arg_refs=arg_refs,
+            function=self._call_function, args=payload, arg_refs=arg_refs,
             num_returns=_wire_returns(nr), owner_address=client.address, owner_worker_id=client.worker_id,
-            resources={}, name=opts.get("name") or "", actor_id=self._actor_id, method_name=method_name,
+            resources=_CALL_RESOURCES, name=opts.get("name") or "", actor_id=self._actor_id, method_name=method_name,
             max_task_retries=opts.get("max_task_retries", self._max_task_retries),
             concurrency_group=opts.get("concurrency_group") or "", parent_task_id=api.current_task_id())
         token = self._token
