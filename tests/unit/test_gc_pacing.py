@@ -144,3 +144,26 @@ def test_tick_measures_once_per_batch_of_changes():
     assert calls == [1]
     pacer.tick(gc_pacing.CHECK_EVERY * 3)  # one release of many objects: one measurement
     assert calls == [1, 1]
+
+
+def test_a_forked_child_starts_with_the_interpreters_threshold():
+    import os
+
+    size = [100_000]
+    pacer = pacer_of(size)
+    pacer.update()
+    pacer.full_collection_ran()
+    pacer.update()
+    assert gc.get_threshold()[2] == HELD
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its threshold and leave at once
+        os.write(write, str(gc.get_threshold()[2]).encode())
+        os._exit(0)
+    os.close(write)
+    child_threshold = os.read(read, 32).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert child_threshold == "10"
+    assert gc.get_threshold()[2] == HELD  # the parent's pacing goes on
+    pacer.close()

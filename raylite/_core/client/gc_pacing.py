@@ -21,6 +21,7 @@ or the process's own. `RAYLITE_GC_PACING=0` turns it off.
 from __future__ import annotations
 
 import gc
+import os
 import threading
 import time
 import weakref
@@ -112,6 +113,9 @@ def _watch(pacer: GcPacer) -> None:
     if not _installed:
         _installed = True
         gc.callbacks.append(_on_gc)
+        # a process forked from this one (multiprocessing, a user's os.fork) has no client to
+        # tick the pacer: it starts with the interpreter's own threshold
+        os.register_at_fork(after_in_child=_forked)
 
 
 def _on_gc(phase: str, info: dict[str, Any]) -> None:
@@ -119,3 +123,9 @@ def _on_gc(phase: str, info: dict[str, Any]) -> None:
         pacer = _current()
         if pacer is not None:
             pacer.full_collection_ran()
+
+
+def _forked() -> None:
+    pacer = _current() if _current is not None else None
+    if pacer is not None:
+        pacer.close()
