@@ -27,6 +27,9 @@ from typing import Any
 from raylite._core.task_event_buffer import ORDER as _ORDER
 from raylite._core.task_event_buffer import TERMINAL
 
+_RUNNING_RANK = _ORDER["RUNNING"]
+_TERMINAL_RANK = _ORDER["FINISHED"]
+
 
 class _Row:
     """One task attempt's merged events. Slots, not a dict: the head keeps up to
@@ -66,27 +69,41 @@ class TaskEventTable:
     def add(self, events: list[list[Any]], descs: list[dict[str, Any]] | None = None, dropped_at_source: int = 0,
             source_job: bytes = b"") -> None:
         descs = descs or []
+        ndescs = len(descs)
+        jobs = self._jobs
+        cap = self.max_per_job
+        last_job: bytes | None = None
+        rows: OrderedDict[tuple[bytes, int], _Row] = OrderedDict()
         for event in events:
-            task_id, attempt, job_id, state, time_s, idx, start_s = event[:7]
-            rows = self._jobs.get(job_id)
-            if rows is None:
-                rows = self._jobs[job_id] = OrderedDict()
+            if len(event) > 7:
+                task_id, attempt, job_id, state, time_s, idx, start_s, earlier = event
+            else:
+                task_id, attempt, job_id, state, time_s, idx, start_s = event
+                earlier = ()
+            if job_id != last_job:  # a batch is mostly one job's: look its table up once
+                found = jobs.get(job_id)
+                if found is None:
+                    found = jobs[job_id] = OrderedDict()
+                rows, last_job = found, job_id
             key = (task_id, attempt)
             row = rows.get(key)
             if row is None:
-                if len(rows) >= self.max_per_job:
+                if len(rows) >= cap:
                     rows.popitem(last=False)  # O(1); a plain dict's front deletions degrade
                     self.dropped[job_id] = self.dropped.get(job_id, 0) + 1
                 row = rows[key] = _Row(task_id, attempt, job_id, state)
-            if len(event) > 7:  # earlier events of this attempt, sent with this one (drain)
-                earlier = event[7]
-                for i in range(0, len(earlier) - 1, 2):
-                    _merge(row, earlier[i], earlier[i + 1])
+            # earlier events of this attempt, sent with this one (TaskEventBuffer.drain)
+            for i in range(0, len(earlier) - 1, 2):
+                _merge(row, earlier[i], earlier[i + 1])
             if start_s:
                 _merge(row, "RUNNING", start_s)
             _merge(row, state, time_s)
             if idx:
-                row.add_descs(descs[i] for i in idx if 0 <= i < len(descs))
+                if row.descs is None:
+                    row.descs = []
+                for i in idx:
+                    if 0 <= i < ndescs:
+                        row.descs.append(descs[i])
         if dropped_at_source:
             self.dropped[source_job] = self.dropped.get(source_job, 0) + dropped_at_source
 
@@ -150,9 +167,9 @@ def _event_order(event: tuple[str, float]) -> tuple[float, int]:
 
 def _merge(row: _Row, state: str, time_s: float) -> None:
     row.events += (state, time_s)
-    current = row.state
     rank = _ORDER.get(state, 0)
-    if state in TERMINAL and row.closed_by_head is not None:
+    terminal = rank == _TERMINAL_RANK
+    if terminal and row.closed_by_head is not None:
         # the head closed the row when its job ended; this end was really reported: it wins
         closed_at, desc = row.closed_by_head
         row.closed_by_head = None
@@ -163,12 +180,13 @@ def _merge(row: _Row, state: str, time_s: float) -> None:
         row.state, row.end_time_s = state, time_s
         return
     # events come from two processes, in any order: the furthest state wins (FAILED over FINISHED)
+    current = row.state
     if (current not in TERMINAL and rank >= _ORDER.get(current, 0)) or (state == "FAILED" and current == "FINISHED"):
         row.state = state
-    if rank < _ORDER["RUNNING"]:
+    if rank < _RUNNING_RANK:
         if row.creation_time_s is None:
             row.creation_time_s = time_s
-    elif state == "RUNNING":
+    elif rank == _RUNNING_RANK:
         row.start_time_s = time_s
     elif row.end_time_s is None or time_s < row.end_time_s:
         row.end_time_s = time_s  # the worker's end comes before the owner hears of it: keep the first
