@@ -65,7 +65,7 @@ class TaskEventBuffer:
     def drain(self, describe: Callable[[Any], dict[str, Any]] | None = None) -> tuple[list[list[Any]], list[dict[str, Any]], int]:
         """Take everything buffered as (events, descs, dropped) for one TaskEvents message.
 
-        Wire event: [task_id, attempt, job_id, state, time_s, [desc indexes], start_s, earlier].
+        Wire event: [task_id, attempt, job_id, state, time_s, [desc indexes], start_s(, earlier)].
         Facts shared by many events (a function's description, this worker's node and pid) are
         sent once per batch in `descs`. All of one attempt's events within the batch travel as
         one wire event: the last state and its time, the RUNNING time in start_s, and the other
@@ -119,13 +119,15 @@ class TaskEventBuffer:
                     prior = out[at]
                     if prior[3] == "RUNNING" and not prior[6]:
                         prior[6] = prior[4]
+                    elif len(prior) == 7:
+                        prior.append([prior[3], prior[4]])
                     else:
                         prior[7] += (prior[3], prior[4])
                     prior[3], prior[4] = state, time_s
                     prior[5].extend(idx)
                     continue
                 in_batch[key] = len(out)
-                out.append([task_id, attempt, job_id, state, time_s, idx, 0.0, []])
+                out.append([task_id, attempt, job_id, state, time_s, idx, 0.0])  # `earlier` added if needed
             dropped, self._dropped = self._dropped, 0
         return out, descs, dropped
 

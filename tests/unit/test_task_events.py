@@ -76,7 +76,7 @@ def test_drain_sends_an_owners_submit_and_end_in_one_event_and_the_head_keeps_bo
     buf.record(b"t", 0, b"j", "FINISHED", 4.0)
     buf.record(b"t", 1, b"j", "PENDING_NODE_ASSIGNMENT", 5.0, desc)  # a retry: its own attempt
     events, descs, _ = buf.drain()
-    assert [(e[1], e[3], e[4], list(e[7])) for e in events] == [
+    assert [(e[1], e[3], e[4], list(e[7:8] and e[7])) for e in events] == [
         (0, "FINISHED", 4.0, ["PENDING_ARGS_AVAIL", 1.0, "PENDING_NODE_ASSIGNMENT", 2.0]),
         (1, "PENDING_NODE_ASSIGNMENT", 5.0, [])]
     table = TaskEventTable()
