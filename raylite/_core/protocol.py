@@ -784,7 +784,7 @@ class TaskEvents(Message):
     dropped (its buffer was full) since its last flush.
     """
 
-    events: list[Any]  # [[task_id, attempt, job_id, state, time_s, [desc indexes], start_s, earlier], ...]
+    events: list[Any]  # [[task_id, attempt, job_id, state, time_s, [desc indexes], start_s(, earlier)], ...]
     dropped: int = 0
     descs: list[Any] = []  # dicts shared by this batch's events (a function's description, the worker's facts)
 
