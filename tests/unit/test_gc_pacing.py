@@ -167,3 +167,17 @@ def test_a_forked_child_starts_with_the_interpreters_threshold():
     assert child_threshold == "10"
     assert gc.get_threshold()[2] == HELD  # the parent's pacing goes on
     pacer.close()
+
+
+def test_an_update_from_inside_an_update_returns_at_once():
+    """A collection that starts inside update() may finalize ObjectRefs, whose release ticks
+    the pacer again on the same thread: that must not wait on the pacer's own lock."""
+    size = [100_000]
+    pacer = pacer_of(size)
+    pacer._lock.acquire()  # as if this thread were inside update()
+    try:
+        pacer.update()  # returns instead of deadlocking
+        assert gc.get_threshold() == (700, 10, 10)
+    finally:
+        pacer._lock.release()
+    pacer.close()

@@ -74,32 +74,48 @@ class GcPacer:
         if not self.enabled or not gc.isenabled():
             return
         entries = self._entries = sum(size() for size in self.sizes)
-        with self._lock:
-            t0, t1, t2 = gc.get_threshold()
-            if self._base2 is None:
-                self._base2 = t2
-            elif t2 != (self._set2 if self._set2 is not None else self._base2):
-                self.enabled = False  # the program set its own thresholds: they stay its own
-                return
-            base2 = self._base2
-            wanted = base2
-            if entries >= MIN_ENTRIES:
-                due = (entries >= 2 * self._entries_at_full
-                       or self._clock() - self._full_at >= MAX_GAP_S)
-                wanted = base2 if due else max(base2, MAX_THRESHOLD2)
-            if wanted != t2:
-                gc.set_threshold(t0, t1, wanted)
-            self._set2 = None if wanted == base2 else wanted
+        # never waits: an ObjectRef finalized by a collection that runs inside this very block
+        # (any allocation may start one) releases objects and ticks here again, on this thread
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            self._set(entries)
+        finally:
+            self._lock.release()
+
+    def _set(self, entries: int) -> None:
+        t0, t1, t2 = gc.get_threshold()
+        if self._base2 is None:
+            self._base2 = t2
+        elif t2 != (self._set2 if self._set2 is not None else self._base2):
+            self.enabled = False  # the program set its own thresholds: they stay its own
+            return
+        base2 = self._base2
+        wanted = base2
+        if entries >= MIN_ENTRIES:
+            due = (entries >= 2 * self._entries_at_full
+                   or self._clock() - self._full_at >= MAX_GAP_S)
+            wanted = base2 if due else max(base2, MAX_THRESHOLD2)
+        if wanted != t2:
+            gc.set_threshold(t0, t1, wanted)
+        self._set2 = None if wanted == base2 else wanted
 
     def close(self) -> None:
         """The client shuts down: the process's own threshold comes back."""
-        with self._lock:
-            if self.enabled and self._set2 is not None and self._base2 is not None:
-                t0, t1, t2 = gc.get_threshold()
-                if t2 == self._set2:
-                    gc.set_threshold(t0, t1, self._base2)
-            self._set2 = None
-            self.enabled = False
+        locked = self._lock.acquire(timeout=1.0)
+        try:
+            self._restore()
+        finally:
+            if locked:
+                self._lock.release()
+
+    def _restore(self) -> None:
+        if self.enabled and self._set2 is not None and self._base2 is not None:
+            t0, t1, t2 = gc.get_threshold()
+            if t2 == self._set2:
+                gc.set_threshold(t0, t1, self._base2)
+        self._set2 = None
+        self.enabled = False
 
 
 # the collector's callback is installed once per process and tells the newest pacer
@@ -127,5 +143,6 @@ def _on_gc(phase: str, info: dict[str, Any]) -> None:
 
 def _forked() -> None:
     pacer = _current() if _current is not None else None
-    if pacer is not None:
-        pacer.close()
+    if pacer is not None:  # the child's only thread: the lock may have been held by another at the fork
+        pacer._lock = threading.Lock()
+        pacer._restore()
